@@ -1,0 +1,193 @@
+"""The bytes of one object: a small versioned envelope around LangGraph's own serializer.
+
+Channel values, pending writes, checkpoints and metadata are all encoded by the saver's ``serde``
+(``dumps_typed``/``loads_typed``), and the serializer's type tag is stored next to its bytes. That is
+what makes ``EncryptedSerializer`` and ``with_allowlist`` apply to everything we store, and it means
+this package never pickles and never invents its own format for user values.
+
+The envelope only frames those ``(tag, bytes)`` pairs (with msgpack, which ``langgraph-checkpoint``
+already depends on) and records, per object, whether the frame was compressed::
+
+    b"LGS3" | format version (1 byte) | compression (1 byte: 0 none, 1 zlib) | msgpack frame
+
+Objects written with and without compression stay readable side by side, and a reader that meets a
+newer format version fails with a clear error instead of guessing.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .errors import CorruptObjectError, SerializationError
+
+MAGIC = b"LGS3"
+FORMAT_VERSION = 1
+_PLAIN = 0
+_ZLIB = 1
+
+Typed = tuple[str, bytes]
+
+
+@dataclass
+class Record:
+    """One stored checkpoint: what ``put`` receives, split into inline values and blob references."""
+
+    checkpoint: Checkpoint
+    """The checkpoint without ``channel_values``."""
+    metadata: CheckpointMetadata
+    parent_id: str | None
+    inline: dict[str, Any] = field(default_factory=dict)
+    """Channel values small enough to live inside the record."""
+    blobs: dict[str, str] = field(default_factory=dict)
+    """Channel -> version of values stored as separate blob objects."""
+
+
+@dataclass
+class WriteBatch:
+    """The writes of one ``put_writes`` call (or one special-channel write)."""
+
+    task_id: str
+    task_path: str
+    writes: list[tuple[int, str, Any]]
+    """(idx, channel, value)."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Encodes and decodes every object the saver stores. Pure: no I/O."""
+
+    serde: SerializerProtocol
+    compress_threshold: int | None = 64 * 1024
+    """Frames at least this large are zlib-compressed; ``None`` disables compression."""
+
+    # -- framing --------------------------------------------------------------------------------
+    def _frame(self, payload: Any) -> bytes:
+        body = ormsgpack.packb(payload)
+        if self.compress_threshold is not None and len(body) >= self.compress_threshold:
+            packed = zlib.compress(body, 3)
+            if len(packed) < len(body):
+                return MAGIC + bytes((FORMAT_VERSION, _ZLIB)) + packed
+        return MAGIC + bytes((FORMAT_VERSION, _PLAIN)) + body
+
+    def _unframe(self, key: str, data: bytes) -> Any:
+        if len(data) < 6 or data[:4] != MAGIC:
+            raise CorruptObjectError(key, "not written by langgraph-s3-checkpoint (bad magic)")
+        version, compression = data[4], data[5]
+        if version != FORMAT_VERSION:
+            raise CorruptObjectError(
+                key, f"format version {version} is not supported by this release (expected {FORMAT_VERSION})"
+            )
+        body = data[6:]
+        try:
+            if compression == _ZLIB:
+                body = zlib.decompress(body)
+            elif compression != _PLAIN:
+                raise CorruptObjectError(key, f"unknown compression code {compression}")
+            return ormsgpack.unpackb(body)
+        except (zlib.error, ormsgpack.MsgpackDecodeError, ValueError) as exc:
+            raise CorruptObjectError(key, f"truncated or damaged ({exc})") from exc
+
+    # -- serde ----------------------------------------------------------------------------------
+    def dump(self, what: str, value: Any) -> list[Any]:
+        try:
+            tag, data = self.serde.dumps_typed(value)
+        except Exception as exc:
+            raise SerializationError(
+                f"Cannot serialize {what} ({type(value).__name__}) with {type(self.serde).__name__}: "
+                f"{exc}. Nothing was committed. Make the value serializable or configure serde."
+            ) from exc
+        return [tag, data]
+
+    def load(self, key: str, typed: Any) -> Any:
+        try:
+            return self.serde.loads_typed((typed[0], typed[1]))
+        except Exception as exc:
+            raise CorruptObjectError(key, f"the serializer could not decode a value ({exc})") from exc
+
+    # -- records --------------------------------------------------------------------------------
+    def encode_value(self, channel: str, value: Any) -> list[Any]:
+        return self.dump(f"channel {channel!r}", value)
+
+    def encode_record(
+        self,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        parent_id: str | None,
+        inline: dict[str, list[Any]],
+        blobs: dict[str, str],
+    ) -> bytes:
+        """Frame a record from already-encoded inline values (see :meth:`encode_value`)."""
+        stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        return self._frame(
+            {
+                "id": checkpoint["id"],
+                "checkpoint": self.dump("the checkpoint", stripped),
+                "metadata": self.dump("checkpoint metadata", metadata),
+                "parent": parent_id,
+                "inline": inline,
+                "blobs": blobs,
+            }
+        )
+
+    def decode_record(self, key: str, data: bytes) -> Record:
+        frame = self._unframe(key, data)
+        try:
+            checkpoint = self.load(key, frame["checkpoint"])
+            return Record(
+                checkpoint=checkpoint,
+                metadata=self.load(key, frame["metadata"]),
+                parent_id=frame["parent"],
+                inline={ch: self.load(key, typed) for ch, typed in frame["inline"].items()},
+                blobs=dict(frame["blobs"]),
+            )
+        except (KeyError, TypeError, IndexError) as exc:
+            raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
+
+    def peek_head_id(self, key: str, data: bytes) -> str:
+        """The checkpoint id of a record or head, without decoding anything else."""
+        frame = self._unframe(key, data)
+        try:
+            return str(frame["id"])
+        except (KeyError, TypeError) as exc:
+            raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
+
+    def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
+        """Metadata, parent id and blob references, without decoding channel values."""
+        frame = self._unframe(key, data)
+        try:
+            return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
+        except (KeyError, TypeError) as exc:
+            raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
+
+    # -- writes and blobs -----------------------------------------------------------------------
+    def encode_writes(self, task_id: str, task_path: str, writes: list[tuple[int, str, Any]]) -> bytes:
+        return self._frame(
+            {
+                "task": task_id,
+                "path": task_path,
+                "writes": [[idx, ch, *self.dump(f"the write to channel {ch!r}", v)] for idx, ch, v in writes],
+            }
+        )
+
+    def decode_writes(self, key: str, data: bytes) -> WriteBatch:
+        frame = self._unframe(key, data)
+        try:
+            return WriteBatch(
+                task_id=frame["task"],
+                task_path=frame["path"],
+                writes=[(idx, ch, self.load(key, (tag, raw))) for idx, ch, tag, raw in frame["writes"]],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptObjectError(key, f"writes object is missing a field ({exc})") from exc
+
+    def encode_blob(self, typed: list[Any]) -> bytes:
+        return self._frame(typed)
+
+    def decode_blob(self, key: str, data: bytes) -> Any:
+        return self.load(key, self._unframe(key, data))

@@ -1,0 +1,934 @@
+"""The saver's logic, free of I/O: for each LangGraph operation, which objects to read and write, in
+what order, under which conditions, and how to turn the replies into a result or an error.
+
+Every operation is a *plan*: a generator that yields batches of :mod:`requests` and receives their
+replies (see :mod:`langgraph_s3_checkpoint.requests`). The sync and async savers run the same plans
+through two small drivers (:mod:`langgraph_s3_checkpoint.store`), so there is exactly one copy of the
+commit protocol, and it can be read top to bottom here.
+
+The commit protocol (docs/design.md has the long form):
+
+1. ``put`` writes the immutable parts first, in parallel: the record ``c/{R}``, blobs for large channel
+   values that changed, and the run-index entries. None of them is visible yet, because readers only
+   trust records whose id is not newer than the head's.
+2. Then it replaces the ``head`` object with a copy of the record, conditionally: ``If-Match`` on the
+   ETag this saver last saw for the head at the parent checkpoint, or ``If-None-Match: *`` for a new
+   thread. That single conditional PUT is the commit, and the point where a second writer loses.
+
+A crash before step 2 leaves only unreachable objects; a crash after it leaves a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from .codec import Codec, Record, WriteBatch
+from .errors import (
+    BucketNotFoundError,
+    CheckpointConflictError,
+    ConditionalWritesUnsupportedError,
+    CorruptObjectError,
+    InvalidConfigError,
+    TargetThreadExistsError,
+)
+from .keys import Layout, escape, invert_id, is_digest, unescape
+from .requests import (
+    PRECONDITION_FAILED,
+    BucketExists,
+    Copy,
+    CreateBucket,
+    Delete,
+    Emit,
+    Get,
+    ListKeys,
+    Obj,
+    Page,
+    Plan,
+    Put,
+    Request,
+    Stored,
+)
+
+DELETE_BATCH = 1000
+"""Keys per DeleteObjects request (the S3 maximum)."""
+READ_BATCH = 32
+"""Records fetched in parallel while streaming ``list``."""
+JOIN_ATTEMPTS = 5
+"""How often an unfenced ``put`` re-reads a head that moved under it before giving up."""
+
+ABSENT = "<absent>"
+"""Head observation meaning "this saver saw no head for the namespace"."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Config parsing
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> Target:
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise InvalidConfigError(
+            "config['configurable']['thread_id'] is required, e.g. "
+            "{'configurable': {'thread_id': 'my-thread'}}"
+        )
+    ns = configurable.get("checkpoint_ns") or ""
+    checkpoint_id = configurable.get("checkpoint_id") or None
+    if need_checkpoint_id and checkpoint_id is None:
+        raise InvalidConfigError(
+            "config['configurable']['checkpoint_id'] is required here: pass the config returned by put()"
+        )
+    if not isinstance(ns, str) or (checkpoint_id is not None and not isinstance(checkpoint_id, str)):
+        raise InvalidConfigError("checkpoint_ns and checkpoint_id must be strings")
+    return Target(str(thread_id), ns, checkpoint_id)
+
+
+def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# What a saver remembers between calls (bounded; guarded by a lock, never held across I/O)
+# ------------------------------------------------------------------------------------------------
+class SaverMemory:
+    """Head ETags this saver observed (the basis of fencing) and blobs it knows exist.
+
+    ``heads[(thread, ns)]`` maps a checkpoint id to the head ETag at the moment the head pointed at that
+    checkpoint. A ``put`` whose parent is such a checkpoint is *fenced*: it commits only if the head
+    still has that ETag. A ``put`` whose parent this saver never saw at the head (a fork from an older
+    checkpoint, or a fresh saver) *joins*: it reads the current head and commits on its ETag.
+    """
+
+    def __init__(self, max_threads: int = 10_000, per_thread: int = 16) -> None:
+        self._lock = threading.Lock()
+        self._max_threads = max_threads
+        self._per_thread = per_thread
+        self._heads: OrderedDict[tuple[str, str], OrderedDict[str, str]] = OrderedDict()
+        self._blobs: OrderedDict[tuple[str, str], set[tuple[str, str]]] = OrderedDict()
+        self._runs: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._names: OrderedDict[str, None] = OrderedDict()
+
+    def _touch(self, table: OrderedDict[Any, Any], key: Any, default: Any) -> Any:
+        entry = table.get(key)
+        if entry is None:
+            entry = table[key] = default
+            while len(table) > self._max_threads:
+                table.popitem(last=False)
+        else:
+            table.move_to_end(key)
+        return entry
+
+    def saw_head(self, thread_id: str, ns: str, checkpoint_id: str | None, etag: str | None) -> None:
+        with self._lock:
+            seen = self._touch(self._heads, (thread_id, ns), OrderedDict())
+            seen[checkpoint_id or ABSENT] = etag or ABSENT
+            seen.move_to_end(checkpoint_id or ABSENT)
+            while len(seen) > self._per_thread:
+                seen.popitem(last=False)
+
+    def expected_head(self, thread_id: str, ns: str, parent_id: str | None) -> str | None:
+        """The head ETag (or :data:`ABSENT`) a put with this parent must find, or ``None`` to join."""
+        with self._lock:
+            seen = self._heads.get((thread_id, ns))
+            return None if seen is None else seen.get(parent_id or ABSENT)
+
+    def forget_head(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        with self._lock:
+            seen = self._heads.get((thread_id, ns))
+            if seen is not None:
+                seen.pop(checkpoint_id, None)
+
+    def add_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str]) -> None:
+        with self._lock:
+            known = self._touch(self._blobs, (thread_id, ns), set())
+            known.update(refs.items())
+
+    def has_blob(self, thread_id: str, ns: str, channel: str, version: str) -> bool:
+        with self._lock:
+            return (channel, version) in self._blobs.get((thread_id, ns), ())
+
+    def run_recorded(self, run_id: str, thread_id: str, ns: str) -> bool:
+        with self._lock:
+            return (run_id, thread_id, ns) in self._runs
+
+    def record_run(self, run_id: str, thread_id: str, ns: str) -> None:
+        with self._lock:
+            self._touch(self._runs, (run_id, thread_id, ns), None)
+
+    def name_recorded(self, key: str) -> bool:
+        with self._lock:
+            return key in self._names
+
+    def record_name(self, key: str) -> None:
+        with self._lock:
+            self._touch(self._names, key, None)
+
+    def forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for table in (self._heads, self._blobs):
+                for key in [k for k in table if k[0] == thread_id]:
+                    del table[key]
+
+
+# ------------------------------------------------------------------------------------------------
+# Small plan helpers
+# ------------------------------------------------------------------------------------------------
+def _one(request: Request) -> Plan[Any]:
+    replies = yield [request]
+    return replies[0]
+
+
+def _list_all(prefix: str) -> Plan[list[str]]:
+    """Every key under a prefix that is known to be small (one checkpoint's writes)."""
+    keys: list[str] = []
+    token: str | None = None
+    while True:
+        page: Page = yield from _one(ListKeys(prefix, token=token))
+        keys.extend(page.keys)
+        token = page.token
+        if token is None:
+            return keys
+
+
+def _pages(
+    prefix: str, *, delimiter: str | None = None, start_after: str | None = None, max_keys: int = 1000
+) -> Generator[Any, Any, None]:
+    """Stream pages of a listing: yields request batches and ``Emit(page)`` for each page."""
+    token: str | None = None
+    while True:
+        page: Page = yield from _one(
+            ListKeys(prefix, delimiter=delimiter, start_after=None if token else start_after,
+                     max_keys=max_keys, token=token)
+        )
+        yield Emit(page)
+        token = page.token
+        if token is None:
+            return
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _deletes(keys: Sequence[str]) -> list[Request]:
+    return [Delete(tuple(chunk)) for chunk in _chunks(keys, DELETE_BATCH)]
+
+
+def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
+    """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(step, Emit):
+            into.append(step.value)
+            reply = None
+        else:
+            reply = yield step
+
+
+@dataclass
+class _Limit:
+    remaining: int | None
+
+    @property
+    def done(self) -> bool:
+        return self.remaining is not None and self.remaining <= 0
+
+    def take(self) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1
+
+
+@dataclass
+class _NsCursor:
+    """Newest-first stream of one namespace's committed checkpoint ids, for list's merge."""
+
+    thread_id: str
+    checkpoint_ns: str
+    head_id: str | None
+    prefix: str
+    start_after: str | None
+    page_size: int
+    buffer: list[str] = field(default_factory=list)
+    token: str | None = None
+    exhausted: bool = False
+
+    def accept(self, page: Page, layout: Layout) -> None:
+        self.token = page.token
+        # Without a head nothing in the namespace is committed.
+        self.exhausted = page.token is None or self.head_id is None
+        for key in page.keys:
+            cid = layout.checkpoint_id_of(key)
+            if self.head_id is not None and cid <= self.head_id:
+                self.buffer.append(key)
+
+    def request(self) -> ListKeys:
+        return ListKeys(
+            self.prefix,
+            start_after=None if self.token else self.start_after,
+            max_keys=self.page_size,
+            token=self.token,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# The core
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Core:
+    """Plans for every saver operation over one bucket prefix."""
+
+    layout: Layout
+    codec: Codec
+    inline_threshold: int = 4096
+    memory: SaverMemory = field(default_factory=SaverMemory)
+
+    # -- reading ------------------------------------------------------------------------------------
+    def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        t = parse_config(config)
+        if t.checkpoint_id is not None:
+            key = self.layout.record(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+            obj, write_keys = yield from self._with_writes(Get(key), t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+            if obj is None:
+                return None
+            # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
+            # fork (joins the current head), never a fenced continuation.
+            self.memory.forget_head(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+            record = self.codec.decode_record(key, obj.body)
+        else:
+            key = self.layout.head(t.thread_id, t.checkpoint_ns)
+            obj = yield from _one(Get(key))
+            if obj is None:
+                self.memory.saw_head(t.thread_id, t.checkpoint_ns, None, None)
+                return None
+            record = self.codec.decode_record(key, obj.body)
+            cid = record.checkpoint["id"]
+            self.memory.saw_head(t.thread_id, t.checkpoint_ns, cid, obj.etag)
+            write_keys = yield from _list_all(self.layout.writes(t.thread_id, t.checkpoint_ns, cid))
+        self.memory.add_blobs(t.thread_id, t.checkpoint_ns, record.blobs)
+        tuples = yield from self._assemble(t.thread_id, t.checkpoint_ns, [(record, write_keys)])
+        return tuples[0]
+
+    def _with_writes(self, first: Get, thread_id: str, ns: str, checkpoint_id: str) -> Plan[tuple[Obj | None, list[str]]]:
+        """A GET together with the (first page of the) listing of a checkpoint's writes."""
+        prefix = self.layout.writes(thread_id, ns, checkpoint_id)
+        obj, page = yield [first, ListKeys(prefix)]
+        keys = list(page.keys)
+        if page.token is not None:
+            more: list[str] = []
+            token: str | None = page.token
+            while token is not None:
+                nxt: Page = yield from _one(ListKeys(prefix, token=token))
+                more.extend(nxt.keys)
+                token = nxt.token
+            keys.extend(more)
+        return obj, keys
+
+    def _assemble(
+        self, thread_id: str, ns: str, items: Sequence[tuple[Record, list[str]]]
+    ) -> Plan[list[CheckpointTuple]]:
+        """Fetch the blobs and writes of several records in one parallel batch and build tuples."""
+        requests: list[Request] = []
+        for record, write_keys in items:
+            requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
+            requests.extend(Get(k) for k in write_keys)
+        replies = iter((yield requests) if requests else [])
+        tuples = []
+        for record, write_keys in items:
+            values = dict(record.inline)
+            for ch, version in record.blobs.items():
+                key = self.layout.blob(thread_id, ns, ch, version)
+                blob = next(replies)
+                if blob is None:
+                    raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
+                values[ch] = self.codec.decode_blob(key, blob.body)
+            batches = []
+            for key in write_keys:
+                obj = next(replies)
+                if obj is not None:
+                    batches.append(self.codec.decode_writes(key, obj.body))
+            tuples.append(self._tuple(thread_id, ns, record, values, batches))
+        return tuples
+
+    def _tuple(
+        self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: list[WriteBatch]
+    ) -> CheckpointTuple:
+        checkpoint = cast(Checkpoint, {**record.checkpoint, "channel_values": values})
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, ns, checkpoint["id"]),
+            checkpoint=checkpoint,
+            metadata=record.metadata,
+            parent_config=checkpoint_config(thread_id, ns, record.parent_id) if record.parent_id else None,
+            pending_writes=merge_writes(batches),
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Plan[None]:
+        """Stream matching tuples newest first within each thread (threads in key order)."""
+        budget = _Limit(limit)
+        if budget.done:
+            return
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        if config is None:
+            root = self.layout.threads_root
+            lister = _pages(root, delimiter="/")
+            reply: Any = None
+            while not budget.done:
+                try:
+                    step = lister.send(reply)
+                except StopIteration:
+                    return
+                if isinstance(step, Emit):
+                    reply = None
+                    for prefix in step.value.prefixes:
+                        thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                        yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
+                        if budget.done:
+                            return
+                else:
+                    reply = yield step
+            return
+        t = parse_config(config)
+        configurable = config.get("configurable") or {}
+        ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
+        yield from self._list_thread(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
+
+    def _name_of(self, segment: str, prefix: str) -> Plan[str]:
+        """The real id behind a thread or namespace segment."""
+        if not is_digest(segment):
+            return unescape(segment)
+        obj = yield from _one(Get(f"{prefix}name"))
+        if obj is None:
+            return segment
+        return cast(str, obj.body.decode("utf-8", "surrogatepass"))
+
+    def _namespaces(self, thread_id: str) -> Plan[list[str]]:
+        root = self.layout.namespaces(thread_id)
+        found: list[Page] = []
+        yield from collect(_pages(root, delimiter="/"), found)
+        names = []
+        for page in found:
+            for prefix in page.prefixes:
+                names.append((yield from self._name_of(self.layout.segment_after(prefix, root), prefix)))
+        return names
+
+    def _list_thread(
+        self,
+        thread_id: str,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Limit,
+    ) -> Plan[None]:
+        namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
+        if checkpoint_id is not None:
+            for name in namespaces:
+                tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
+                if tup is not None and matches(tup.metadata, filter) and (before_id is None or checkpoint_id < before_id):
+                    yield Emit(tup)
+                    budget.take()
+                    if budget.done:
+                        return
+            return
+        page_size = 1000 if filter or budget.remaining is None else max(1, min(1000, budget.remaining + 1))
+        cursors = [
+            _NsCursor(
+                thread_id=thread_id,
+                checkpoint_ns=name,
+                head_id=None,
+                prefix=self.layout.records(thread_id, name),
+                start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
+                page_size=page_size,
+            )
+            for name in namespaces
+        ]
+        if not cursors:
+            return
+        first: list[Request] = []
+        for c in cursors:
+            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request()])
+        replies = yield first
+        for i, c in enumerate(cursors):
+            head = replies[2 * i]
+            if head is not None:
+                c.head_id = self.codec.peek_head_id(self.layout.head(thread_id, c.checkpoint_ns), head.body)
+            c.accept(replies[2 * i + 1], self.layout)
+        while not budget.done:
+            batch = yield from self._next_batch(cursors, budget, filter)
+            if not batch:
+                return
+            keys = [key for _, key in batch]
+            objs = yield [Get(key) for key in keys]
+            chosen: list[tuple[_NsCursor, Record]] = []
+            for (cursor, key), obj in zip(batch, objs):
+                if obj is None:  # deleted between the listing and the read
+                    continue
+                record = self.codec.decode_record(key, obj.body)
+                if matches(record.metadata, filter):
+                    chosen.append((cursor, record))
+            if budget.remaining is not None:
+                chosen = chosen[: budget.remaining]
+            listings = yield [
+                ListKeys(self.layout.writes(thread_id, c.checkpoint_ns, r.checkpoint["id"])) for c, r in chosen
+            ]
+            for (cursor, record), page in zip(chosen, listings):
+                keys_w = list(page.keys)
+                if page.token is not None:
+                    keys_w = yield from _list_all(self.layout.writes(thread_id, cursor.checkpoint_ns, record.checkpoint["id"]))
+                tuples = yield from self._assemble(thread_id, cursor.checkpoint_ns, [(record, keys_w)])
+                yield Emit(tuples[0])
+                budget.take()
+                if budget.done:
+                    return
+
+    def _next_batch(
+        self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
+    ) -> Plan[list[tuple[_NsCursor, str]]]:
+        """Up to READ_BATCH record keys, merged newest first across namespaces."""
+        want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
+        batch: list[tuple[_NsCursor, str]] = []
+        while len(batch) < want:
+            starving = [c for c in cursors if not c.buffer and not c.exhausted]
+            if starving:
+                pages = yield [c.request() for c in starving]
+                for c, page in zip(starving, pages):
+                    c.accept(page, self.layout)
+                continue
+            live = [c for c in cursors if c.buffer]
+            if not live:
+                break
+            # Inverted ids: the smallest key is the newest checkpoint.
+            best = min(live, key=lambda c: c.buffer[0][len(c.prefix) :])
+            batch.append((best, best.buffer.pop(0)))
+        return batch
+
+    # -- writing ------------------------------------------------------------------------------------
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan[RunnableConfig]:
+        t = parse_config(config)
+        thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
+        checkpoint_id = checkpoint["id"]
+        stored_metadata = get_checkpoint_metadata(config, metadata)
+
+        values = checkpoint["channel_values"]
+        inline: dict[str, list[Any]] = {}
+        blobs: dict[str, str] = {}
+        immutable: list[Request] = []
+        for channel, version in checkpoint["channel_versions"].items():
+            if channel not in values:
+                continue
+            typed = self.codec.encode_value(channel, values[channel])
+            if len(typed[1]) <= self.inline_threshold:
+                inline[channel] = typed
+                continue
+            blobs[channel] = str(version)
+            if channel in new_versions or not self.memory.has_blob(thread_id, ns, channel, str(version)):
+                immutable.append(
+                    Put(self.layout.blob(thread_id, ns, channel, str(version)), self.codec.encode_blob(typed), if_none_match=True)
+                )
+        body = self.codec.encode_record(checkpoint, stored_metadata, parent_id, inline, blobs)
+        record_key = self.layout.record(thread_id, ns, checkpoint_id)
+        immutable.append(Put(record_key, body))
+        immutable.extend(self._names(thread_id, ns))
+        run_id = stored_metadata.get("run_id")
+        if run_id is not None and not self.memory.run_recorded(str(run_id), thread_id, ns):
+            marker = checkpoint_id.encode()
+            immutable.append(Put(self.layout.run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
+            immutable.append(Put(self.layout.thread_run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
+
+        head_key = self.layout.head(thread_id, ns)
+        expected = self.memory.expected_head(thread_id, ns, parent_id)
+        if expected is not None and parent_id is not None and checkpoint_id <= parent_id:
+            expected = None  # not a descendant by id order: treat like a fork
+        fenced = expected is not None
+        replies = yield immutable + ([] if fenced else [Get(head_key)])
+        head_obj: Obj | None = None if fenced else replies[-1]
+
+        for attempt in range(JOIN_ATTEMPTS):
+            if not fenced:
+                if head_obj is not None:
+                    current = self.codec.peek_head_id(head_key, head_obj.body)
+                    if checkpoint_id < current:
+                        break  # an older checkpoint: the record alone is the commit
+                    expected = head_obj.etag
+                else:
+                    expected = ABSENT
+            condition = {"if_none_match": True} if expected == ABSENT else {"if_match": expected}
+            reply = yield from _one(Put(head_key, body, **condition))  # type: ignore[arg-type]
+            if isinstance(reply, Stored):
+                self.memory.saw_head(thread_id, ns, checkpoint_id, reply.etag)
+                break
+            # The condition failed. If the head now holds this very checkpoint, an earlier attempt of
+            # this request was applied and only its response was lost: that is success.
+            head_obj = yield from _one(Get(head_key))
+            if head_obj is not None and self.codec.peek_head_id(head_key, head_obj.body) == checkpoint_id:
+                self.memory.saw_head(thread_id, ns, checkpoint_id, head_obj.etag)
+                break
+            if fenced or attempt == JOIN_ATTEMPTS - 1:
+                yield [Delete((record_key,))]
+                raise CheckpointConflictError(thread_id, ns)
+        self.memory.add_blobs(thread_id, ns, blobs)
+        if run_id is not None:
+            self.memory.record_run(str(run_id), thread_id, ns)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def _names(self, thread_id: str, ns: str) -> list[Request]:
+        """``name`` objects for ids too long to be key segments (written once per saver)."""
+        puts: list[Request] = []
+        for value, key in ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns))):
+            if is_digest(escape(value)) and not self.memory.name_recorded(key):
+                puts.append(Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True))
+                self.memory.record_name(key)
+        return puts
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> Plan[None]:
+        t = parse_config(config, need_checkpoint_id=True)
+        assert t.checkpoint_id is not None
+        if not writes:
+            return
+        indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
+        if all(ch in WRITES_IDX_MAP for ch, _ in writes):
+            # Special channels (errors, interrupts, resume values) replace what is stored.
+            puts: list[Request] = [
+                Put(
+                    self.layout.write(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id, idx),
+                    self.codec.encode_writes(task_id, task_path, [(idx, ch, value)]),
+                )
+                for idx, ch, value in indexed
+            ]
+        else:
+            # Regular writes: the first call for a task wins; retries are no-ops (If-None-Match).
+            key = self.layout.write(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id, indexed[0][0])
+            puts = [Put(key, self.codec.encode_writes(task_id, task_path, indexed), if_none_match=True)]
+        yield puts
+
+    # -- deleting and copying -----------------------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> Plan[None]:
+        # Heads first: once they are gone the thread reads as empty, so a crash part-way through
+        # never leaves a half-deleted thread that looks alive.
+        root = self.layout.namespaces(thread_id)
+        pages: list[Page] = []
+        yield from collect(_pages(root, delimiter="/"), pages)
+        heads = [f"{p}head" for page in pages for p in page.prefixes]
+        if heads:
+            yield _deletes(heads)
+        thread_prefix = self.layout.thread(thread_id)
+        thread_segment = escape(thread_id)
+        run_prefix = f"{thread_prefix}r/"
+        lister = _pages(thread_prefix)
+        reply: Any = None
+        while True:
+            try:
+                step = lister.send(reply)
+            except StopIteration:
+                break
+            if isinstance(step, Emit):
+                keys = list(step.value.keys)
+                keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
+                if keys:
+                    yield _deletes(keys)
+                reply = None
+            else:
+                reply = yield step
+        self.memory.forget_thread(thread_id)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
+        source_ns = self.layout.namespaces(source_thread_id)
+        target_ns = self.layout.namespaces(target_thread_id)
+        src_pages: list[Page] = []
+        yield from collect(_pages(source_ns, delimiter="/"), src_pages)
+        prefixes = [p for page in src_pages for p in page.prefixes]
+        if not prefixes:
+            return
+        existing: Page = yield from _one(ListKeys(target_ns, delimiter="/", max_keys=1))
+        if existing.prefixes or existing.keys:
+            raise TargetThreadExistsError(
+                f"copy_thread: target thread {target_thread_id!r} already has checkpoints; "
+                "delete it first or choose a new thread id"
+            )
+        # Snapshot the heads before copying anything: records newer than a snapshot head stay
+        # invisible in the copy, exactly as they would in the source.
+        heads = yield [Get(f"{p}head") for p in prefixes]
+        source_prefix = self.layout.thread(source_thread_id)
+        target_segment = escape(target_thread_id)
+        run_prefix = f"{source_prefix}r/"
+        lister = _pages(source_prefix)
+        reply: Any = None
+        while True:
+            try:
+                step = lister.send(reply)
+            except StopIteration:
+                break
+            if isinstance(step, Emit):
+                requests: list[Request] = []
+                for key in step.value.keys:
+                    if key.endswith("/head") or key == self.layout.thread_name(source_thread_id):
+                        continue
+                    target = self.layout.retarget_thread(key, source_thread_id, target_thread_id)
+                    requests.append(Copy(key, target))
+                    if key.startswith(run_prefix):
+                        requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
+                for chunk in _chunks(requests, READ_BATCH * 2):
+                    yield list(chunk)
+                reply = None
+            else:
+                reply = yield step
+        names = self._names(target_thread_id, "")
+        if names:
+            yield names
+        commits: list[Request] = []
+        for prefix, head in zip(prefixes, heads):
+            if head is not None:
+                target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
+                commits.append(Put(target, head.body, if_none_match=True))
+        if commits:
+            yield commits
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
+        if isinstance(thread_ids, str):
+            raise TypeError("prune() takes a sequence of thread ids, not a single string; wrap it in a list")
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self.delete_thread(thread_id)
+                continue
+            for ns in (yield from self._namespaces(thread_id)):
+                yield from self._keep_latest(thread_id, ns)
+
+    def _keep_latest(self, thread_id: str, ns: str) -> Plan[None]:
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from _one(Get(head_key))
+        keep: set[str] = {head_key, self.layout.ns_name(thread_id, ns)}
+        keep_prefixes: list[str] = []
+        if head is not None:
+            record = self.codec.decode_record(head_key, head.body)
+            # DeltaChannel values absent from the head are rebuilt from ancestors' writes back to the
+            # nearest ancestor that stores the channel: keep that chain, or the channel reads empty.
+            missing = set(record.checkpoint["channel_versions"]) - set(record.inline) - set(record.blobs)
+            chain = [record]
+            cursor = record.parent_id
+            while missing and cursor is not None:
+                key = self.layout.record(thread_id, ns, cursor)
+                obj = yield from _one(Get(key))
+                if obj is None:
+                    break
+                ancestor = self.codec.decode_record(key, obj.body)
+                chain.append(ancestor)
+                missing -= set(ancestor.inline) | set(ancestor.blobs)
+                cursor = ancestor.parent_id
+            for kept in chain:
+                cid = kept.checkpoint["id"]
+                keep.add(self.layout.record(thread_id, ns, cid))
+                keep_prefixes.append(self.layout.writes(thread_id, ns, cid))
+                keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in kept.blobs.items())
+        doomed: list[Page] = []
+        yield from collect(_pages(self.layout.ns(thread_id, ns)), doomed)
+        victims = [
+            k for page in doomed for k in page.keys
+            if k not in keep and not any(k.startswith(p) for p in keep_prefixes)
+        ]
+        if head is None:
+            victims = [k for k in victims if k != head_key]
+        if victims:
+            yield _deletes(victims)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        if isinstance(run_ids, str):
+            raise TypeError("delete_for_runs() takes a sequence of run ids, not a single string")
+        for run_id in run_ids:
+            index = self.layout.run_index(run_id)
+            entries: list[Page] = []
+            yield from collect(_pages(index), entries)
+            keys = [k for page in entries for k in page.keys]
+            if not keys:
+                continue
+            markers = yield [Get(k) for k in keys]
+            for key, marker in zip(keys, markers):
+                thread_seg, ns_seg = key[len(index) :].split("/")
+                thread_id = yield from self._name_of(thread_seg, f"{self.layout.threads_root}{thread_seg}/")
+                ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
+                first_id = marker.body.decode() if marker is not None else ""
+                yield from self._delete_run_in_ns(run_id, thread_id, ns, first_id)
+                yield [Delete((key, self.layout.thread_run_entry(run_id, thread_id, ns)))]
+
+    def _delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[None]:
+        records = self.layout.records(thread_id, ns)
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from _one(Get(head_key))
+        head_id = self.codec.peek_head_id(head_key, head.body) if head is not None else None
+        # Checkpoints of the run are no older than its first one: walk the newest-first listing
+        # down to it (a rollback of the latest run reads only that run's records).
+        doomed: list[str] = []
+        survivor: Obj | None = None
+        token: str | None = None
+        done = False
+        while not done:
+            page: Page = yield from _one(ListKeys(records, token=token))
+            objs = yield [Get(k) for k in page.keys]
+            for key, obj in zip(page.keys, objs):
+                if obj is None:
+                    continue
+                cid = self.layout.checkpoint_id_of(key)
+                md, _, _ = self.codec.peek_record(key, obj.body)
+                if md.get("run_id") == run_id:
+                    doomed.append(key)
+                elif head_id is not None and cid <= head_id and survivor is None:
+                    survivor = obj
+                if cid < first_id and survivor is not None:
+                    done = True
+                    break
+            token = page.token
+            done = done or token is None
+        if not doomed:
+            return
+        doomed_ids = {self.layout.checkpoint_id_of(k) for k in doomed}
+        if head is not None and head_id in doomed_ids:
+            if survivor is not None:
+                reply = yield from _one(Put(head_key, survivor.body, if_match=head.etag))
+            else:
+                reply = yield from _one(Delete((head_key,)))
+            if reply is PRECONDITION_FAILED:
+                raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
+        write_keys: list[str] = []
+        for cid in doomed_ids:
+            write_keys += yield from _list_all(self.layout.writes(thread_id, ns, cid))
+        yield _deletes(doomed + write_keys)
+
+    # -- DeltaChannel support -----------------------------------------------------------------------
+    def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        if not channels:
+            return {}
+        target = yield from self.get_tuple(config)
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        cursor = target.parent_config if target is not None else None
+        while cursor is not None and remaining:
+            t = parse_config(cursor)
+            assert t.checkpoint_id is not None and target is not None
+            # Prefetch the ancestors newest first; on a linear history they are exactly the chain.
+            found: list[CheckpointTuple] = []
+            yield from collect(
+                self._list_thread(t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(READ_BATCH)),
+                found,
+            )
+            progressed = False
+            for tup in found:
+                if cursor is None or not remaining:
+                    break
+                if tup.checkpoint["id"] != cursor["configurable"]["checkpoint_id"]:
+                    continue
+                progressed = True
+                for write in reversed(tup.pending_writes or []):
+                    if write[1] in remaining:
+                        collected[write[1]].append(write)
+                for ch in list(remaining):
+                    if ch in tup.checkpoint["channel_values"]:
+                        seeds[ch] = tup.checkpoint["channel_values"][ch]
+                        remaining.discard(ch)
+                cursor = tup.parent_config
+            if not progressed:
+                break
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            result[ch] = entry
+        return result
+
+    # -- setup ------------------------------------------------------------------------------------
+    def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:
+        exists = yield from _one(BucketExists())
+        if not exists:
+            if not create_bucket:
+                raise BucketNotFoundError(
+                    f"Bucket {bucket!r} does not exist. Create it, or pass create_bucket=True to the saver."
+                )
+            yield [CreateBucket()]
+        probe = self.layout.probe(token)
+        yield [Put(probe, b"1", if_none_match=True)]
+        second = yield from _one(Put(probe, b"2", if_none_match=True))
+        third = yield from _one(Put(probe, b"3", if_match='"00000000000000000000000000000000"'))
+        yield [Delete((probe,))]
+        if (second is not PRECONDITION_FAILED or third is not PRECONDITION_FAILED) and require_conditional_writes:
+            raise ConditionalWritesUnsupportedError(
+                f"The S3 server behind bucket {bucket!r} ignores conditional writes "
+                "(If-None-Match / If-Match), so concurrent writers could silently fork a thread's history. "
+                "Use a server that supports them (AWS S3, SeaweedFS, recent MinIO, R2), or pass "
+                "require_conditional_writes=False if only one process ever writes each thread."
+            )
+
+
+def _after(checkpoint_id: str) -> str:
+    """A ``before`` bound that includes ``checkpoint_id`` itself (the smallest id greater than it)."""
+    return checkpoint_id + "\x00"
+
+
+def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
+    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order.
+
+    A standalone special write (an error, interrupt or resume value) replaces the same index from a
+    combined call; otherwise the first stored write for an index is the one that counts.
+    """
+    chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
+    for batch in sorted(batches, key=lambda b: len(b.writes) == 1 and b.writes[0][0] < 0):
+        for idx, channel, value in batch.writes:
+            chosen[(batch.task_id, idx)] = (batch.task_path, channel, value)
+    ordered = sorted(chosen.items(), key=lambda kv: writes_sort_key(kv[1][0], kv[0][0], kv[0][1]))
+    return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]
+
+
+__all__ = ["Core", "SaverMemory", "Target", "parse_config", "checkpoint_config", "invert_id"]

@@ -1,0 +1,174 @@
+"""Object keys: how thread ids, namespaces and checkpoint ids become S3 keys, and back.
+
+Any string is a valid thread id or namespace, so every id is escaped into one key segment that never
+contains ``/`` (no prefix of one thread's keys can match another thread's) and never contains ``.``
+(so ``..`` cannot appear, which some filer-backed servers treat as a path). Segments longer than
+:data:`MAX_SEGMENT` are replaced by a digest, and the real id is kept in a small ``name`` object.
+
+Checkpoint ids are stored *order-inverted* (:func:`invert_id`) so that S3's ascending LIST returns the
+newest checkpoint first. That makes ``list(limit=k)`` and ``before=`` cost O(k) requests however long
+the history is.
+
+Layout under ``{prefix}/`` (see docs/design.md)::
+
+    threads/{T}/name                          real thread id, only when T is a digest
+    threads/{T}/r/{run}/{N}                   this thread's entries in the run index
+    threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
+    threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
+    threads/{T}/ns/{N}/c/{R}                  checkpoint record (R = invert_id(checkpoint_id))
+    threads/{T}/ns/{N}/w/{R}/{task}/{idx}     pending writes of one put_writes call
+    threads/{T}/ns/{N}/b/{channel}/{version}  a channel value too large to inline
+    runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass
+
+MAX_SEGMENT = 180
+"""Longest escaped segment kept verbatim; longer ids become ``~`` + SHA-256."""
+
+_KEEP = frozenset((string.ascii_letters + string.digits + "-_").encode())
+_EMPTY = "~"
+_DIGEST = "~"
+
+
+def escape(value: str) -> str:
+    """Escape an arbitrary string into one key segment (inverse: :func:`unescape`)."""
+    if value == "":
+        return _EMPTY
+    raw = value.encode("utf-8", "surrogatepass")
+    seg = "".join(chr(b) if b in _KEEP else f"%{b:02X}" for b in raw)
+    if len(seg) > MAX_SEGMENT:
+        return _DIGEST + hashlib.sha256(raw).hexdigest()
+    return seg
+
+
+def is_digest(segment: str) -> bool:
+    """Whether a segment is a digest, i.e. its real value lives in a ``name`` object."""
+    return segment.startswith(_DIGEST) and segment != _EMPTY
+
+
+def unescape(segment: str) -> str:
+    """Recover the string behind a verbatim segment (digests cannot be reversed)."""
+    if segment == _EMPTY:
+        return ""
+    if is_digest(segment):
+        raise ValueError(f"segment {segment!r} is a digest; read its name object")
+    out = bytearray()
+    i = 0
+    while i < len(segment):
+        ch = segment[i]
+        if ch == "%":
+            out.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(ch))
+            i += 1
+    return out.decode("utf-8", "surrogatepass")
+
+
+def invert_id(checkpoint_id: str) -> str:
+    """Map a checkpoint id to a segment whose ascending order is the ids' descending order.
+
+    Each UTF-8 byte b becomes the two hex digits of 255 - b, and ``~`` (above every hex digit) ends the
+    segment, so an id that is a prefix of another sorts after it, as a shorter string sorts before.
+    """
+    raw = checkpoint_id.encode("utf-8", "surrogatepass")
+    return "".join(f"{255 - b:02x}" for b in raw) + "~"
+
+
+def revert_id(segment: str) -> str:
+    """Inverse of :func:`invert_id`."""
+    if not segment.endswith("~"):
+        raise ValueError(f"{segment!r} is not an inverted checkpoint id")
+    hexpart = segment[:-1]
+    raw = bytes(255 - int(hexpart[i : i + 2], 16) for i in range(0, len(hexpart), 2))
+    return raw.decode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Key builder and parser for one bucket prefix. Pure: knows nothing of S3 or serialization."""
+
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        cleaned = self.prefix.strip("/")
+        object.__setattr__(self, "prefix", f"{cleaned}/" if cleaned else "")
+
+    # -- builders -------------------------------------------------------------------------------
+    @property
+    def threads_root(self) -> str:
+        return f"{self.prefix}threads/"
+
+    def thread(self, thread_id: str) -> str:
+        return f"{self.threads_root}{escape(thread_id)}/"
+
+    def thread_name(self, thread_id: str) -> str:
+        return f"{self.thread(thread_id)}name"
+
+    def namespaces(self, thread_id: str) -> str:
+        return f"{self.thread(thread_id)}ns/"
+
+    def ns(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.namespaces(thread_id)}{escape(checkpoint_ns)}/"
+
+    def ns_name(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}name"
+
+    def head(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}head"
+
+    def records(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}c/"
+
+    def record(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+        return f"{self.records(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}"
+
+    def writes_root(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}w/"
+
+    def writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+        return f"{self.writes_root(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}/"
+
+    def write(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
+        return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}/{idx}"
+
+    def blob(self, thread_id: str, checkpoint_ns: str, channel: str, version: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}b/{escape(channel)}/{escape(version)}"
+
+    def run_index(self, run_id: str) -> str:
+        return f"{self.prefix}runs/{escape(run_id)}/"
+
+    def run_entry(self, run_id: str, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.run_index(run_id)}{escape(thread_id)}/{escape(checkpoint_ns)}"
+
+    def thread_run_entry(self, run_id: str, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.thread(thread_id)}r/{escape(run_id)}/{escape(checkpoint_ns)}"
+
+    def probe(self, token: str) -> str:
+        return f"{self.prefix}_setup/probe-{token}"
+
+    # -- parsers --------------------------------------------------------------------------------
+    def checkpoint_id_of(self, key: str) -> str:
+        """Checkpoint id of a record key or of any key under ``w/{R}/``."""
+        parts = key.split("/")
+        if parts[-2] == "c":
+            return revert_id(parts[-1])
+        return revert_id(parts[-3])
+
+    def segment_after(self, key: str, root: str) -> str:
+        """The first segment of ``key`` after ``root`` (e.g. a thread segment after threads_root)."""
+        return key[len(root) :].split("/", 1)[0]
+
+    def retarget_thread(self, key: str, source_thread_id: str, target_thread_id: str) -> str:
+        """The key that ``key`` (under the source thread) has under the target thread."""
+        return self.thread(target_thread_id) + key[len(self.thread(source_thread_id)) :]
+
+    def global_run_entry_of(self, thread_run_key: str, thread_segment: str) -> str:
+        """Global run-index key for a ``threads/{T}/r/{run}/{N}`` key."""
+        run_seg, ns_seg = thread_run_key.split("/")[-2:]
+        return f"{self.prefix}runs/{run_seg}/{thread_segment}/{ns_seg}"

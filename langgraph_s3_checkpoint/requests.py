@@ -1,0 +1,109 @@
+"""The S3 requests a plan can ask for, and the replies it gets back.
+
+Plans (see :mod:`langgraph_s3_checkpoint.core`) are generators. Each ``yield`` hands the I/O shell a
+list of requests that may run in parallel; the shell sends back the list of replies in the same order.
+A plan may also yield :class:`Emit` to hand one result to the caller (used by ``list``, which streams).
+Nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Get:
+    key: str
+
+
+@dataclass(frozen=True)
+class Put:
+    key: str
+    body: bytes = field(repr=False)
+    if_none_match: bool = False
+    """Create only: the reply is :data:`PRECONDITION_FAILED` if the key exists."""
+    if_match: str | None = None
+    """Replace only the object with this ETag; :data:`PRECONDITION_FAILED` otherwise (or if missing)."""
+
+
+@dataclass(frozen=True)
+class ListKeys:
+    prefix: str
+    start_after: str | None = None
+    max_keys: int = 1000
+    delimiter: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    keys: tuple[str, ...]
+    """At most 1000 keys (one DeleteObjects request); missing keys are not an error."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class BucketExists:
+    pass
+
+
+@dataclass(frozen=True)
+class CreateBucket:
+    pass
+
+
+Request = Union[Get, Put, ListKeys, Delete, Copy, BucketExists, CreateBucket]
+
+
+@dataclass(frozen=True)
+class Obj:
+    """Reply to :class:`Get` when the object exists (a missing object replies ``None``)."""
+
+    body: bytes = field(repr=False)
+    etag: str
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Reply to a successful :class:`Put`."""
+
+    etag: str
+
+
+class _PreconditionFailed:
+    def __repr__(self) -> str:
+        return "PRECONDITION_FAILED"
+
+
+PRECONDITION_FAILED = _PreconditionFailed()
+"""Reply to a conditional :class:`Put` whose condition did not hold."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """Reply to :class:`ListKeys`."""
+
+    keys: list[str]
+    prefixes: list[str]
+    token: str | None
+    """Continuation token, ``None`` on the last page."""
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Not a request: one result that a streaming plan hands to its caller."""
+
+    value: Any
+
+
+Step = Union[list[Request], Emit]
+Plan = Generator[Step, Any, T]

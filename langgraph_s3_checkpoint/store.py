@@ -1,0 +1,233 @@
+"""The I/O shell: performs the requests that plans ask for, with boto3, and drives plans to the end.
+
+One :class:`S3Store` serves both savers. ``execute`` turns one request into one boto3 call and maps the
+reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`requests` replies.
+Independent requests of one batch run in parallel on a bounded thread pool: the sync driver waits for
+them, the async driver awaits them, and that is the only difference between the two.
+
+boto3 clients are thread-safe, so one client and one connection pool serve every thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from .errors import BucketNotFoundError, S3AccessError, S3RequestError
+from .requests import (
+    PRECONDITION_FAILED,
+    BucketExists,
+    Copy,
+    CreateBucket,
+    Delete,
+    Emit,
+    Get,
+    ListKeys,
+    Obj,
+    Page,
+    Plan,
+    Put,
+    Request,
+    Stored,
+)
+
+T = TypeVar("T")
+
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+_PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+_ACCESS_CODES = {
+    "AccessDenied",
+    "403",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@dataclass
+class S3Store:
+    """Executes requests against one bucket."""
+
+    client: Any
+    bucket: str
+    max_concurrency: int = 32
+    put_args: dict[str, Any] = field(default_factory=dict)
+    """Extra PutObject/CopyObject arguments, e.g. server-side encryption settings."""
+    get_args: dict[str, Any] = field(default_factory=dict)
+    """Extra GetObject arguments (SSE-C needs the customer key on reads too)."""
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="lgs3")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- one request ----------------------------------------------------------------------------
+    def execute(self, request: Request) -> Any:
+        try:
+            return self._execute(request)
+        except ClientError as exc:
+            code = _code(exc)
+            if code == "NoSuchBucket":
+                raise BucketNotFoundError(
+                    f"Bucket {self.bucket!r} does not exist. Create it or call setup() with create_bucket=True."
+                ) from None
+            if code in _ACCESS_CODES:
+                raise S3AccessError(
+                    f"The S3 server refused {type(request).__name__} on bucket {self.bucket!r} ({code}). "
+                    "Check the credentials and that they allow this action (see docs/operations.md, IAM)."
+                ) from None
+            where = getattr(request, "key", None) or getattr(request, "prefix", None) or self.bucket
+            raise S3RequestError(f"{type(request).__name__} {where!r} failed: {code or exc}") from exc
+        except EndpointConnectionError as exc:
+            raise S3RequestError(f"Cannot reach the S3 endpoint: {exc}") from exc
+
+    def _execute(self, request: Request) -> Any:
+        c = self.client
+        if isinstance(request, Get):
+            try:
+                reply = c.get_object(Bucket=self.bucket, Key=request.key, **self.get_args)
+            except ClientError as exc:
+                if _code(exc) in _MISSING_CODES:
+                    return None
+                raise
+            return Obj(reply["Body"].read(), reply["ETag"])
+        if isinstance(request, Put):
+            kwargs: dict[str, Any] = dict(self.put_args)
+            if request.if_none_match:
+                kwargs["IfNoneMatch"] = "*"
+            if request.if_match is not None:
+                kwargs["IfMatch"] = request.if_match
+            try:
+                reply = c.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
+            except ClientError as exc:
+                code = _code(exc)
+                # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
+                if code in _PRECONDITION_CODES or (request.if_match is not None and code in _MISSING_CODES):
+                    return PRECONDITION_FAILED
+                raise
+            return Stored(reply["ETag"])
+        if isinstance(request, ListKeys):
+            kwargs = {"Bucket": self.bucket, "Prefix": request.prefix, "MaxKeys": request.max_keys}
+            if request.delimiter:
+                kwargs["Delimiter"] = request.delimiter
+            if request.token:
+                kwargs["ContinuationToken"] = request.token
+            elif request.start_after:
+                kwargs["StartAfter"] = request.start_after
+            reply = c.list_objects_v2(**kwargs)
+            return Page(
+                keys=[o["Key"] for o in reply.get("Contents", ())],
+                prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
+                token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
+            )
+        if isinstance(request, Delete):
+            if not request.keys:
+                return None
+            reply = c.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in request.keys], "Quiet": True}
+            )
+            errors = [e for e in reply.get("Errors", ()) if e.get("Code") not in _MISSING_CODES]
+            if errors:
+                first = errors[0]
+                raise S3RequestError(
+                    f"DeleteObjects failed for {len(errors)} key(s), e.g. {first.get('Key')!r}: {first.get('Code')}"
+                )
+            return None
+        if isinstance(request, Copy):
+            try:
+                c.copy_object(
+                    Bucket=self.bucket,
+                    Key=request.target,
+                    CopySource={"Bucket": self.bucket, "Key": request.source},
+                    **self.put_args,
+                )
+            except ClientError as exc:
+                if _code(exc) in _MISSING_CODES:
+                    return None  # deleted since it was listed
+                raise
+            return None
+        if isinstance(request, BucketExists):
+            try:
+                c.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if _code(exc) in _MISSING_CODES | {"NoSuchBucket"}:
+                    return False
+                raise
+            return True
+        if isinstance(request, CreateBucket):
+            c.create_bucket(Bucket=self.bucket)
+            return None
+        raise TypeError(f"unknown request {request!r}")
+
+    # -- drivers --------------------------------------------------------------------------------
+    def _batch(self, requests: list[Request]) -> list[Any]:
+        if len(requests) == 1:
+            return [self.execute(requests[0])]
+        return list(self.pool.map(self.execute, requests))
+
+    async def _abatch(self, requests: list[Request]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        return list(await asyncio.gather(*(loop.run_in_executor(self.pool, self.execute, r) for r in requests)))
+
+    def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
+        """Run a streaming plan, yielding what it emits."""
+        reply: Any = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Emit):
+                reply = None
+                yield step.value
+            else:
+                reply = self._batch(step)
+
+    async def aiterate(self, plan: Plan[Any]) -> AsyncIterator[Any]:
+        reply: Any = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Emit):
+                reply = None
+                yield step.value
+            else:
+                reply = await self._abatch(step)
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run a plan to its result."""
+        reply: Any = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = self._batch(step) if isinstance(step, list) else None
+
+    async def arun(self, plan: Plan[T]) -> T:
+        reply: Any = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = await self._abatch(step) if isinstance(step, list) else None
