@@ -92,8 +92,7 @@ def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = Fa
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
         raise InvalidConfigError(
-            "config['configurable']['thread_id'] is required, e.g. "
-            "{'configurable': {'thread_id': 'my-thread'}}"
+            "config['configurable']['thread_id'] is required, e.g. {'configurable': {'thread_id': 'my-thread'}}"
         )
     ns = configurable.get("checkpoint_ns") or ""
     checkpoint_id = configurable.get("checkpoint_id") or None
@@ -226,8 +225,9 @@ def _pages(
     token: str | None = None
     while True:
         page: Page = yield from _one(
-            ListKeys(prefix, delimiter=delimiter, start_after=None if token else start_after,
-                     max_keys=max_keys, token=token)
+            ListKeys(
+                prefix, delimiter=delimiter, start_after=None if token else start_after, max_keys=max_keys, token=token
+            )
         )
         yield Emit(page)
         token = page.token
@@ -342,7 +342,9 @@ class Core:
         tuples = yield from self._assemble(t.thread_id, t.checkpoint_ns, [(record, write_keys)])
         return tuples[0]
 
-    def _with_writes(self, first: Get, thread_id: str, ns: str, checkpoint_id: str) -> Plan[tuple[Obj | None, list[str]]]:
+    def _with_writes(
+        self, first: Get, thread_id: str, ns: str, checkpoint_id: str
+    ) -> Plan[tuple[Obj | None, list[str]]]:
         """A GET together with the (first page of the) listing of a checkpoint's writes."""
         prefix = self.layout.writes(thread_id, ns, checkpoint_id)
         obj, page = yield [first, ListKeys(prefix)]
@@ -395,7 +397,7 @@ class Core:
             pending_writes=merge_writes(batches),
         )
 
-    def list(
+    def list_checkpoints(
         self,
         config: RunnableConfig | None,
         *,
@@ -464,7 +466,11 @@ class Core:
         if checkpoint_id is not None:
             for name in namespaces:
                 tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
-                if tup is not None and matches(tup.metadata, filter) and (before_id is None or checkpoint_id < before_id):
+                if (
+                    tup is not None
+                    and matches(tup.metadata, filter)
+                    and (before_id is None or checkpoint_id < before_id)
+                ):
                     yield Emit(tup)
                     budget.take()
                     if budget.done:
@@ -500,7 +506,7 @@ class Core:
             keys = [key for _, key in batch]
             objs = yield [Get(key) for key in keys]
             chosen: list[tuple[_NsCursor, Record]] = []
-            for (cursor, key), obj in zip(batch, objs):
+            for (cursor, key), obj in zip(batch, objs, strict=True):
                 if obj is None:  # deleted between the listing and the read
                     continue
                 record = self.codec.decode_record(key, obj.body)
@@ -511,10 +517,12 @@ class Core:
             listings = yield [
                 ListKeys(self.layout.writes(thread_id, c.checkpoint_ns, r.checkpoint["id"])) for c, r in chosen
             ]
-            for (cursor, record), page in zip(chosen, listings):
+            for (cursor, record), page in zip(chosen, listings, strict=True):
                 keys_w = list(page.keys)
                 if page.token is not None:
-                    keys_w = yield from _list_all(self.layout.writes(thread_id, cursor.checkpoint_ns, record.checkpoint["id"]))
+                    keys_w = yield from _list_all(
+                        self.layout.writes(thread_id, cursor.checkpoint_ns, record.checkpoint["id"])
+                    )
                 tuples = yield from self._assemble(thread_id, cursor.checkpoint_ns, [(record, keys_w)])
                 yield Emit(tuples[0])
                 budget.take()
@@ -531,7 +539,7 @@ class Core:
             starving = [c for c in cursors if not c.buffer and not c.exhausted]
             if starving:
                 pages = yield [c.request() for c in starving]
-                for c, page in zip(starving, pages):
+                for c, page in zip(starving, pages, strict=True):
                     c.accept(page, self.layout)
                 continue
             live = [c for c in cursors if c.buffer]
@@ -569,7 +577,11 @@ class Core:
             blobs[channel] = str(version)
             if channel in new_versions or not self.memory.has_blob(thread_id, ns, channel, str(version)):
                 immutable.append(
-                    Put(self.layout.blob(thread_id, ns, channel, str(version)), self.codec.encode_blob(typed), if_none_match=True)
+                    Put(
+                        self.layout.blob(thread_id, ns, channel, str(version)),
+                        self.codec.encode_blob(typed),
+                        if_none_match=True,
+                    )
                 )
         body = self.codec.encode_record(checkpoint, stored_metadata, parent_id, inline, blobs)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
@@ -599,7 +611,7 @@ class Core:
                 else:
                     expected = ABSENT
             condition = {"if_none_match": True} if expected == ABSENT else {"if_match": expected}
-            reply = yield from _one(Put(head_key, body, **condition))  # type: ignore[arg-type]
+            reply = yield from _one(Put(head_key, body, **condition))
             if isinstance(reply, Stored):
                 self.memory.saw_head(thread_id, ns, checkpoint_id, reply.etag)
                 break
@@ -724,7 +736,7 @@ class Core:
         if names:
             yield names
         commits: list[Request] = []
-        for prefix, head in zip(prefixes, heads):
+        for prefix, head in zip(prefixes, heads, strict=True):
             if head is not None:
                 target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
                 commits.append(Put(target, head.body, if_none_match=True))
@@ -772,8 +784,7 @@ class Core:
         doomed: list[Page] = []
         yield from collect(_pages(self.layout.ns(thread_id, ns)), doomed)
         victims = [
-            k for page in doomed for k in page.keys
-            if k not in keep and not any(k.startswith(p) for p in keep_prefixes)
+            k for page in doomed for k in page.keys if k not in keep and not any(k.startswith(p) for p in keep_prefixes)
         ]
         if head is None:
             victims = [k for k in victims if k != head_key]
@@ -791,7 +802,7 @@ class Core:
             if not keys:
                 continue
             markers = yield [Get(k) for k in keys]
-            for key, marker in zip(keys, markers):
+            for key, marker in zip(keys, markers, strict=True):
                 thread_seg, ns_seg = key[len(index) :].split("/")
                 thread_id = yield from self._name_of(thread_seg, f"{self.layout.threads_root}{thread_seg}/")
                 ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
@@ -813,7 +824,7 @@ class Core:
         while not done:
             page: Page = yield from _one(ListKeys(records, token=token))
             objs = yield [Get(k) for k in page.keys]
-            for key, obj in zip(page.keys, objs):
+            for key, obj in zip(page.keys, objs, strict=True):
                 if obj is None:
                     continue
                 cid = self.layout.checkpoint_id_of(key)
@@ -856,10 +867,10 @@ class Core:
             assert t.checkpoint_id is not None and target is not None
             # Prefetch the ancestors newest first; on a linear history they are exactly the chain.
             found: list[CheckpointTuple] = []
-            yield from collect(
-                self._list_thread(t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(READ_BATCH)),
-                found,
+            ancestors = self._list_thread(
+                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(READ_BATCH)
             )
+            yield from collect(ancestors, found)
             progressed = False
             for tup in found:
                 if cursor is None or not remaining:
@@ -931,4 +942,4 @@ def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
     return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]
 
 
-__all__ = ["Core", "SaverMemory", "Target", "parse_config", "checkpoint_config", "invert_id"]
+__all__ = ["Core", "SaverMemory", "Target", "checkpoint_config", "invert_id", "parse_config"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ class CreateBucket:
     pass
 
 
-Request = Union[Get, Put, ListKeys, Delete, Copy, BucketExists, CreateBucket]
+Request = Get | Put | ListKeys | Delete | Copy | BucketExists | CreateBucket
 
 
 @dataclass(frozen=True)
@@ -105,5 +105,5 @@ class Emit:
     value: Any
 
 
-Step = Union[list[Request], Emit]
+Step = list[Request] | Emit
 Plan = Generator[Step, Any, T]

@@ -9,7 +9,6 @@ calls made from inside a running event loop (where they would stall every other 
 from __future__ import annotations
 
 import asyncio
-
 import dataclasses
 import random
 import uuid
@@ -198,7 +197,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self._iterate(self._core.list(config, filter=filter, before=before, limit=limit))
+        return self._iterate(self._core.list_checkpoints(config, filter=filter, before=before, limit=limit))
 
     def put(
         self,
@@ -243,7 +242,9 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self._store.aiterate(self._core.list(config, filter=filter, before=before, limit=limit)):
+        async for item in self._store.aiterate(
+            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        ):
             yield item
 
     async def aput(
@@ -356,4 +357,3 @@ class AsyncS3Saver(BaseS3Saver):
 
 
 __all__ = ["AsyncS3Saver", "BaseS3Saver", "S3Saver", "make_client", "parse_url"]
-

@@ -220,7 +220,7 @@ class S3Store:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value
             reply = self._batch(step) if isinstance(step, list) else None
 
     async def arun(self, plan: Plan[T]) -> T:
@@ -229,5 +229,5 @@ class S3Store:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value
             reply = await self._abatch(step) if isinstance(step, list) else None
