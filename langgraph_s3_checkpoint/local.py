@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import logging
 import os
 import secrets
 import shutil
@@ -251,6 +252,11 @@ def start_moto(*, timeout: float = 30.0) -> LocalS3Server:
     """Start moto's threaded S3 server in this process on a free 127.0.0.1 port."""
     from moto.server import ThreadedMotoServer
 
+    # moto's werkzeug server logs every request at INFO to stderr unless told otherwise; keep
+    # demo and notebook output clean, but respect a level the application already chose.
+    werkzeug_logger = logging.getLogger("werkzeug")
+    if werkzeug_logger.level == logging.NOTSET:
+        werkzeug_logger.setLevel(logging.WARNING)
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()

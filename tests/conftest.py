@@ -1,0 +1,99 @@
+"""Shared fixtures: real local S3 servers (SeaweedFS and moto), a bucket, key prefixes, counters.
+
+Servers are started once per session and stopped at its end.  ``S3_SERVERS=seaweedfs`` (a comma
+list) restricts the run to those kinds.  Hung S3 requests fail through the client timeouts set by
+``LocalS3Server.client()`` (connect 5 s, read 30 s, 3 attempts) rather than a pytest timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from helpers import RequestCounter, selected_server_kinds
+
+from langgraph_s3_checkpoint import local
+
+BUCKET = "lgs3-test"
+SERVER_KINDS = selected_server_kinds()
+
+
+class _ServerPool:
+    """Starts each server kind at most once per session, on first use."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, local.LocalS3Server] = {}
+        self._lock = threading.Lock()
+
+    def get(self, kind: str) -> local.LocalS3Server:
+        with self._lock:
+            if kind not in self._servers:
+                self._servers[kind] = local.start(kind)
+            return self._servers[kind]
+
+    def stop_all(self) -> None:
+        with self._lock:
+            servers = list(self._servers.values())
+            self._servers.clear()
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def _server_pool() -> Iterator[_ServerPool]:
+    pool = _ServerPool()
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture(scope="session", params=SERVER_KINDS, ids=SERVER_KINDS)
+def s3_server(request: pytest.FixtureRequest, _server_pool: _ServerPool) -> local.LocalS3Server:
+    """Each selected server kind in turn (tests using it run once per kind)."""
+    kind: str = request.param
+    return _server_pool.get(kind)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server(_server_pool: _ServerPool) -> local.LocalS3Server:
+    """The SeaweedFS server only (the same instance ``s3_server`` uses for that kind)."""
+    if "seaweedfs" not in SERVER_KINDS:
+        pytest.skip("seaweedfs not selected by S3_SERVERS")
+    return _server_pool.get("seaweedfs")
+
+
+@pytest.fixture(scope="session")
+def bucket(s3_server: local.LocalS3Server) -> str:
+    """One bucket per server per session; tests isolate themselves with ``prefix``."""
+    s3_server.create_bucket(BUCKET)
+    return BUCKET
+
+
+@pytest.fixture
+def s3_client(s3_server: local.LocalS3Server) -> Any:
+    return s3_server.client()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix unique to this test."""
+    return f"t/{uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def count_requests() -> Iterator[Callable[[Any], RequestCounter]]:
+    """Return ``attach(client) -> RequestCounter``; counters are detached after the test."""
+    counters: list[RequestCounter] = []
+
+    def attach(client: Any) -> RequestCounter:
+        counter = RequestCounter(client)
+        counters.append(counter)
+        return counter
+
+    yield attach
+    for counter in counters:
+        counter.detach()

@@ -1,0 +1,84 @@
+"""Test helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+from typing import Any
+
+import pytest
+
+ALL_SERVER_KINDS = ("seaweedfs", "moto")
+
+_ids = itertools.count()
+
+
+def selected_server_kinds() -> list[str]:
+    """Server kinds to test against: ``S3_SERVERS`` (comma list) or all of them."""
+    raw = os.environ.get("S3_SERVERS")
+    if raw is None:
+        return list(ALL_SERVER_KINDS)
+    kinds = [kind.strip() for kind in raw.split(",") if kind.strip()]
+    if not kinds or set(kinds) - set(ALL_SERVER_KINDS):
+        raise pytest.UsageError(f"S3_SERVERS={raw!r}: expected a comma list of {ALL_SERVER_KINDS}")
+    return kinds
+
+
+def requires_server(kind: str) -> pytest.MarkDecorator:
+    """Skip a test that starts its own ``kind`` server when ``S3_SERVERS`` excludes it."""
+    return pytest.mark.skipif(kind not in selected_server_kinds(), reason=f"{kind} not selected by S3_SERVERS")
+
+
+class RequestCounter:
+    """Counts S3 requests a boto3 client sends, by operation name, using botocore event hooks.
+
+    ``counts`` is fed by ``before-send``, which fires once per HTTP attempt (retries included);
+    ``calls`` is fed by ``before-call``, which fires once per API call.  Both are keyed by
+    operation name (``"PutObject"``, ``"GetObject"``, ``"ListObjectsV2"``, ...).  Thread-safe:
+    the saver sends requests from a thread pool.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._events = client.meta.events
+        uid = next(_ids)
+        self._hooks = (
+            ("before-send.s3", self._on_send, f"request-counter-send-{uid}"),
+            ("before-call.s3", self._on_call, f"request-counter-call-{uid}"),
+        )
+        for event, handler, unique_id in self._hooks:
+            self._events.register(event, handler, unique_id=unique_id)
+
+    def _on_send(self, event_name: str, **kwargs: Any) -> None:
+        # event_name is "before-send.s3.<OperationName>"
+        operation = event_name.rsplit(".", 1)[-1]
+        with self._lock:
+            self.counts[operation] += 1
+
+    def _on_call(self, model: Any, **kwargs: Any) -> None:
+        with self._lock:
+            self.calls[model.name] += 1
+
+    def total(self) -> int:
+        """Number of HTTP requests sent (all operations, retries included)."""
+        with self._lock:
+            return sum(self.counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts.clear()
+            self.calls.clear()
+
+    def snapshot(self) -> dict[str, int]:
+        """HTTP requests per operation so far, as a plain dict."""
+        with self._lock:
+            return dict(self.counts)
+
+    def detach(self) -> None:
+        """Stop counting; the counts stay readable.  Safe to call more than once."""
+        for event, _handler, unique_id in self._hooks:
+            self._events.unregister(event, unique_id=unique_id)
