@@ -206,10 +206,9 @@ def _one(request: Request) -> Plan[Any]:
     return replies[0]
 
 
-def _list_all(prefix: str) -> Plan[list[str]]:
+def _list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:
     """Every key under a prefix that is known to be small (one checkpoint's writes)."""
     keys: list[str] = []
-    token: str | None = None
     while True:
         page: Page = yield from _one(ListKeys(prefix, token=token))
         keys.extend(page.keys)
@@ -274,26 +273,40 @@ class _Limit:
 
 @dataclass
 class _NsCursor:
-    """Newest-first stream of one namespace's committed checkpoint ids, for list's merge."""
+    """Newest-first stream of one namespace's committed records, each with its writes keys.
 
-    thread_id: str
+    One LIST of ``c/`` returns every record followed by the keys of its pending writes, so the cursor
+    groups them as they come; a record is complete once the next record (or the end) has been seen.
+    """
+
     checkpoint_ns: str
     head_id: str | None
     prefix: str
     start_after: str | None
     page_size: int
-    buffer: list[str] = field(default_factory=list)
+    buffer: list[tuple[str, list[str]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
+    _skipping: bool = False
 
-    def accept(self, page: Page, layout: Layout) -> None:
+    def accept(self, page: Page) -> None:
         self.token = page.token
         # Without a head nothing in the namespace is committed.
         self.exhausted = page.token is None or self.head_id is None
+        if self.head_id is None:
+            return
         for key in page.keys:
-            cid = layout.checkpoint_id_of(key)
-            if self.head_id is not None and cid <= self.head_id:
-                self.buffer.append(key)
+            if Layout.is_record(key):
+                # Records newer than the head are leftovers of uncommitted puts.
+                self._skipping = Layout.checkpoint_id_of(key) > self.head_id
+                if not self._skipping:
+                    self.buffer.append((key, []))
+            elif not self._skipping and self.buffer:
+                self.buffer[-1][1].append(key)
+
+    def ready(self) -> int:
+        """How many buffered records are complete (their writes fully listed)."""
+        return len(self.buffer) if self.exhausted else max(0, len(self.buffer) - 1)
 
     def request(self) -> ListKeys:
         return ListKeys(
@@ -319,54 +332,47 @@ class Core:
     # -- reading ------------------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
         t = parse_config(config)
+        thread_id, ns = t.thread_id, t.checkpoint_ns
+        repair: list[Request] = []
         if t.checkpoint_id is not None:
-            key = self.layout.record(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
-            obj, write_keys = yield from self._with_writes(Get(key), t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+            key = self.layout.record(thread_id, ns, t.checkpoint_id)
+            obj, listing = yield [Get(key), ListKeys(key)]
             if obj is None:
                 return None
             # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
             # fork (joins the current head), never a fenced continuation.
-            self.memory.forget_head(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+            self.memory.forget_head(thread_id, ns, t.checkpoint_id)
             record = self.codec.decode_record(key, obj.body)
         else:
-            key = self.layout.head(t.thread_id, t.checkpoint_ns)
-            obj = yield from _one(Get(key))
+            head_key = self.layout.head(thread_id, ns)
+            obj = yield from _one(Get(head_key))
             if obj is None:
-                self.memory.saw_head(t.thread_id, t.checkpoint_ns, None, None)
+                self.memory.saw_head(thread_id, ns, None, None)
                 return None
-            record = self.codec.decode_record(key, obj.body)
-            cid = record.checkpoint["id"]
-            self.memory.saw_head(t.thread_id, t.checkpoint_ns, cid, obj.etag)
-            write_keys = yield from _list_all(self.layout.writes(t.thread_id, t.checkpoint_ns, cid))
-        self.memory.add_blobs(t.thread_id, t.checkpoint_ns, record.blobs)
-        tuples = yield from self._assemble(t.thread_id, t.checkpoint_ns, [(record, write_keys)])
+            record = self.codec.decode_record(head_key, obj.body)
+            key = self.layout.record(thread_id, ns, record.checkpoint["id"])
+            self.memory.saw_head(thread_id, ns, record.checkpoint["id"], obj.etag)
+            listing = yield from _one(ListKeys(key))
+            if key not in listing.keys:
+                # The head was committed but its record was not (a crash between the two parallel
+                # PUTs): restore the record from the head, which is a copy of it.
+                repair.append(Put(key, obj.body, if_none_match=True))
+        write_keys = [k for k in listing.keys if k != key]
+        if listing.token is not None:
+            write_keys += [k for k in (yield from _list_all(key, listing.token)) if k != key]
+        self.memory.add_blobs(thread_id, ns, record.blobs)
+        tuples = yield from self._assemble(thread_id, ns, [(record, write_keys)], repair)
         return tuples[0]
 
-    def _with_writes(
-        self, first: Get, thread_id: str, ns: str, checkpoint_id: str
-    ) -> Plan[tuple[Obj | None, list[str]]]:
-        """A GET together with the (first page of the) listing of a checkpoint's writes."""
-        prefix = self.layout.writes(thread_id, ns, checkpoint_id)
-        obj, page = yield [first, ListKeys(prefix)]
-        keys = list(page.keys)
-        if page.token is not None:
-            more: list[str] = []
-            token: str | None = page.token
-            while token is not None:
-                nxt: Page = yield from _one(ListKeys(prefix, token=token))
-                more.extend(nxt.keys)
-                token = nxt.token
-            keys.extend(more)
-        return obj, keys
-
     def _assemble(
-        self, thread_id: str, ns: str, items: Sequence[tuple[Record, list[str]]]
+        self, thread_id: str, ns: str, items: Sequence[tuple[Record, list[str]]], extra: Sequence[Request] = ()
     ) -> Plan[list[CheckpointTuple]]:
         """Fetch the blobs and writes of several records in one parallel batch and build tuples."""
         requests: list[Request] = []
         for record, write_keys in items:
             requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
             requests.extend(Get(k) for k in write_keys)
+        requests.extend(extra)
         replies = iter((yield requests) if requests else [])
         tuples = []
         for record, write_keys in items:
@@ -476,10 +482,11 @@ class Core:
                     if budget.done:
                         return
             return
-        page_size = 1000 if filter or budget.remaining is None else max(1, min(1000, budget.remaining + 1))
+        # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
+        unbounded = filter or budget.remaining is None
+        page_size = 1000 if unbounded else min(1000, max(100, 10 * (budget.remaining or 0) + 10))
         cursors = [
             _NsCursor(
-                thread_id=thread_id,
                 checkpoint_ns=name,
                 head_id=None,
                 prefix=self.layout.records(thread_id, name),
@@ -498,32 +505,23 @@ class Core:
             head = replies[2 * i]
             if head is not None:
                 c.head_id = self.codec.peek_head_id(self.layout.head(thread_id, c.checkpoint_ns), head.body)
-            c.accept(replies[2 * i + 1], self.layout)
+            c.accept(replies[2 * i + 1])
         while not budget.done:
             batch = yield from self._next_batch(cursors, budget, filter)
             if not batch:
                 return
-            keys = [key for _, key in batch]
-            objs = yield [Get(key) for key in keys]
-            chosen: list[tuple[_NsCursor, Record]] = []
-            for (cursor, key), obj in zip(batch, objs, strict=True):
+            objs = yield [Get(key) for _, key, _ in batch]
+            chosen: list[tuple[_NsCursor, Record, list[str]]] = []
+            for (cursor, key, write_keys), obj in zip(batch, objs, strict=True):
                 if obj is None:  # deleted between the listing and the read
                     continue
                 record = self.codec.decode_record(key, obj.body)
                 if matches(record.metadata, filter):
-                    chosen.append((cursor, record))
+                    chosen.append((cursor, record, write_keys))
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
-            listings = yield [
-                ListKeys(self.layout.writes(thread_id, c.checkpoint_ns, r.checkpoint["id"])) for c, r in chosen
-            ]
-            for (cursor, record), page in zip(chosen, listings, strict=True):
-                keys_w = list(page.keys)
-                if page.token is not None:
-                    keys_w = yield from _list_all(
-                        self.layout.writes(thread_id, cursor.checkpoint_ns, record.checkpoint["id"])
-                    )
-                tuples = yield from self._assemble(thread_id, cursor.checkpoint_ns, [(record, keys_w)])
+            for cursor, record, write_keys in chosen:
+                tuples = yield from self._assemble(thread_id, cursor.checkpoint_ns, [(record, write_keys)])
                 yield Emit(tuples[0])
                 budget.take()
                 if budget.done:
@@ -531,23 +529,24 @@ class Core:
 
     def _next_batch(
         self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
-    ) -> Plan[list[tuple[_NsCursor, str]]]:
-        """Up to READ_BATCH record keys, merged newest first across namespaces."""
+    ) -> Plan[list[tuple[_NsCursor, str, list[str]]]]:
+        """Up to READ_BATCH complete records (key and writes keys), merged newest first across namespaces."""
         want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
-        batch: list[tuple[_NsCursor, str]] = []
+        batch: list[tuple[_NsCursor, str, list[str]]] = []
         while len(batch) < want:
-            starving = [c for c in cursors if not c.buffer and not c.exhausted]
+            starving = [c for c in cursors if not c.ready() and not c.exhausted]
             if starving:
                 pages = yield [c.request() for c in starving]
                 for c, page in zip(starving, pages, strict=True):
-                    c.accept(page, self.layout)
+                    c.accept(page)
                 continue
-            live = [c for c in cursors if c.buffer]
+            live = [c for c in cursors if c.ready()]
             if not live:
                 break
             # Inverted ids: the smallest key is the newest checkpoint.
-            best = min(live, key=lambda c: c.buffer[0][len(c.prefix) :])
-            batch.append((best, best.buffer.pop(0)))
+            best = min(live, key=lambda c: c.buffer[0][0][len(c.prefix) :])
+            key, write_keys = best.buffer.pop(0)
+            batch.append((best, key, write_keys))
         return batch
 
     # -- writing ------------------------------------------------------------------------------------
@@ -566,7 +565,7 @@ class Core:
         values = checkpoint["channel_values"]
         inline: dict[str, list[Any]] = {}
         blobs: dict[str, str] = {}
-        immutable: list[Request] = []
+        prerequisites: list[Request] = []
         for channel, version in checkpoint["channel_versions"].items():
             if channel not in values:
                 continue
@@ -576,7 +575,7 @@ class Core:
                 continue
             blobs[channel] = str(version)
             if channel in new_versions or not self.memory.has_blob(thread_id, ns, channel, str(version)):
-                immutable.append(
+                prerequisites.append(
                     Put(
                         self.layout.blob(thread_id, ns, channel, str(version)),
                         self.codec.encode_blob(typed),
@@ -585,36 +584,45 @@ class Core:
                 )
         body = self.codec.encode_record(checkpoint, stored_metadata, parent_id, inline, blobs)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
-        immutable.append(Put(record_key, body))
-        immutable.extend(self._names(thread_id, ns))
+        prerequisites.extend(self._names(thread_id, ns))
         run_id = stored_metadata.get("run_id")
         if run_id is not None and not self.memory.run_recorded(str(run_id), thread_id, ns):
             marker = checkpoint_id.encode()
-            immutable.append(Put(self.layout.run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
-            immutable.append(Put(self.layout.thread_run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
+            prerequisites.append(Put(self.layout.run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
+            prerequisites.append(
+                Put(self.layout.thread_run_entry(str(run_id), thread_id, ns), marker, if_none_match=True)
+            )
 
         head_key = self.layout.head(thread_id, ns)
         expected = self.memory.expected_head(thread_id, ns, parent_id)
         if expected is not None and parent_id is not None and checkpoint_id <= parent_id:
             expected = None  # not a descendant by id order: treat like a fork
         fenced = expected is not None
-        replies = yield immutable + ([] if fenced else [Get(head_key)])
-        head_obj: Obj | None = None if fenced else replies[-1]
+        reply: Any = None
+        head_obj: Obj | None = None
+        if fenced and not prerequisites:
+            # The head is a complete copy of the record, so when no blob or index entry must exist
+            # first, record and head go out together: one round trip. If only the head lands, the
+            # next read of the thread restores the record from it (see get_tuple).
+            _, reply = yield [Put(record_key, body), _head_put(head_key, body, expected)]
+        else:
+            replies = yield [*prerequisites, Put(record_key, body)] + ([] if fenced else [Get(head_key)])
+            head_obj = None if fenced else replies[-1]
 
         for attempt in range(JOIN_ATTEMPTS):
-            if not fenced:
-                if head_obj is not None:
-                    current = self.codec.peek_head_id(head_key, head_obj.body)
-                    if checkpoint_id < current:
-                        break  # an older checkpoint: the record alone is the commit
-                    expected = head_obj.etag
-                else:
-                    expected = ABSENT
-            condition = {"if_none_match": True} if expected == ABSENT else {"if_match": expected}
-            reply = yield from _one(Put(head_key, body, **condition))
+            if reply is None:
+                if not fenced:
+                    if head_obj is not None:
+                        if checkpoint_id < self.codec.peek_head_id(head_key, head_obj.body):
+                            break  # an older checkpoint: the record alone is the commit
+                        expected = head_obj.etag
+                    else:
+                        expected = ABSENT
+                reply = yield from _one(_head_put(head_key, body, expected))
             if isinstance(reply, Stored):
                 self.memory.saw_head(thread_id, ns, checkpoint_id, reply.etag)
                 break
+            reply = None
             # The condition failed. If the head now holds this very checkpoint, an earlier attempt of
             # this request was applied and only its response was lost: that is success.
             head_obj = yield from _one(Get(head_key))
@@ -818,29 +826,32 @@ class Core:
         # Checkpoints of the run are no older than its first one: walk the newest-first listing
         # down to it (a rollback of the latest run reads only that run's records).
         doomed: list[str] = []
+        doomed_ids: set[str] = set()
         survivor: Obj | None = None
         token: str | None = None
         done = False
         while not done:
             page: Page = yield from _one(ListKeys(records, token=token))
-            objs = yield [Get(k) for k in page.keys]
-            for key, obj in zip(page.keys, objs, strict=True):
+            record_keys = [k for k in page.keys if Layout.is_record(k)]
+            objs = yield [Get(k) for k in record_keys]
+            for key, obj in zip(record_keys, objs, strict=True):
                 if obj is None:
                     continue
-                cid = self.layout.checkpoint_id_of(key)
+                cid = Layout.checkpoint_id_of(key)
                 md, _, _ = self.codec.peek_record(key, obj.body)
                 if md.get("run_id") == run_id:
-                    doomed.append(key)
+                    doomed_ids.add(cid)
                 elif head_id is not None and cid <= head_id and survivor is None:
                     survivor = obj
                 if cid < first_id and survivor is not None:
                     done = True
                     break
+            # A record's writes follow it in the listing; they go with it.
+            doomed += [k for k in page.keys if Layout.checkpoint_id_of(k) in doomed_ids]
             token = page.token
             done = done or token is None
         if not doomed:
             return
-        doomed_ids = {self.layout.checkpoint_id_of(k) for k in doomed}
         if head is not None and head_id in doomed_ids:
             if survivor is not None:
                 reply = yield from _one(Put(head_key, survivor.body, if_match=head.etag))
@@ -848,10 +859,7 @@ class Core:
                 reply = yield from _one(Delete((head_key,)))
             if reply is PRECONDITION_FAILED:
                 raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
-        write_keys: list[str] = []
-        for cid in doomed_ids:
-            write_keys += yield from _list_all(self.layout.writes(thread_id, ns, cid))
-        yield _deletes(doomed + write_keys)
+        yield _deletes(doomed)
 
     # -- DeltaChannel support -----------------------------------------------------------------------
     def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[Mapping[str, DeltaChannelHistory]]:
@@ -917,6 +925,12 @@ class Core:
                 "Use a server that supports them (AWS S3, SeaweedFS, recent MinIO, R2), or pass "
                 "require_conditional_writes=False if only one process ever writes each thread."
             )
+
+
+def _head_put(head_key: str, body: bytes, expected: str | None) -> Put:
+    if expected == ABSENT:
+        return Put(head_key, body, if_none_match=True)
+    return Put(head_key, body, if_match=expected)
 
 
 def _after(checkpoint_id: str) -> str:

@@ -7,7 +7,8 @@ contains ``/`` (no prefix of one thread's keys can match another thread's) and n
 
 Checkpoint ids are stored *order-inverted* (:func:`invert_id`) so that S3's ascending LIST returns the
 newest checkpoint first. That makes ``list(limit=k)`` and ``before=`` cost O(k) requests however long
-the history is.
+the history is. A checkpoint's pending writes live *under* its record key, so one LIST returns each
+record immediately followed by its writes: no per-checkpoint listing is needed to stream history.
 
 Layout under ``{prefix}/`` (see docs/design.md)::
 
@@ -16,7 +17,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
     threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
     threads/{T}/ns/{N}/c/{R}                  checkpoint record (R = invert_id(checkpoint_id))
-    threads/{T}/ns/{N}/w/{R}/{task}/{idx}     pending writes of one put_writes call
+    threads/{T}/ns/{N}/c/{R}/w/{task}/{idx}   pending writes of one put_writes call
     threads/{T}/ns/{N}/b/{channel}/{version}  a channel value too large to inline
     runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
 """
@@ -128,11 +129,8 @@ class Layout:
     def record(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
         return f"{self.records(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}"
 
-    def writes_root(self, thread_id: str, checkpoint_ns: str) -> str:
-        return f"{self.ns(thread_id, checkpoint_ns)}w/"
-
     def writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
-        return f"{self.writes_root(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}/"
+        return f"{self.record(thread_id, checkpoint_ns, checkpoint_id)}/w/"
 
     def write(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
         return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}/{idx}"
@@ -153,12 +151,16 @@ class Layout:
         return f"{self.prefix}_setup/probe-{token}"
 
     # -- parsers --------------------------------------------------------------------------------
-    def checkpoint_id_of(self, key: str) -> str:
-        """Checkpoint id of a record key or of any key under ``w/{R}/``."""
+    @staticmethod
+    def is_record(key: str) -> bool:
+        """Whether a key under ``c/`` is a record (the rest are its writes)."""
+        return key.endswith("~")
+
+    @staticmethod
+    def checkpoint_id_of(key: str) -> str:
+        """Checkpoint id of a record key or of one of its writes keys."""
         parts = key.split("/")
-        if parts[-2] == "c":
-            return revert_id(parts[-1])
-        return revert_id(parts[-3])
+        return revert_id(parts[-1] if parts[-2] == "c" else parts[-4])
 
     def segment_after(self, key: str, root: str) -> str:
         """The first segment of ``key`` after ``root`` (e.g. a thread segment after threads_root)."""

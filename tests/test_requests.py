@@ -1,0 +1,159 @@
+"""Request counts on the hot paths, counted with botocore event hooks on the real client.
+
+These are the regression guard for cost: a change that adds a request per step fails here. Counts are
+HTTP attempts per S3 operation, as S3 bills them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from helpers import RequestCounter
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.local import LocalS3Server
+
+Counted = tuple[S3Saver, RequestCounter]
+
+
+@pytest.fixture
+def counted(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> Iterator[Counted]:
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
+    counter = count_requests(client)
+    yield saver, counter
+    saver.close()
+
+
+def _chain(saver: S3Saver, thread_id: str, n: int, channels: int = 1) -> dict[str, Any]:
+    """Put n checkpoints in a chain, like LangGraph does; returns the last config."""
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    versions: dict[str, str] = {}
+    for step in range(n):
+        cp = empty_checkpoint()
+        changed = {f"ch{step % channels}": saver.get_next_version(versions.get(f"ch{step % channels}"), None)}
+        versions.update(changed)
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {ch: f"value of {ch} at {v}" for ch, v in versions.items()}
+        config = saver.put(config, cp, {"source": "loop", "step": step, "parents": {}}, changed)
+    return config
+
+
+def test_latest_get_tuple_is_constant_in_history_length(counted: Counted) -> None:
+    saver, counter = counted
+    costs = {}
+    for n in (1, 300):
+        thread = f"t-{n}-{uuid4().hex}"
+        config = _chain(saver, thread, n)
+        saver.put_writes(config, [("ch0", "pending")], "task-1")
+        counter.reset()
+        tup = saver.get_tuple({"configurable": {"thread_id": thread}})
+        assert tup is not None and tup.pending_writes == [("task-1", "ch0", "pending")]
+        costs[n] = counter.snapshot()
+    assert costs[1] == costs[300]
+    # GET head, LIST the head checkpoint's writes, GET the one writes object.
+    assert costs[1] == {"GetObject": 2, "ListObjectsV2": 1}
+
+
+def test_put_writes_only_changed_channels(counted: Counted) -> None:
+    saver, counter = counted
+    thread = f"t-{uuid4().hex}"
+    big = "x" * 20_000  # above the inline threshold: stored as a blob
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    saver.get_tuple(config)  # observe the (absent) head, as LangGraph does before its first put
+    versions = {f"c{i}": saver.get_next_version(None, None) for i in range(10)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {ch: f"{big}{ch}" for ch in versions}
+    counter.reset()
+    config = saver.put(config, cp, {"step": 0}, dict(versions))
+    # 10 blobs + record in parallel, then the head
+    assert counter.snapshot() == {"PutObject": 12}
+
+    versions["c3"] = saver.get_next_version(versions["c3"], None)
+    cp2 = empty_checkpoint()
+    cp2["channel_versions"] = dict(versions)
+    cp2["channel_values"] = {ch: f"{big}{ch}-{v}" for ch, v in versions.items()}
+    counter.reset()
+    saver.put(config, cp2, {"step": 1}, {"c3": versions["c3"]})
+    # one changed channel: its blob, the record, the head. Nothing is read.
+    assert counter.snapshot() == {"PutObject": 3}
+    assert counter.calls["PutObject"] == 3
+
+
+def test_put_of_a_fenced_step_is_two_puts(counted: Counted) -> None:
+    saver, counter = counted
+    config = _chain(saver, f"t-{uuid4().hex}", 3)
+    cp = empty_checkpoint()
+    counter.reset()
+    saver.put(config, cp, {"step": 9}, {})
+    assert counter.snapshot() == {"PutObject": 2}  # record, then head (If-Match)
+
+
+def test_put_writes_is_one_put_per_call(counted: Counted) -> None:
+    saver, counter = counted
+    config = _chain(saver, f"t-{uuid4().hex}", 1)
+    counter.reset()
+    saver.put_writes(config, [("a", 1), ("b", 2), ("c", 3)], "task-x")
+    assert counter.snapshot() == {"PutObject": 1}
+
+
+def test_list_limit_grows_with_k_not_history(counted: Counted) -> None:
+    saver, counter = counted
+    costs = {}
+    for n in (12, 120):
+        thread = f"t-{n}-{uuid4().hex}"
+        _chain(saver, thread, n)
+        counter.reset()
+        got = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, limit=10))
+        assert len(got) == 10
+        costs[n] = counter.snapshot()
+    assert costs[12] == costs[120]
+    # GET head + 10 records; one LIST returns the records with their writes
+    assert costs[12] == {"GetObject": 11, "ListObjectsV2": 1}
+
+
+class _S(TypedDict):
+    n: int
+
+
+def test_one_node_superstep_cost(counted: Counted) -> None:
+    """A one-node step under durability="sync": the node's writes, then the checkpoint (2 PUTs)."""
+    saver, counter = counted
+    builder = StateGraph(_S)
+    builder.add_node("inc", lambda s: {"n": s["n"] + 1})
+    builder.add_edge(START, "inc")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
+    graph.invoke({"n": 0}, config, durability="sync")
+    counter.reset()
+    graph.invoke({"n": 5}, config, durability="sync")
+    snap = counter.snapshot()
+    # get latest (GET head, LIST writes) + input checkpoint (2 PUT) + input writes... measured as a whole run:
+    assert snap["GetObject"] == 1
+    assert snap["ListObjectsV2"] == 1
+    puts_per_run = snap["PutObject"]
+    counter.reset()
+    graph.invoke({"n": 7}, config, durability="sync")
+    assert counter.snapshot()["PutObject"] == puts_per_run  # no growth with history
+
+
+def test_head_without_record_is_repaired_on_read(counted: Counted, s3_server: LocalS3Server, bucket: str) -> None:
+    """Record and head go out in parallel; if only the head landed, the next read restores the record."""
+    saver, _ = counted
+    thread = f"t-{uuid4().hex}"
+    config = _chain(saver, thread, 3)
+    record_key = saver._core.layout.record(thread, "", config["configurable"]["checkpoint_id"])
+    s3_server.client().delete_object(Bucket=bucket, Key=record_key)
+    latest = saver.get_tuple({"configurable": {"thread_id": thread}})
+    assert latest is not None and latest.config == config
+    s3_server.client().head_object(Bucket=bucket, Key=record_key)  # restored
+    assert [t.config for t in saver.list({"configurable": {"thread_id": thread}}, limit=1)] == [config]
