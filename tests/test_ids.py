@@ -1,0 +1,100 @@
+"""Any thread id or namespace is valid: escaped into keys, never rejected, never a prefix of another."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.keys import MAX_SEGMENT, Layout, escape, invert_id, revert_id, unescape
+from langgraph_s3_checkpoint.local import LocalS3Server
+
+HOSTILE = ["a", "a/b", "a/", "/a", "..", "../..", ".", "a|b", "a b", "ünïcödé ✓", "%2F", "~", "", "x" * 2000]
+
+
+@pytest.fixture
+def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Saver]:
+    s = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    yield s
+    s.close()
+
+
+def _put(saver: S3Saver, thread_id: str, ns: str = "", value: Any = "v") -> dict[str, Any]:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"ch": value}
+    cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    return saver.put(config, cp, {"step": 0, "source": "input"}, cp["channel_versions"])
+
+
+@given(st.text(max_size=300))
+def test_escape_round_trips_and_stays_one_safe_segment(value: str) -> None:
+    seg = escape(value)
+    assert "/" not in seg and "." not in seg and seg
+    assert len(seg) <= MAX_SEGMENT + 1 + 64
+    if not seg.startswith("~") or seg == "~":
+        assert unescape(seg) == value
+
+
+@given(st.text(min_size=1, max_size=50), st.text(min_size=1, max_size=50))
+def test_inverted_ids_sort_in_reverse(a: str, b: str) -> None:
+    assert revert_id(invert_id(a)) == a
+    if a != b:
+        assert (invert_id(a) < invert_id(b)) == (a.encode("utf-8", "surrogatepass") > b.encode("utf-8", "surrogatepass"))
+
+
+def test_no_thread_prefix_matches_another() -> None:
+    layout = Layout("p")
+    prefixes = [layout.thread(t) for t in HOSTILE]
+    for i, a in enumerate(prefixes):
+        for j, b in enumerate(prefixes):
+            if i != j:
+                assert not b.startswith(a), (HOSTILE[i], HOSTILE[j])
+
+
+@pytest.mark.parametrize("thread_id", HOSTILE[:-2] + HOSTILE[-1:])
+@pytest.mark.parametrize("ns", ["", "outer:1|inner:2", "../x", "x" * 500])
+def test_hostile_ids_round_trip(saver: S3Saver, thread_id: str, ns: str) -> None:
+    stored = _put(saver, thread_id, ns)
+    got = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+    assert got is not None and got.config == stored
+    assert got.checkpoint["channel_values"] == {"ch": "v"}
+    listed = [t.config for t in saver.list({"configurable": {"thread_id": thread_id}})]
+    assert listed == [stored]
+
+
+def test_list_none_recovers_long_and_odd_thread_ids(saver: S3Saver) -> None:
+    for thread_id in HOSTILE[:-2] + HOSTILE[-1:]:
+        _put(saver, thread_id)
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == set(HOSTILE[:-2] + HOSTILE[-1:])
+
+
+def test_delete_thread_a_leaves_a_slash_b(saver: S3Saver, s3_server: LocalS3Server, bucket: str) -> None:
+    for thread_id in ("a", "a/b", "a b", "ab"):
+        _put(saver, thread_id)
+    saver.delete_thread("a")
+    assert saver.get_tuple({"configurable": {"thread_id": "a"}}) is None
+    for survivor in ("a/b", "a b", "ab"):
+        assert saver.get_tuple({"configurable": {"thread_id": survivor}}) is not None
+    keys = [
+        o["Key"]
+        for o in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=saver._core.layout.thread("a")).get(
+            "Contents", []
+        )
+    ]
+    assert keys == []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(thread_id=st.text(min_size=1, max_size=80), ns=st.text(max_size=40), value=st.text(max_size=100))
+def test_hypothesis_ids_round_trip(saver: S3Saver, thread_id: str, ns: str, value: str) -> None:
+    stored = _put(saver, thread_id, ns, value)
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert got.config == stored
+    assert got.checkpoint["channel_values"] == {"ch": value}
