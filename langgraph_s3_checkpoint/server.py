@@ -1,0 +1,107 @@
+"""Use the S3 checkpointer in the LangGraph Agent Server (``langgraph dev``, ``langgraph up``, platform).
+
+Point ``langgraph.json`` at :func:`checkpointer` and configure the bucket with environment variables::
+
+    {
+      "graphs": {"agent": "./agent.py:graph"},
+      "checkpointer": {"path": "langgraph_s3_checkpoint.server.checkpointer"}
+    }
+
+The path is written with a dot before ``checkpointer``: langgraph-api 0.16 splits a module path at its
+last dot, so the ``module:attribute`` spelling only works for file paths (``./file.py:attribute``).
+
+Environment:
+
+``LANGGRAPH_S3_URL`` (required)
+    ``s3://bucket/prefix?option=value&...``; every saver option can be given in the query string
+    (see docs/operations.md).
+``LANGGRAPH_S3_ENDPOINT_URL``
+    S3 endpoint for non-AWS servers. boto3 also honours ``AWS_ENDPOINT_URL`` on its own.
+``LANGGRAPH_S3_REGION``
+    Region name (otherwise the boto3 chain: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, config file).
+``LANGGRAPH_S3_CREATE_BUCKET``
+    ``true`` to create the bucket at startup when it is missing.
+
+Credentials come from the standard boto3 chain (environment, shared files, instance or task role).
+The server enters :func:`checkpointer` once per event-loop thread; each saver has its own connection
+pool, and they share the bucket safely because commits are conditional writes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .errors import InvalidConfigError
+from .saver import AsyncS3Saver, parse_url
+
+ENV_URL = "LANGGRAPH_S3_URL"
+ENV_ENDPOINT_URL = "LANGGRAPH_S3_ENDPOINT_URL"
+ENV_REGION = "LANGGRAPH_S3_REGION"
+ENV_CREATE_BUCKET = "LANGGRAPH_S3_CREATE_BUCKET"
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise InvalidConfigError(f"{name}={value!r}: expected true/false (or 1/0, yes/no, on/off)")
+
+
+def options_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+    """The URL and the keyword overrides that the environment asks for.
+
+    Dedicated variables win over the same option in the URL's query string, so one URL can be shared
+    between deployments that differ only in endpoint or region.
+    """
+    env = os.environ if environ is None else environ
+    url = env.get(ENV_URL, "").strip()
+    if not url:
+        raise InvalidConfigError(
+            f"{ENV_URL} is not set. Set it to the checkpoint location, e.g. "
+            f"{ENV_URL}=s3://my-bucket/langgraph (see docs/operations.md)."
+        )
+    overrides: dict[str, Any] = {}
+    if endpoint := env.get(ENV_ENDPOINT_URL, "").strip():
+        overrides["endpoint_url"] = endpoint
+    if region := env.get(ENV_REGION, "").strip():
+        overrides["region_name"] = region
+    if ENV_CREATE_BUCKET in env:
+        overrides["create_bucket"] = _flag(ENV_CREATE_BUCKET, env[ENV_CREATE_BUCKET])
+    return url, overrides
+
+
+def saver_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Saver:
+    """An :class:`AsyncS3Saver` configured from the environment (not set up yet).
+
+    Keyword arguments (e.g. ``serde=``) override both the URL and the environment.
+    """
+    url, overrides = options_from_env(environ)
+    overrides.update(kwargs)
+    bucket, prefix, options = parse_url(url)
+    options.update(overrides)
+    return AsyncS3Saver(bucket=bucket, prefix=prefix, **options)
+
+
+@asynccontextmanager
+async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
+    """Yield a ready :class:`AsyncS3Saver` (bucket checked, conditional writes probed); close it on exit.
+
+    This is the object ``langgraph.json``'s ``checkpointer.path`` should name.
+    """
+    saver = saver_from_env()
+    try:
+        await saver.setup()
+        yield saver
+    finally:
+        saver.close()
+
+
+__all__ = ["checkpointer", "options_from_env", "saver_from_env"]

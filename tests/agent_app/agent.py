@@ -1,0 +1,46 @@
+"""A small graph for the Agent Server end-to-end test: one human-in-the-loop pause, one slow step.
+
+``delay`` makes the first node wait, so a test can start a second run while the first one is still
+busy (``multitask_strategy="rollback"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+
+class State(TypedDict, total=False):
+    topic: str
+    delay: float
+    steps: Annotated[list[str], operator.add]
+    approved: Any
+
+
+async def prepare(state: State) -> State:
+    await asyncio.sleep(state.get("delay", 0.0))
+    return {"steps": [f"prepare {state.get('topic', '')}"]}
+
+
+def ask(state: State) -> State:
+    answer = interrupt({"question": f"publish {state.get('topic', '')}?"})
+    return {"approved": answer, "steps": ["ask"]}
+
+
+def finish(state: State) -> State:
+    return {"steps": ["finish"]}
+
+
+builder = StateGraph(State)
+builder.add_node("prepare", prepare)
+builder.add_node("ask", ask)
+builder.add_node("finish", finish)
+builder.add_edge(START, "prepare")
+builder.add_edge("prepare", "ask")
+builder.add_edge("ask", "finish")
+builder.add_edge("finish", END)
+graph = builder.compile()

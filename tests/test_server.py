@@ -1,0 +1,289 @@
+"""The Agent Server (``langgraph dev``) running on the S3 checkpointer, end to end, against SeaweedFS.
+
+The server is a real subprocess started from the venv's ``langgraph`` with ``tests/agent_app`` (copied
+to a temporary directory, since the dev server writes its own state next to ``langgraph.json``), and
+configured only through the environment variables that :mod:`langgraph_s3_checkpoint.server` reads.
+Every claim about storage is checked in the bucket itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph_sdk import get_client
+
+from langgraph_s3_checkpoint import local
+from langgraph_s3_checkpoint.codec import Codec
+from langgraph_s3_checkpoint.errors import InvalidConfigError
+from langgraph_s3_checkpoint.keys import Layout
+from langgraph_s3_checkpoint.server import checkpointer, options_from_env, saver_from_env
+
+APP_DIR = Path(__file__).parent / "agent_app"
+SERVER_BUCKET = "lgs3-agent-server"
+READY_TIMEOUT = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _langgraph_bin() -> str:
+    candidate = Path(sys.executable).parent / "langgraph"
+    if not candidate.exists():
+        pytest.fail(f"langgraph CLI not found next to {sys.executable}; install the [test] extra")
+    return str(candidate)
+
+
+@dataclass
+class AgentServer:
+    url: str
+    prefix: str
+    client: Any
+    log: Path
+
+    def keys(self, under: str) -> list[str]:
+        keys: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=SERVER_BUCKET, Prefix=under):
+            keys.extend(obj["Key"] for obj in page.get("Contents", ()))
+        return keys
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        return self.keys(Layout(self.prefix).thread(thread_id))
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"langgraph dev exited with {process.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/ok", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"langgraph dev not ready after {READY_TIMEOUT} s:\n{log.read_text()[-4000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def agent_server(
+    seaweedfs_server: local.LocalS3Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentServer]:
+    seaweedfs_server.create_bucket(SERVER_BUCKET)
+    workdir = tmp_path_factory.mktemp("agent_app")
+    shutil.copytree(APP_DIR, workdir, dirs_exist_ok=True)
+    prefix = f"server/{os.urandom(6).hex()}"
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "AWS_"))}
+    env.update(
+        LANGGRAPH_S3_URL=f"s3://{SERVER_BUCKET}/{prefix}",
+        LANGGRAPH_S3_ENDPOINT_URL=seaweedfs_server.endpoint_url,
+        LANGGRAPH_S3_REGION=seaweedfs_server.region,
+        LANGGRAPH_S3_CREATE_BUCKET="false",
+        AWS_ACCESS_KEY_ID=seaweedfs_server.access_key,
+        AWS_SECRET_ACCESS_KEY=seaweedfs_server.secret_key,
+        LANGSMITH_TRACING="false",
+        LANGCHAIN_TRACING_V2="false",
+        LANGGRAPH_CLI_NO_ANALYTICS="1",
+        LANGGRAPH_NO_VERSION_CHECK="true",
+    )
+    log = workdir / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [_langgraph_bin(), "dev", "--no-browser", "--no-reload", "--port", str(port), "--host", "127.0.0.1"],
+            cwd=workdir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url, process, log)
+        yield AgentServer(url=url, prefix=prefix, client=seaweedfs_server.client(), log=log)
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+async def sdk(agent_server: AgentServer) -> AsyncIterator[Any]:
+    client = get_client(url=agent_server.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _eventually(check: Any, what: str, timeout: float = 30.0) -> Any:
+    """Poll ``check()`` until it returns something truthy (work the server finishes in the background)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def test_interrupt_resume_copy_delete(agent_server: AgentServer, sdk: Any) -> None:
+    # The path documented for langgraph.json resolved, through langgraph-api's own loader, to our saver.
+    assert "Using custom checkpointer: AsyncS3Saver" in agent_server.log.read_text()
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+
+    paused = await sdk.runs.wait(tid, "agent", input={"topic": "report"})
+    assert paused["__interrupt__"][0]["value"] == {"question": "publish report?"}
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["ask"]
+    assert state["values"]["steps"] == ["prepare report"]
+    assert state["tasks"][0]["interrupts"][0]["value"] == {"question": "publish report?"}
+    history = await sdk.threads.get_history(tid)
+    assert [h["metadata"]["step"] for h in history] == [1, 0, -1]
+    assert any(k.endswith("/head") for k in agent_server.thread_keys(tid))
+
+    done = await sdk.runs.wait(tid, "agent", command={"resume": "approved"})
+    assert done["approved"] == "approved"
+    assert done["steps"] == ["prepare report", "ask", "finish"]
+    final = await sdk.threads.get_state(tid)
+    assert final["next"] == []
+    full_history = await sdk.threads.get_history(tid, limit=50)
+    assert len(full_history) > len(history)
+
+    copy = await sdk.threads.copy(tid)
+    cid = copy["thread_id"]
+    assert cid != tid
+    copied_keys = agent_server.thread_keys(cid)
+    source_keys = agent_server.thread_keys(tid)
+    relative = sorted(k[len(Layout(agent_server.prefix).thread(cid)) :] for k in copied_keys)
+    assert relative == sorted(k[len(Layout(agent_server.prefix).thread(tid)) :] for k in source_keys)
+    copied_state = await sdk.threads.get_state(cid)
+    assert copied_state["values"] == final["values"]
+    assert copied_state["next"] == final["next"]
+    assert copied_state["checkpoint"]["checkpoint_id"] == final["checkpoint"]["checkpoint_id"]
+    copied_history = await sdk.threads.get_history(cid, limit=50)
+    assert [h["checkpoint"]["checkpoint_id"] for h in copied_history] == [
+        h["checkpoint"]["checkpoint_id"] for h in full_history
+    ]
+
+    await sdk.threads.delete(tid)
+    await _eventually(lambda: not agent_server.thread_keys(tid), "the deleted thread's objects to disappear")
+    # The copy does not depend on the source's objects.
+    assert (await sdk.threads.get_state(cid))["values"] == final["values"]
+    assert agent_server.thread_keys(cid) == copied_keys
+
+
+async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: AgentServer, sdk: Any) -> None:
+    layout = Layout(agent_server.prefix)
+    codec = Codec(JsonPlusSerializer())
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+
+    slow = await sdk.runs.create(tid, "agent", input={"topic": "slow", "delay": 120})
+    slow_id = slow["run_id"]
+    # The slow run has checkpointed its input and first step, and now sleeps in its first node.
+    await _eventually(lambda: agent_server.keys(layout.run_index(slow_id)), "the slow run's first checkpoint")
+    await _eventually(
+        lambda: len([k for k in agent_server.thread_keys(tid) if layout.is_record(k)]) >= 2,
+        "the slow run's step-0 checkpoint",
+    )
+
+    fast = await sdk.runs.create(tid, "agent", input={"topic": "fast"}, multitask_strategy="rollback")
+    await sdk.runs.join(tid, fast["run_id"])
+
+    def slow_run_gone() -> bool:
+        return not agent_server.keys(layout.run_index(slow_id)) and not any(
+            f"/r/{slow_id}/" in k for k in agent_server.thread_keys(tid)
+        )
+
+    await _eventually(slow_run_gone, "the rolled-back run's index entries to disappear")
+    records = [
+        k for k in agent_server.thread_keys(tid) if k.startswith(layout.records(tid, "")) and layout.is_record(k)
+    ]
+    assert records
+    for key in records:
+        body = agent_server.client.get_object(Bucket=SERVER_BUCKET, Key=key)["Body"].read()
+        metadata, _, _ = codec.peek_record(key, body)
+        assert metadata.get("run_id") == fast["run_id"], key
+    history = await sdk.threads.get_history(tid)
+    assert {h["metadata"]["run_id"] for h in history} == {fast["run_id"]}
+    state = await sdk.threads.get_state(tid)
+    assert state["values"]["steps"] == ["prepare fast"]
+    runs = await sdk.runs.list(tid)
+    assert [r["run_id"] for r in runs] == [fast["run_id"]]
+
+
+# -- configuration from the environment (no server process needed) ---------------------------------
+def test_options_from_env_overrides_the_url() -> None:
+    url, overrides = options_from_env(
+        {
+            "LANGGRAPH_S3_URL": "s3://b/p?region=eu-west-1&inline_threshold=10",
+            "LANGGRAPH_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "LANGGRAPH_S3_REGION": "us-east-2",
+            "LANGGRAPH_S3_CREATE_BUCKET": "yes",
+        }
+    )
+    assert url == "s3://b/p?region=eu-west-1&inline_threshold=10"
+    assert overrides == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "us-east-2", "create_bucket": True}
+    saver = saver_from_env(
+        {"LANGGRAPH_S3_URL": "s3://b/p?region=eu-west-1&inline_threshold=10", "LANGGRAPH_S3_REGION": "us-east-2"}
+    )
+    try:
+        assert (saver.bucket, saver.prefix) == ("b", "p")
+        assert saver.client.meta.region_name == "us-east-2"
+        assert saver._core.inline_threshold == 10
+    finally:
+        saver.close()
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [{}, {"LANGGRAPH_S3_URL": "  "}, {"LANGGRAPH_S3_URL": "s3://b", "LANGGRAPH_S3_CREATE_BUCKET": "maybe"}],
+)
+def test_options_from_env_rejects_bad_settings(environ: dict[str, str]) -> None:
+    with pytest.raises(InvalidConfigError):
+        options_from_env(environ)
+
+
+async def test_checkpointer_context_creates_the_bucket(
+    seaweedfs_server: local.LocalS3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = f"lgs3-created-{os.urandom(4).hex()}"
+    monkeypatch.setenv("LANGGRAPH_S3_URL", f"s3://{bucket}/agent")
+    monkeypatch.setenv("LANGGRAPH_S3_ENDPOINT_URL", seaweedfs_server.endpoint_url)
+    monkeypatch.setenv("LANGGRAPH_S3_REGION", seaweedfs_server.region)
+    monkeypatch.setenv("LANGGRAPH_S3_CREATE_BUCKET", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs_server.secret_key)
+    async with checkpointer() as saver:
+        assert await saver.aget_tuple({"configurable": {"thread_id": "nothing-yet"}}) is None
+    seaweedfs_server.client().head_bucket(Bucket=bucket)
