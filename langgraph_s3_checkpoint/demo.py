@@ -24,6 +24,7 @@ from typing_extensions import TypedDict
 
 BUCKET = "demo-checkpoints"
 THREAD = {"configurable": {"thread_id": "support-ticket-42"}}
+WORKER = [sys.executable, "-m", "langgraph_s3_checkpoint.demo", "--worker"]
 
 
 class AgentState(TypedDict):
@@ -117,14 +118,14 @@ def main() -> None:
         print(f"  endpoint {server.endpoint_url}, bucket {BUCKET!r}\n")
 
         print("1) Child process A runs the agent; one tool will crash it.")
-        first = subprocess.run([sys.executable, "-m", "langgraph_s3_checkpoint.demo", "--worker"], env={**env, "DEMO_CRASH": "1"})
+        first = subprocess.run(WORKER, env={**env, "DEMO_CRASH": "1"})
         died = -first.returncode == signal.SIGKILL
         print(f"  process A exited with {'SIGKILL' if died else first.returncode}")
         _show(log)
         log.write_text("")
 
         print("\n2) A fresh process B resumes the same thread from the bucket (invoke(None, config)).")
-        second = subprocess.run([sys.executable, "-m", "langgraph_s3_checkpoint.demo", "--worker"], env={**env, "DEMO_CRASH": "0"})
+        second = subprocess.run(WORKER, env={**env, "DEMO_CRASH": "0"})
         _show(log)
         if not died or second.returncode != 0:
             raise SystemExit("demo failed: expected A to be killed and B to finish")
