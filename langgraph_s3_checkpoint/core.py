@@ -361,21 +361,21 @@ class Core:
         if listing.token is not None:
             write_keys += [k for k in (yield from _list_all(key, listing.token)) if k != key]
         self.memory.add_blobs(thread_id, ns, record.blobs)
-        tuples = yield from self._assemble(thread_id, ns, [(record, write_keys)], repair)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_keys)], repair)
         return tuples[0]
 
     def _assemble(
-        self, thread_id: str, ns: str, items: Sequence[tuple[Record, list[str]]], extra: Sequence[Request] = ()
+        self, thread_id: str, items: Sequence[tuple[str, Record, list[str]]], extra: Sequence[Request] = ()
     ) -> Plan[list[CheckpointTuple]]:
-        """Fetch the blobs and writes of several records in one parallel batch and build tuples."""
+        """Fetch the blobs and writes of several records (ns, record, writes keys) in one parallel batch."""
         requests: list[Request] = []
-        for record, write_keys in items:
+        for ns, record, write_keys in items:
             requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
             requests.extend(Get(k) for k in write_keys)
         requests.extend(extra)
         replies = iter((yield requests) if requests else [])
         tuples = []
-        for record, write_keys in items:
+        for ns, record, write_keys in items:
             values = dict(record.inline)
             for ch, version in record.blobs.items():
                 key = self.layout.blob(thread_id, ns, ch, version)
@@ -520,12 +520,11 @@ class Core:
                     chosen.append((cursor, record, write_keys))
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
-            for cursor, record, write_keys in chosen:
-                tuples = yield from self._assemble(thread_id, cursor.checkpoint_ns, [(record, write_keys)])
-                yield Emit(tuples[0])
+            # One parallel round trip for the values and writes of every chosen record.
+            tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
+            for tup in tuples:
+                yield Emit(tup)
                 budget.take()
-                if budget.done:
-                    return
 
     def _next_batch(
         self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
