@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -859,6 +860,40 @@ class Core:
             if reply is PRECONDITION_FAILED:
                 raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
         yield _deletes(doomed)
+
+    # -- retention ------------------------------------------------------------------------------------
+    def expire_threads(self, cutoff: datetime, *, dry_run: bool) -> Plan[None]:
+        """Delete (or, dry, only name) every thread none of whose heads was written after ``cutoff``.
+
+        Emits each expired thread id. Cost: one LIST of the thread index per 1,000 threads, and per
+        thread one LIST of its namespaces and one LIST per namespace (returning just its head), then
+        ``delete_thread`` for the expired ones. History objects are never listed for live threads.
+        """
+        root = self.layout.threads_root
+        thread_pages = _pages(root, delimiter="/")
+        reply: Any = None
+        while True:
+            try:
+                step = thread_pages.send(reply)
+            except StopIteration:
+                return
+            reply = None
+            if not isinstance(step, Emit):
+                reply = yield step
+                continue
+            for prefix in step.value.prefixes:
+                namespaces: list[Page] = []
+                yield from collect(_pages(f"{prefix}ns/", delimiter="/"), namespaces)
+                ns_prefixes = [p for page in namespaces for p in page.prefixes]
+                # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
+                heads = yield [ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes]
+                newest = max((m for page in heads for m in page.modified), default=None)
+                if newest is not None and newest >= cutoff:
+                    continue
+                thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                if not dry_run:
+                    yield from self.delete_thread(thread_id)
+                yield Emit(thread_id)
 
     # -- DeltaChannel support -----------------------------------------------------------------------
     def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[Mapping[str, DeltaChannelHistory]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -96,6 +97,8 @@ class Page:
     prefixes: list[str]
     token: str | None
     """Continuation token, ``None`` on the last page."""
+    modified: list[datetime] = field(default_factory=list)
+    """LastModified of each key, in the order of ``keys``."""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ calls made from inside a running event loop (where they would stall every other 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -229,6 +231,19 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return self._run(self._core.delta_history(config, channels))
+
+    def expire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
+        """Delete every thread not updated for ``older_than`` (its newest head is older); returns their ids.
+
+        A sweep for servers without lifecycle rules, and the safe way to apply a TTL: only whole idle
+        threads are removed, never parts of a live one. ``dry_run`` only reports.
+        """
+        cutoff = datetime.now(timezone.utc) - older_than
+        return builtins.list(self._iterate(self._core.expire_threads(cutoff, dry_run=dry_run)))
+
+    async def aexpire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
+        cutoff = datetime.now(timezone.utc) - older_than
+        return [t async for t in self._store.aiterate(self._core.expire_threads(cutoff, dry_run=dry_run))]
 
     # -- async API ----------------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

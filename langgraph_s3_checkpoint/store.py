@@ -132,10 +132,12 @@ class S3Store:
             elif request.start_after:
                 kwargs["StartAfter"] = request.start_after
             reply = c.list_objects_v2(**kwargs)
+            contents = reply.get("Contents", ())
             return Page(
-                keys=[o["Key"] for o in reply.get("Contents", ())],
+                keys=[o["Key"] for o in contents],
                 prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
                 token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
+                modified=[o["LastModified"] for o in contents],
             )
         if isinstance(request, Delete):
             if not request.keys:
