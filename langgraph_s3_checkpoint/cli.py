@@ -1,0 +1,721 @@
+"""``langgraph-s3``: inspect and maintain the checkpoints of a bucket prefix from a shell.
+
+Examples::
+
+    export LANGGRAPH_S3_URL=s3://agent-checkpoints/prod
+    langgraph-s3 threads
+    langgraph-s3 history support-42 --limit 5
+    langgraph-s3 show support-42
+    langgraph-s3 export support-42 support-42.tar && langgraph-s3 import support-42.tar --thread support-42-copy
+    langgraph-s3 verify --json
+
+Exit codes: 0 success, 1 problems found or thread/checkpoint not found, 2 usage or configuration
+error, 3 S3 error (unreachable endpoint, missing bucket, refused credentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import dataclasses
+import datetime as dt
+import importlib
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+
+from . import ops
+from .errors import (
+    BucketNotFoundError,
+    CorruptObjectError,
+    InvalidConfigError,
+    S3AccessError,
+    S3CheckpointError,
+    S3RequestError,
+    TargetThreadExistsError,
+)
+from .saver import S3Saver, parse_url
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_S3 = 3
+
+ENV_URL = "LANGGRAPH_S3_URL"
+MANIFEST = "manifest.json"
+CLIP = 400
+"""Longest string ``show`` prints in full without ``--full``."""
+OBJECTS_DIR = "objects/"
+
+
+class Failure(Exception):
+    """A command ends with this exit code and message (not a crash)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------------------
+# Progress on stderr
+# ------------------------------------------------------------------------------------------------
+class Progress:
+    """A one-line counter redrawn in place on a terminal; silent when disabled."""
+
+    def __init__(self, label: str, *, total: int | None = None, enabled: bool, stream: IO[str] | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.done = 0
+        self._drawn = 0.0
+
+    def advance(self, count: int = 1, detail: str = "") -> None:
+        self.done += count
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._drawn < 0.1 and (self.total is None or self.done < self.total):
+            return
+        self._drawn = now
+        if self.total:
+            width = 24
+            filled = min(width, width * self.done // self.total)
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
+        else:
+            bar = str(self.done)
+        self.stream.write(f"\r\x1b[K{self.label}: {bar} {detail}"[:200])
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering values
+# ------------------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """A JSON-compatible rendering of a checkpointed value (messages, models, dataclasses ...)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return {"bytes_base64": base64.b64encode(value).decode()}
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        try:
+            return jsonable(model_dump())
+        except Exception:  # a model that cannot dump itself is still shown, by repr
+            return repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return repr(value)
+
+
+def clip(value: Any, limit: int) -> Any:
+    """``value`` with strings longer than ``limit`` shortened, for reading on a terminal."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}... ({len(value) - limit} more characters; --full shows all)"
+    if isinstance(value, dict):
+        return {k: clip(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clip(v, limit) for v in value]
+    return value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+
+
+def _size(n: int) -> str:
+    amount = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if amount < 1024 or unit == "GiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
+    cells = [[str(c) for c in headers], *([("" if c is None else str(c)) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _short_time(ts: str | None) -> str:
+    if not ts:
+        return ""
+    try:
+        return dt.datetime.fromisoformat(ts).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return ts
+
+
+# ------------------------------------------------------------------------------------------------
+# Context shared by the commands
+# ------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Context:
+    saver: S3Saver
+    store: ops.OpsStore
+    as_json: bool
+    progress: bool
+    out: IO[str]
+
+    @property
+    def layout(self) -> Any:
+        return self.saver._core.layout
+
+    @property
+    def core(self) -> Any:
+        return self.saver._core
+
+    def bar(self, label: str, total: int | None = None) -> Progress:
+        return Progress(label, total=total, enabled=self.progress)
+
+    def emit_json(self, value: Any) -> None:
+        self.out.write(_dumps(value) + "\n")
+
+    def require_thread(self, thread_id: str) -> None:
+        if not self.store.run(ops.thread_exists(self.layout, thread_id)):
+            raise Failure(EXIT_PROBLEMS, f"thread {thread_id!r} not found under {self.where}")
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.saver.bucket}/{self.saver.prefix}".rstrip("/")
+
+
+def _thread_config(thread_id: str, ns: str | None, checkpoint_id: str | None = None) -> RunnableConfig:
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if ns is not None:
+        configurable["checkpoint_ns"] = ns
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+# ------------------------------------------------------------------------------------------------
+# Commands
+# ------------------------------------------------------------------------------------------------
+def cmd_threads(ctx: Context, args: argparse.Namespace) -> int:
+    bar = ctx.bar("threads")
+    stats: list[ops.ThreadStats] = []
+    for item in ctx.store.iterate(ops.all_thread_stats(ctx.layout)):
+        stats.append(item)
+        bar.advance(detail=item.thread_id)
+    bar.close()
+    if ctx.as_json:
+        ctx.emit_json([s.as_dict() for s in stats])
+        return EXIT_OK
+    if not stats:
+        ctx.out.write(f"no threads under {ctx.where}\n")
+        return EXIT_OK
+    rows = [
+        [
+            s.thread_id,
+            s.namespaces,
+            s.checkpoints,
+            s.writes,
+            s.blobs,
+            _size(s.bytes),
+            s.last_modified.strftime("%Y-%m-%d %H:%M:%S") if s.last_modified else "",
+        ]
+        for s in stats
+    ]
+    _table(["THREAD", "NS", "CHECKPOINTS", "WRITES", "BLOBS", "SIZE", "LAST UPDATE (UTC)"], rows, ctx.out)
+    total = sum(s.bytes for s in stats)
+    ctx.out.write(f"{len(stats)} thread(s), {sum(s.objects for s in stats)} objects, {_size(total)}\n")
+    return EXIT_OK
+
+
+def _summary(tup: CheckpointTuple) -> dict[str, Any]:
+    conf = tup.config["configurable"]
+    parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    md = tup.metadata or {}
+    return {
+        "checkpoint_id": conf["checkpoint_id"],
+        "checkpoint_ns": conf.get("checkpoint_ns", ""),
+        "parent_id": parent,
+        "step": md.get("step"),
+        "source": md.get("source"),
+        "run_id": md.get("run_id"),
+        "ts": tup.checkpoint.get("ts"),
+        "pending_writes": len(tup.pending_writes or []),
+    }
+
+
+def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.require_thread(args.thread)
+    config = _thread_config(args.thread, args.ns)
+    limit = args.limit if args.limit and args.limit > 0 else None
+    bar = ctx.bar("history", total=limit)
+    items: list[dict[str, Any]] = []
+    for tup in ctx.saver.list(config, limit=limit):
+        items.append(_summary(tup))
+        bar.advance()
+    bar.close()
+    if ctx.as_json:
+        ctx.emit_json(items)
+        return EXIT_OK
+    rows = [
+        [
+            i["checkpoint_id"],
+            i["checkpoint_ns"] or "-",
+            i["step"],
+            i["source"],
+            _short_time(i["ts"]),
+            i["run_id"] or "",
+            i["pending_writes"],
+        ]
+        for i in items
+    ]
+    _table(["CHECKPOINT", "NS", "STEP", "SOURCE", "CREATED (UTC)", "RUN", "WRITES"], rows, ctx.out)
+    return EXIT_OK
+
+
+def cmd_show(ctx: Context, args: argparse.Namespace) -> int:
+    ns = args.ns or ""
+    tup = ctx.saver.get_tuple(_thread_config(args.thread, ns, args.checkpoint))
+    if tup is None:
+        what = (
+            f"checkpoint {args.checkpoint!r} of thread {args.thread!r}"
+            if args.checkpoint
+            else f"thread {args.thread!r}"
+        )
+        where = f" in namespace {ns!r}" if ns else ""
+        raise Failure(EXIT_PROBLEMS, f"{what}{where} not found under {ctx.where}")
+    summary = _summary(tup)
+    limit = None if ctx.as_json or args.full else CLIP
+    values = {ch: _shown(v, limit) for ch, v in sorted(tup.checkpoint["channel_values"].items())}
+    writes = [{"task_id": t, "channel": ch, "value": _shown(v, limit)} for t, ch, v in tup.pending_writes or []]
+    if ctx.as_json:
+        ctx.emit_json(
+            {
+                "thread_id": args.thread,
+                **summary,
+                "metadata": jsonable(tup.metadata),
+                "channel_versions": tup.checkpoint.get("channel_versions", {}),
+                "channel_values": values,
+                "pending_writes": writes,
+            }
+        )
+        return EXIT_OK
+    out = ctx.out
+    out.write(f"thread      {args.thread}\n")
+    out.write(f"namespace   {summary['checkpoint_ns'] or '(root)'}\n")
+    out.write(f"checkpoint  {summary['checkpoint_id']}\n")
+    out.write(f"parent      {summary['parent_id'] or '-'}\n")
+    out.write(f"created     {summary['ts']}\n")
+    out.write(f"step        {summary['step']}  source {summary['source']}  run {summary['run_id'] or '-'}\n")
+    out.write("\nmetadata\n")
+    out.write(_indent(_dumps(jsonable(tup.metadata))))
+    out.write("\nchannel values\n")
+    if not values:
+        out.write("  (none)\n")
+    for channel, value in values.items():
+        out.write(f"  {channel}:\n")
+        out.write(_indent(_dumps(value), 4))
+    out.write(f"\npending writes ({len(writes)})\n")
+    for write in writes:
+        out.write(f"  {write['task_id']} -> {write['channel']}:\n")
+        out.write(_indent(_dumps(write["value"]), 4))
+    return EXIT_OK
+
+
+def _shown(value: Any, limit: int | None) -> Any:
+    rendered = jsonable(value)
+    return rendered if limit is None else clip(rendered, limit)
+
+
+def _indent(text: str, spaces: int = 2) -> str:
+    pad = " " * spaces
+    return "".join(f"{pad}{line}\n" for line in text.splitlines())
+
+
+def cmd_delete(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.require_thread(args.thread)
+    before = ctx.store.run(ops.thread_stats(ctx.layout, args.thread))
+    ctx.saver.delete_thread(args.thread)
+    return _done(
+        ctx,
+        f"deleted thread {args.thread!r} ({before.objects} objects, {_size(before.bytes)})",
+        {
+            "deleted": args.thread,
+            "objects": before.objects,
+            "bytes": before.bytes,
+        },
+    )
+
+
+def _done(ctx: Context, text: str, data: dict[str, Any]) -> int:
+    if ctx.as_json:
+        ctx.emit_json({"ok": True, **data})
+    else:
+        ctx.out.write(text + "\n")
+    return EXIT_OK
+
+
+def cmd_copy(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.require_thread(args.source)
+    try:
+        ctx.saver.copy_thread(args.source, args.target)
+    except TargetThreadExistsError as exc:
+        raise Failure(EXIT_PROBLEMS, str(exc)) from None
+    after = ctx.store.run(ops.thread_stats(ctx.layout, args.target))
+    return _done(
+        ctx,
+        f"copied thread {args.source!r} to {args.target!r} ({after.objects} objects)",
+        {
+            "source": args.source,
+            "target": args.target,
+            "objects": after.objects,
+        },
+    )
+
+
+def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
+    if args.all == bool(args.threads):
+        raise Failure(EXIT_USAGE, "prune: name the threads to prune, or pass --all (not both)")
+    if args.all:
+        thread_ids = [t for t in ctx.store.iterate(ops.thread_ids(ctx.layout))]
+    else:
+        for thread_id in args.threads:
+            ctx.require_thread(thread_id)
+        thread_ids = list(args.threads)
+    bar = ctx.bar("prune", total=len(thread_ids))
+    results = []
+    for thread_id in thread_ids:
+        before = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
+        if not before.objects:
+            continue  # listed, but deleted meanwhile
+        ctx.saver.prune([thread_id], strategy="keep_latest")
+        after = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
+        results.append(
+            {
+                "thread_id": thread_id,
+                "removed_objects": before.objects - after.objects,
+                "removed_bytes": before.bytes - after.bytes,
+                "checkpoints_left": after.checkpoints,
+            }
+        )
+        bar.advance(detail=thread_id)
+    bar.close()
+    if ctx.as_json:
+        ctx.emit_json({"ok": True, "threads": results})
+        return EXIT_OK
+    rows = [[r["thread_id"], r["removed_objects"], _size(r["removed_bytes"]), r["checkpoints_left"]] for r in results]
+    _table(["THREAD", "REMOVED OBJECTS", "REMOVED", "CHECKPOINTS LEFT"], rows, ctx.out)
+    return EXIT_OK
+
+
+def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.require_thread(args.thread)
+    target: str = args.file
+    # Written beside the target and renamed at the end, so a failed export never leaves a file that
+    # looks complete.
+    partial = f"{target}.partial"
+    count = 0
+    size = 0
+    bar = ctx.bar("export")
+    try:
+        with contextlib.ExitStack() as stack:
+            stream = sys.stdout.buffer if target == "-" else stack.enter_context(open(partial, "wb"))
+            archive = stack.enter_context(tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT))
+            manifest = {
+                "format": ops.EXPORT_FORMAT,
+                "version": ops.EXPORT_VERSION,
+                "thread_id": args.thread,
+                "source": ctx.where,
+                "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            }
+            _add_member(archive, MANIFEST, json.dumps(manifest, indent=2).encode())
+            for item in ctx.store.iterate(ops.export_thread(ctx.layout, args.thread)):
+                _add_member(archive, OBJECTS_DIR + item.relative, item.body)
+                count += 1
+                size += len(item.body)
+                bar.advance()
+    except BaseException:
+        if target != "-":
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        raise
+    finally:
+        bar.close()
+    if target == "-":
+        return EXIT_OK
+    os.replace(partial, target)
+    return _done(
+        ctx,
+        f"exported thread {args.thread!r} to {target} ({count} objects, {_size(size)})",
+        {"thread_id": args.thread, "file": target, "objects": count, "bytes": size},
+    )
+
+
+def _add_member(archive: tarfile.TarFile, name: str, body: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(body)
+    info.mtime = int(time.time())
+    archive.addfile(info, io.BytesIO(body))
+
+
+@contextlib.contextmanager
+def _archive_reader(path: str) -> Iterator[tuple[dict[str, Any], Iterator[ops.Exported]]]:
+    """The manifest and a stream of the archive's objects (members are read in order, once)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+            archive = stack.enter_context(tarfile.open(fileobj=stream, mode="r|"))
+            first = archive.next()
+            if first is None or first.name != MANIFEST:
+                raise Failure(EXIT_PROBLEMS, f"{path}: not a langgraph-s3 export ({MANIFEST} is not first)")
+            manifest = json.loads(_member_bytes(archive, first))
+        except (OSError, tarfile.TarError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise Failure(EXIT_PROBLEMS, f"{path}: unreadable archive ({exc})") from None
+        if manifest.get("format") != ops.EXPORT_FORMAT or manifest.get("version") != ops.EXPORT_VERSION:
+            raise Failure(EXIT_PROBLEMS, f"{path}: unsupported export format {manifest.get('format')!r}")
+
+        def objects() -> Iterator[ops.Exported]:
+            # next(), not iteration: iterating a stream-mode archive starts again at the manifest.
+            while (member := archive.next()) is not None:
+                if not member.isfile() or not member.name.startswith(OBJECTS_DIR):
+                    raise CorruptObjectError(member.name, "unexpected member in the archive")
+                yield ops.Exported(member.name[len(OBJECTS_DIR) :], _member_bytes(archive, member))
+
+        yield manifest, objects()
+
+
+def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = archive.extractfile(member)
+    if handle is None:
+        raise CorruptObjectError(member.name, "archive member has no content")
+    return handle.read()
+
+
+def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
+    bar = ctx.bar("import")
+    with _archive_reader(args.file) as (manifest, objects):
+        thread_id = args.thread or str(manifest["thread_id"])
+
+        def counted() -> Iterator[ops.Exported]:
+            for item in objects:
+                bar.advance()
+                yield item
+
+        try:
+            written = ctx.store.run(ops.import_thread(ctx.layout, thread_id, counted()))
+        except TargetThreadExistsError as exc:
+            raise Failure(EXIT_PROBLEMS, str(exc)) from None
+        finally:
+            bar.close()
+    return _done(
+        ctx,
+        f"imported {written} objects into thread {thread_id!r}",
+        {"thread_id": thread_id, "source_thread_id": manifest["thread_id"], "objects": written},
+    )
+
+
+def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
+    if args.thread is not None:
+        ctx.require_thread(args.thread)
+        threads = [args.thread]
+    else:
+        threads = list(ctx.store.iterate(ops.thread_ids(ctx.layout)))
+    bar = ctx.bar("verify")
+    problems: list[ops.Problem] = []
+    checked = 0
+    seen: set[str] = set()
+    for thread_id in threads:
+        for item in ctx.store.iterate(ops.verify_thread(ctx.layout, ctx.core.codec, thread_id)):
+            if isinstance(item, ops.Checked):
+                checked += item.count
+                seen.add(thread_id)
+                bar.advance(item.count, detail=thread_id)
+            else:
+                problems.append(item)
+    bar.close()
+    threads = [t for t in threads if t in seen]
+    if ctx.as_json:
+        ctx.emit_json(
+            {
+                "threads": len(threads),
+                "objects": checked,
+                "problems": [dataclasses.asdict(p) for p in problems],
+            }
+        )
+    else:
+        for p in problems:
+            ctx.out.write(f"PROBLEM {p.key}: {p.problem}\n")
+        verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+        ctx.out.write(f"checked {checked} objects in {len(threads)} thread(s): {verdict}\n")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------
+# Parser and entry point
+# ------------------------------------------------------------------------------------------------
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Global options are accepted before and after the command name."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("connection and output")
+    group.add_argument(
+        "--url", default=default(None), help=f"s3://bucket/prefix?options (default: ${ENV_URL})", metavar="URL"
+    )
+    group.add_argument("--endpoint-url", default=default(None), help="S3 endpoint (non-AWS servers)")
+    group.add_argument("--region", default=default(None), help="region name")
+    group.add_argument(
+        "--serde",
+        default=default(None),
+        metavar="MODULE:ATTR",
+        help="serializer the checkpoints were written with (e.g. an EncryptedSerializer); default JsonPlusSerializer",
+    )
+    group.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
+    group.add_argument("--no-progress", action="store_true", default=default(False), help="no progress on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="langgraph-s3",
+        description="Inspect and maintain LangGraph checkpoints stored by langgraph-s3-checkpoint.",
+        epilog="Exit codes: 0 ok, 1 problems found or not found, 2 usage error, 3 S3 error.",
+    )
+    _add_global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[Context, argparse.Namespace], int], text: str) -> Any:
+        sub = commands.add_parser(name, help=text, description=text)
+        _add_global_options(sub, top=False)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    command("threads", cmd_threads, "list threads with checkpoint counts, sizes and last update")
+    sub = command("history", cmd_history, "list a thread's checkpoints, newest first")
+    sub.add_argument("thread")
+    sub.add_argument("--ns", default=None, help="only this checkpoint namespace ('' is the root graph)")
+    sub.add_argument("--limit", type=int, default=None, help="at most N checkpoints")
+    sub = command("show", cmd_show, "show one checkpoint (default: the latest) with its channel values")
+    sub.add_argument("thread")
+    sub.add_argument("checkpoint", nargs="?", default=None)
+    sub.add_argument("--ns", default="", help="checkpoint namespace (default: the root graph)")
+    sub.add_argument("--full", action="store_true", help="do not shorten long strings")
+    sub = command("delete", cmd_delete, "delete a thread and everything under it")
+    sub.add_argument("thread")
+    sub = command("copy", cmd_copy, "copy a thread to a new thread id")
+    sub.add_argument("source")
+    sub.add_argument("target")
+    sub = command("prune", cmd_prune, "keep only the latest checkpoint of threads")
+    sub.add_argument("threads", nargs="*", metavar="THREAD")
+    sub.add_argument("--keep-latest", action="store_true", help="keep the latest checkpoint (the only strategy)")
+    sub.add_argument("--all", action="store_true", help="prune every thread under the prefix")
+    sub = command("export", cmd_export, "write a thread's objects to a portable tar archive ('-' for stdout)")
+    sub.add_argument("thread")
+    sub.add_argument("file")
+    sub = command("import", cmd_import, "recreate a thread from an export archive ('-' for stdin)")
+    sub.add_argument("file")
+    sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
+    sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
+    sub.add_argument("thread", nargs="?", default=None)
+    return parser
+
+
+def _load_serde(spec: str) -> Any:
+    """``module:attr[.attr...]``: a serializer, or a class or factory called without arguments.
+
+    ``langgraph.checkpoint.serde.encrypted:EncryptedSerializer.from_pycryptodome_aes`` reads its key
+    from ``LANGGRAPH_AES_KEY``, which makes encrypted checkpoints readable without writing any code.
+    """
+    module_name, _, path = spec.partition(":")
+    if not module_name or not path:
+        raise Failure(EXIT_USAGE, f"--serde {spec!r}: expected MODULE:ATTR")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for attr in path.split("."):
+            value = getattr(value, attr)
+        if not hasattr(value, "dumps_typed") and callable(value):
+            value = value()
+    except Exception as exc:  # whatever the user's factory raises is a configuration problem
+        raise Failure(EXIT_USAGE, f"--serde {spec!r}: {type(exc).__name__}: {exc}") from None
+    if not hasattr(value, "dumps_typed") or not hasattr(value, "loads_typed"):
+        raise Failure(EXIT_USAGE, f"--serde {spec!r} is not a serializer (no dumps_typed/loads_typed)")
+    return value
+
+
+def _open(args: argparse.Namespace) -> Context:
+    url = args.url or os.environ.get(ENV_URL)
+    if not url:
+        raise Failure(EXIT_USAGE, f"no location: pass --url s3://bucket/prefix or set {ENV_URL}")
+    bucket, prefix, options = parse_url(url)
+    if args.endpoint_url:
+        options["endpoint_url"] = args.endpoint_url
+    if args.region:
+        options["region_name"] = args.region
+    if args.serde:
+        options["serde"] = _load_serde(args.serde)
+    # The CLI never creates buckets and needs no write probe: it reads what savers wrote.
+    options.pop("create_bucket", None)
+    saver = S3Saver(bucket=bucket, prefix=prefix, **options)
+    return Context(
+        saver=saver,
+        store=ops.OpsStore.like(saver._store),
+        as_json=args.json,
+        progress=not args.json and not args.no_progress and sys.stderr.isatty(),
+        out=sys.stdout,
+    )
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    sys.stderr.write(f"langgraph-s3: error: {message}\n")
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    ctx: Context | None = None
+    try:
+        ctx = _open(args)
+        code: int = args.handler(ctx, args)
+        return code
+    except Failure as exc:
+        _fail(exc.code, str(exc))
+    except InvalidConfigError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    except (BucketNotFoundError, S3AccessError, S3RequestError) as exc:
+        _fail(EXIT_S3, str(exc))
+    except (BotoCoreError, ClientError) as exc:
+        _fail(EXIT_S3, f"S3 error: {exc}")
+    except CorruptObjectError as exc:
+        _fail(EXIT_PROBLEMS, str(exc))
+    except S3CheckpointError as exc:
+        _fail(EXIT_PROBLEMS, str(exc))
+    except BrokenPipeError:
+        # Output piped into a command that stopped reading (e.g. `| head`): not an error.
+        sys.stderr.close()
+        return EXIT_OK
+    finally:
+        if ctx is not None:
+            ctx.store.close()
+            ctx.saver.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

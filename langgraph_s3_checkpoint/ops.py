@@ -1,0 +1,450 @@
+"""Operator plans behind the ``langgraph-s3`` command: thread statistics, export/import, integrity checks.
+
+Like :mod:`core`, every operation is a plan (a generator yielding request batches and ``Emit``-ting
+results), so it runs on the saver's own store with the same credentials, SSE settings and thread pool.
+The one request type added here, :class:`ListStats`, is a listing that keeps object sizes and
+modification times; :class:`OpsStore` is the store that understands it.
+
+What each kind of key under a thread is (see :mod:`keys` for the layout) is decided in one place,
+:func:`classify`, which the statistics, the importer and the verifier share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from .codec import Codec
+from .core import READ_BATCH
+from .errors import CorruptObjectError, TargetThreadExistsError
+from .keys import Layout, escape, invert_id, is_digest, unescape
+from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
+from .store import S3Store
+
+T = TypeVar("T")
+OpsPlan = Generator[Any, Any, T]
+"""A plan that may also yield :class:`ListStats` requests (run it on an :class:`OpsStore`)."""
+
+EXPORT_FORMAT = "langgraph-s3-thread"
+EXPORT_VERSION = 1
+
+
+# ------------------------------------------------------------------------------------------------
+# A listing with sizes and dates, and the store that executes it
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ListStats:
+    prefix: str
+    token: str | None = None
+    delimiter: str | None = None
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    modified: datetime
+
+
+@dataclass(frozen=True)
+class StatPage:
+    objects: list[ObjectInfo]
+    prefixes: list[str]
+    token: str | None
+
+
+@dataclass
+class OpsStore(S3Store):
+    """An :class:`S3Store` that also answers :class:`ListStats`."""
+
+    @classmethod
+    def like(cls, store: S3Store) -> OpsStore:
+        """A store with the same client, bucket and SSE arguments as ``store``."""
+        return cls(
+            client=store.client,
+            bucket=store.bucket,
+            max_concurrency=store.max_concurrency,
+            put_args=dict(store.put_args),
+            get_args=dict(store.get_args),
+        )
+
+    def _execute(self, request: Any) -> Any:
+        if not isinstance(request, ListStats):
+            return super()._execute(request)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": request.prefix}
+        if request.delimiter:
+            kwargs["Delimiter"] = request.delimiter
+        if request.token:
+            kwargs["ContinuationToken"] = request.token
+        reply = self.client.list_objects_v2(**kwargs)
+        return StatPage(
+            objects=[ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"]) for o in reply.get("Contents", ())],
+            prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
+            token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Small plan pieces
+# ------------------------------------------------------------------------------------------------
+def _one(request: Any) -> OpsPlan[Any]:
+    replies = yield [request]
+    return replies[0]
+
+
+def _listing(prefix: str, delimiter: str | None = None) -> OpsPlan[Iterator[Page]]:
+    """Every page of a listing, collected (used where the listing is one thread's, or the thread list)."""
+    pages: list[Page] = []
+    token: str | None = None
+    while True:
+        page: Page = yield from _one(ListKeys(prefix, delimiter=delimiter, token=token))
+        pages.append(page)
+        token = page.token
+        if token is None:
+            return iter(pages)
+
+
+def _stat_listing(prefix: str) -> OpsPlan[list[ObjectInfo]]:
+    objects: list[ObjectInfo] = []
+    token: str | None = None
+    while True:
+        page: StatPage = yield from _one(ListStats(prefix, token=token))
+        objects.extend(page.objects)
+        token = page.token
+        if token is None:
+            return objects
+
+
+def _name_of(segment: str, prefix: str) -> OpsPlan[str]:
+    """The real id behind a thread or namespace segment (digests keep theirs in a ``name`` object)."""
+    if not is_digest(segment):
+        return unescape(segment)
+    obj = yield from _one(Get(f"{prefix}name"))
+    return segment if obj is None else obj.body.decode("utf-8", "surrogatepass")
+
+
+def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def thread_ids(layout: Layout) -> OpsPlan[None]:
+    """Emit the id of every thread under the prefix, in key order (possibly some just deleted)."""
+    root = layout.threads_root
+    token: str | None = None
+    while True:
+        page: Page = yield from _one(ListKeys(root, delimiter="/", token=token))
+        for prefix in page.prefixes:
+            yield Emit((yield from _name_of(layout.segment_after(prefix, root), prefix)))
+        token = page.token
+        if token is None:
+            return
+
+
+def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
+    page: Page = yield from _one(ListKeys(layout.thread(thread_id), max_keys=1))
+    return bool(page.keys)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a key is
+# ------------------------------------------------------------------------------------------------
+THREAD_NAME = "thread-name"
+RUN_ENTRY = "run-entry"
+NS_NAME = "ns-name"
+HEAD = "head"
+RECORD = "record"
+WRITE = "write"
+BLOB = "blob"
+UNKNOWN = "unknown"
+
+
+def classify(relative: str) -> str:
+    """The kind of object at ``relative``, a key relative to its thread's prefix."""
+    parts = relative.split("/")
+    if parts == ["name"]:
+        return THREAD_NAME
+    if len(parts) == 3 and parts[0] == "r":
+        return RUN_ENTRY
+    if len(parts) < 3 or parts[0] != "ns":
+        return UNKNOWN
+    tail = parts[2:]
+    if tail == ["name"]:
+        return NS_NAME
+    if tail == ["head"]:
+        return HEAD
+    if len(tail) == 2 and tail[0] == "c" and Layout.is_record(relative):
+        return RECORD
+    if len(tail) == 5 and tail[0] == "c" and tail[2] == "w":
+        return WRITE
+    if len(tail) == 3 and tail[0] == "b":
+        return BLOB
+    return UNKNOWN
+
+
+def namespace_prefix(thread_prefix: str, key: str) -> str:
+    """The namespace prefix (``{thread_prefix}ns/{N}/``) of a head, record, write or blob key."""
+    ns_segment = key[len(thread_prefix) :].split("/")[1]
+    return f"{thread_prefix}ns/{ns_segment}/"
+
+
+def record_key(ns_prefix: str, checkpoint_id: str) -> str:
+    return f"{ns_prefix}c/{invert_id(checkpoint_id)}"
+
+
+def blob_key(ns_prefix: str, channel: str, version: str) -> str:
+    return f"{ns_prefix}b/{escape(channel)}/{escape(version)}"
+
+
+def is_safe_relative(relative: str) -> bool:
+    """Whether an archive member may be written under a thread prefix (no escaping it, no odd paths)."""
+    parts = relative.split("/")
+    return all(p and p not in (".", "..") for p in parts) and classify(relative) != UNKNOWN
+
+
+# ------------------------------------------------------------------------------------------------
+# Statistics
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class ThreadStats:
+    thread_id: str
+    namespaces: int = 0
+    checkpoints: int = 0
+    """Checkpoint records, committed or not (a put that lost a race leaves nothing behind)."""
+    writes: int = 0
+    blobs: int = 0
+    objects: int = 0
+    bytes: int = 0
+    last_modified: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["last_modified"] = self.last_modified.isoformat() if self.last_modified else None
+        return data
+
+
+def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
+    prefix = layout.thread(thread_id)
+    objects = yield from _stat_listing(prefix)
+    stats = ThreadStats(thread_id)
+    counters = {HEAD: "namespaces", RECORD: "checkpoints", WRITE: "writes", BLOB: "blobs"}
+    for info in objects:
+        kind = classify(info.key[len(prefix) :])
+        if kind in counters:
+            setattr(stats, counters[kind], getattr(stats, counters[kind]) + 1)
+        stats.objects += 1
+        stats.bytes += info.size
+        if stats.last_modified is None or info.modified > stats.last_modified:
+            stats.last_modified = info.modified
+    return stats
+
+
+def all_thread_stats(layout: Layout) -> OpsPlan[None]:
+    """Emit :class:`ThreadStats` for every thread."""
+    ids: list[str] = []
+    yield from _collect(thread_ids(layout), ids)
+    for thread_id in ids:
+        stats = yield from thread_stats(layout, thread_id)
+        # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".
+        if stats.objects:
+            yield Emit(stats)
+
+
+def _collect(sub: OpsPlan[Any], into: list[Any]) -> OpsPlan[Any]:
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(step, Emit):
+            into.append(step.value)
+            reply = None
+        else:
+            reply = yield step
+
+
+# ------------------------------------------------------------------------------------------------
+# Export and import
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Exported:
+    relative: str
+    body: bytes = field(repr=False)
+
+
+def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
+    """Emit every object of a thread as :class:`Exported` (key relative to the thread), heads last.
+
+    Heads are read before anything else, as ``copy_thread`` does: a checkpoint committed while the
+    export runs may add records, but they stay invisible behind the snapshot heads in the archive.
+    Returns the number of objects emitted (0 if the thread does not exist).
+    """
+    prefix = layout.thread(thread_id)
+    ns_root = layout.namespaces(thread_id)
+    namespaces = [p for page in (yield from _listing(ns_root, delimiter="/")) for p in page.prefixes]
+    heads: list[Obj | None] = (yield [Get(f"{p}head") for p in namespaces]) if namespaces else []
+    count = 0
+    for page in (yield from _listing(prefix)):
+        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME)]
+        for chunk in _chunks(keys, READ_BATCH):
+            bodies: list[Obj | None] = yield [Get(k) for k in chunk]
+            for key, obj in zip(chunk, bodies, strict=True):
+                if obj is not None:  # deleted since it was listed (pruned, or a run rolled back)
+                    yield Emit(Exported(key[len(prefix) :], obj.body))
+                    count += 1
+    for ns_prefix, head in zip(namespaces, heads, strict=True):
+        if head is not None:
+            yield Emit(Exported(f"{ns_prefix}head"[len(prefix) :], head.body))
+            count += 1
+    return count
+
+
+def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -> OpsPlan[int]:
+    """Write exported objects under ``thread_id``; heads last, so the thread appears complete or not at all.
+
+    Refuses (:class:`TargetThreadExistsError`) when the thread already has objects. Returns the number
+    of objects written.
+    """
+    if (yield from thread_exists(layout, thread_id)):
+        raise TargetThreadExistsError(
+            f"thread {thread_id!r} already exists; delete it first or import under another id (--thread)"
+        )
+    prefix = layout.thread(thread_id)
+    segment = escape(thread_id)
+    heads: list[Put] = []
+    batch: list[Request] = []
+    written = 0
+    for item in objects:
+        if not is_safe_relative(item.relative):
+            raise CorruptObjectError(item.relative, "the archive holds a key that is not part of a thread")
+        kind = classify(item.relative)
+        key = prefix + item.relative
+        if kind == THREAD_NAME:
+            continue  # rewritten below for the new id
+        if kind == HEAD:
+            heads.append(Put(key, item.body, if_none_match=True))
+            continue
+        # Unconditional, like copy_thread's copies: the emptiness check above and the conditional heads
+        # guard the thread, and a write key creates its record's "directory" on filer-backed servers,
+        # which an If-None-Match PUT of the record itself would then see as an existing object.
+        batch.append(Put(key, item.body))
+        if kind == RUN_ENTRY:
+            batch.append(Put(layout.global_run_entry_of(key, segment), item.body))
+        written += 1
+        if len(batch) >= READ_BATCH:
+            yield from _put_all(batch)
+            batch = []
+    if is_digest(segment):
+        batch.append(Put(layout.thread_name(thread_id), thread_id.encode("utf-8", "surrogatepass")))
+    if batch:
+        yield from _put_all(batch)
+    if heads:
+        yield from _put_all(list(heads))
+        written += len(heads)
+    return written
+
+
+def _put_all(puts: list[Request]) -> OpsPlan[None]:
+    replies = yield puts
+    for put, reply in zip(puts, replies, strict=True):
+        if reply is PRECONDITION_FAILED:
+            assert isinstance(put, Put)
+            raise TargetThreadExistsError(f"{put.key!r} appeared while importing: another writer uses this thread")
+
+
+# ------------------------------------------------------------------------------------------------
+# Integrity
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Progress: this many more objects were read and decoded."""
+
+    count: int
+
+
+def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
+    """Emit a :class:`Problem` for every object of the thread that does not decode or is missing.
+
+    Checks that every head and record decodes, that the record a head points at exists, that every
+    blob a record references exists and decodes, and that writes, run entries and names decode.
+    Emits :class:`Checked` as it goes and returns the number of objects read.
+    """
+    prefix = layout.thread(thread_id)
+    keys = [k for page in (yield from _listing(prefix)) for k in page.keys]
+    present = set(keys)
+    wanted: dict[str, list[str]] = {}
+    checked = 0
+    for chunk in _chunks(keys, READ_BATCH):
+        bodies: list[Obj | None] = yield [Get(k) for k in chunk]
+        for key, obj in zip(chunk, bodies, strict=True):
+            if obj is None:
+                continue  # deleted since it was listed
+            relative = key[len(prefix) :]
+            kind = classify(relative)
+            try:
+                if kind in (HEAD, RECORD):
+                    record = codec.decode_record(key, obj.body)
+                    ns_prefix = namespace_prefix(prefix, key)
+                    for channel, version in record.blobs.items():
+                        wanted.setdefault(blob_key(ns_prefix, channel, version), []).append(key)
+                    if kind == HEAD:
+                        wanted.setdefault(record_key(ns_prefix, record.checkpoint["id"]), []).append(key)
+                elif kind == WRITE:
+                    codec.decode_writes(key, obj.body)
+                elif kind == BLOB:
+                    codec.decode_blob(key, obj.body)
+                elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
+                    obj.body.decode("utf-8", "surrogatepass")
+                else:
+                    yield Emit(Problem(key, "unexpected key: not part of the checkpoint layout"))
+            except CorruptObjectError as exc:
+                yield Emit(Problem(key, _reason(exc)))
+            except UnicodeDecodeError as exc:
+                yield Emit(Problem(key, f"not valid UTF-8 ({exc})"))
+        checked += len(chunk)
+        yield Emit(Checked(len(chunk)))
+    for missing, referrers in sorted(wanted.items()):
+        if missing not in present:
+            what = "checkpoint record" if "/c/" in missing else "channel value"
+            others = f" and {len(referrers) - 1} more" if len(referrers) > 1 else ""
+            yield Emit(Problem(missing, f"missing {what} referenced by {referrers[0]!r}{others}"))
+    return checked
+
+
+def _reason(exc: CorruptObjectError) -> str:
+    """The reason alone: the key is already in the report, and the advice is the verifier's job."""
+    text = str(exc)
+    lead = f"Object {exc.key!r} is corrupt or unreadable: "
+    if text.startswith(lead):
+        text = text[len(lead) :].partition(". Other checkpoints are unaffected")[0]
+    return text
+
+
+__all__ = [
+    "Checked",
+    "Exported",
+    "ListStats",
+    "ObjectInfo",
+    "OpsStore",
+    "Problem",
+    "StatPage",
+    "ThreadStats",
+    "all_thread_stats",
+    "classify",
+    "export_thread",
+    "import_thread",
+    "thread_exists",
+    "thread_ids",
+    "thread_stats",
+    "verify_thread",
+]
