@@ -63,13 +63,7 @@ class OpsStore(S3Store):
     @classmethod
     def like(cls, store: S3Store) -> OpsStore:
         """A store with the same client, bucket and SSE arguments as ``store``."""
-        return cls(
-            client=store.client,
-            bucket=store.bucket,
-            max_concurrency=store.max_concurrency,
-            put_args=dict(store.put_args),
-            get_args=dict(store.get_args),
-        )
+        return cls(**{f.name: getattr(store, f.name) for f in dataclasses.fields(store) if f.init})
 
     def _execute(self, request: Any) -> Any:
         if not isinstance(request, ListStats):
