@@ -772,7 +772,10 @@ class Core:
             record = self.codec.decode_record(head_key, head.body)
             # DeltaChannel values absent from the head are rebuilt from ancestors' writes back to the
             # nearest ancestor that stores the channel: keep that chain, or the channel reads empty.
-            missing = set(record.checkpoint["channel_versions"]) - set(record.inline) - set(record.blobs)
+            # LangGraph names those channels in this metadata field; other channels without a stored
+            # value (triggers such as "branch:to:x") are simply empty and need no ancestor.
+            delta_channels = set(record.metadata.get("counters_since_delta_snapshot") or ())
+            missing = delta_channels - set(record.inline) - set(record.blobs)
             chain = [record]
             cursor = record.parent_id
             while missing and cursor is not None:

@@ -1,0 +1,103 @@
+"""prune(keep_latest) really prunes ordinary threads, and keeps what DeltaChannel needs; delta history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
+from uuid import uuid4
+
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.local import LocalS3Server
+
+
+def _extend(state: list[str], batches: Sequence[list[str]]) -> list[str]:
+    out = list(state)
+    for batch in batches:
+        out.extend(batch)
+    return out
+
+
+class Plain(TypedDict):
+    steps: int
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=4)]
+    turns: int
+
+
+@pytest.fixture
+def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Saver]:
+    s = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    yield s
+    s.close()
+
+
+def _objects(saver: S3Saver, thread_id: str) -> list[str]:
+    paginator = saver.client.get_paginator("list_objects_v2")
+    prefix = saver._core.layout.thread(thread_id)
+    return [
+        o["Key"] for page in paginator.paginate(Bucket=saver.bucket, Prefix=prefix) for o in page.get("Contents", [])
+    ]
+
+
+def _loop_graph(saver: S3Saver) -> Any:
+    builder = StateGraph(Plain)
+    builder.add_node("agent", lambda s: {"steps": s["steps"] + 1})
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", lambda s: END if s["steps"] >= 5 else "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def test_keep_latest_prunes_an_ordinary_thread(saver: S3Saver) -> None:
+    graph = _loop_graph(saver)
+    config = {"configurable": {"thread_id": f"t-{uuid4()}"}}
+    graph.invoke({"steps": 0}, config)
+    before = _objects(saver, config["configurable"]["thread_id"])
+    saver.prune([config["configurable"]["thread_id"]])
+    after = _objects(saver, config["configurable"]["thread_id"])
+    assert len(after) < len(before)
+    assert len(list(saver.list(config))) == 1
+    assert graph.get_state(config).values == {"steps": 5}
+
+
+def _chat_graph(saver: S3Saver) -> Any:
+    def turn(state: Chat) -> dict[str, Any]:
+        n = state.get("turns", 0) + 1
+        return {"messages": [f"user {n}", f"bot {n}"], "turns": n}
+
+    builder = StateGraph(Chat)
+    builder.add_node("turn", turn)
+    builder.add_edge(START, "turn")
+    builder.add_edge("turn", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_delta_channel_survives_keep_latest_and_uses_the_override(saver: S3Saver) -> None:
+    graph = _chat_graph(saver)
+    config = {"configurable": {"thread_id": f"chat-{uuid4()}"}}
+    for _ in range(7):
+        graph.invoke({"messages": []}, config)
+    expected = graph.get_state(config).values
+    assert len(expected["messages"]) == 14
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    ours = saver.get_delta_channel_history(config=latest.config, channels=["messages", "turns"])
+    # the base class walks get_tuple + parent_config one ancestor at a time: same answer, more requests
+    reference = BaseCheckpointSaver.get_delta_channel_history(
+        saver, config=latest.config, channels=["messages", "turns"]
+    )
+    assert ours == reference
+    assert ours["messages"]["writes"] or "seed" in ours["messages"]
+
+    saver.prune([config["configurable"]["thread_id"]])
+    fresh = S3Saver(bucket=saver.bucket, prefix=saver.prefix, client=saver.client)
+    assert _chat_graph(fresh).get_state(config).values == expected
+    graph.invoke({"messages": []}, config)
+    assert len(graph.get_state(config).values["messages"]) == 16
