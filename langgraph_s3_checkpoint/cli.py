@@ -8,6 +8,7 @@ Examples::
     langgraph-s3 show support-42
     langgraph-s3 export support-42 support-42.tar && langgraph-s3 import support-42.tar --thread support-42-copy
     langgraph-s3 verify --json
+    langgraph-s3 gc --dry-run
 
 Exit codes: 0 success, 1 problems found or thread/checkpoint not found, 2 usage or configuration
 error, 3 S3 error (unreachable endpoint, missing bucket, refused credentials).
@@ -53,7 +54,7 @@ EXIT_S3 = 3
 
 ENV_URL = "LANGGRAPH_S3_URL"
 MANIFEST = "manifest.json"
-CLIP = 400
+CLIP = 200
 """Longest string ``show`` prints in full without ``--full``."""
 OBJECTS_DIR = "objects/"
 
@@ -568,6 +569,39 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
+def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
+    from .gc import gc
+
+    if args.grace_seconds < 0:
+        raise Failure(EXIT_USAGE, "gc: --grace-seconds must be >= 0")
+    report = gc(ctx.saver, grace_seconds=args.grace_seconds, dry_run=args.dry_run)
+    if ctx.as_json:
+        ctx.emit_json(
+            {
+                "dry_run": report.dry_run,
+                "grace_seconds": report.grace_seconds,
+                "scanned": report.scanned,
+                "deleted": dict(report.deleted),
+                "deleted_objects": report.total,
+                "deleted_bytes": report.deleted_bytes,
+                "young": report.young,
+                "unreadable": report.unreadable,
+                "sample": report.sample,
+            }
+        )
+    else:
+        verb = "would delete" if report.dry_run else "deleted"
+        ctx.out.write(
+            f"scanned {report.scanned} objects; {verb} {report.total} ({_size(report.deleted_bytes)}); "
+            f"{report.young} younger than {report.grace_seconds:g} s kept\n"
+        )
+        for category, count in sorted(report.deleted.items()):
+            ctx.out.write(f"  {category}: {count}\n")
+        for key in report.unreadable:
+            ctx.out.write(f"UNREADABLE {key} (its namespace was left alone; run verify)\n")
+    return EXIT_PROBLEMS if report.unreadable else EXIT_OK
+
+
 # ------------------------------------------------------------------------------------------------
 # Parser and entry point
 # ------------------------------------------------------------------------------------------------
@@ -633,6 +667,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("import", cmd_import, "recreate a thread from an export archive ('-' for stdin)")
     sub.add_argument("file")
     sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
+    sub = command("gc", cmd_gc, "delete leftovers of interrupted or losing writes (never committed checkpoints)")
+    sub.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=3600,
+        help="keep garbage younger than this, so puts in flight are never touched (default 3600)",
+    )
+    sub.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
     sub.add_argument("thread", nargs="?", default=None)
     return parser
@@ -664,7 +706,10 @@ def _open(args: argparse.Namespace) -> Context:
     url = args.url or os.environ.get(ENV_URL)
     if not url:
         raise Failure(EXIT_USAGE, f"no location: pass --url s3://bucket/prefix or set {ENV_URL}")
-    bucket, prefix, options = parse_url(url)
+    try:
+        bucket, prefix, options = parse_url(url)
+    except ValueError as exc:  # a malformed option value (e.g. a non-integer threshold) is a usage error
+        raise Failure(EXIT_USAGE, f"bad option in the location URL: {exc}") from None
     if args.endpoint_url:
         options["endpoint_url"] = args.endpoint_url
     if args.region:

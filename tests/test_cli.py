@@ -275,12 +275,6 @@ def test_copy(env: Env) -> None:
     assert env.run("copy", "nobody", "dst2").returncode == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Core._keep_latest treats every channel without a stored value (__start__, branch:to:*) as a "
-    "DeltaChannel and keeps the whole ancestor chain; it should only follow the channels listed in "
-    "metadata['counters_since_delta_snapshot']",
-)
 def test_prune_keeps_the_latest_checkpoint(env: Env) -> None:
     for thread_id in ("p1", "p2", "p3"):
         env.finished(thread_id)
@@ -396,6 +390,34 @@ def test_verify_finds_damaged_objects(env: Env) -> None:
     assert env.run("verify", "fine").returncode == 0
 
 
+def test_gc_removes_leftovers_only(env: Env) -> None:
+    env.finished("g")
+    history = env.history_ids("g")
+    ns_prefix = env.layout.ns("g", "")
+    orphan_blob = f"{ns_prefix}b/report/{'9' * 32}"
+    probe = env.layout.probe("left-by-a-crash")
+    for key in (orphan_blob, probe):
+        env.client.put_object(Bucket=CLI_BUCKET, Key=key, Body=b"LGS3\x01\x00\x90")
+
+    kept = env.json("gc")  # default grace: everything here is too young to go
+    assert kept["deleted_objects"] == 0 and kept["young"] >= 2
+    dry = env.json("gc", "--grace-seconds", "0", "--dry-run")
+    assert dry["dry_run"] is True
+    assert dry["deleted"] == {"orphan_blob": 1, "setup_probe": 1}
+    assert set(dry["sample"]) == {orphan_blob, probe}
+    assert orphan_blob in env.keys("g")
+
+    text = env.run("gc", "--grace-seconds", "0")
+    assert text.returncode == 0
+    assert "deleted 2" in text.stdout
+    assert "orphan_blob: 1" in text.stdout
+    assert orphan_blob not in env.keys("g")
+    assert env.client.list_objects_v2(Bucket=CLI_BUCKET, Prefix=probe)["KeyCount"] == 0
+    assert env.history_ids("g") == history
+    assert env.json("verify", "g")["problems"] == []
+    assert env.run("gc", "--grace-seconds", "-1").returncode == 2
+
+
 def test_exit_codes_for_configuration_and_s3_errors(env: Env) -> None:
     no_url = {k: v for k, v in env.environ.items() if k != "LANGGRAPH_S3_URL"}
     missing = env.run("threads", env=no_url)
@@ -403,6 +425,7 @@ def test_exit_codes_for_configuration_and_s3_errors(env: Env) -> None:
     assert "LANGGRAPH_S3_URL" in missing.stderr
     assert env.run("no-such-command").returncode == 2
     assert env.run("threads", "--url", "http://not-s3").returncode == 2
+    assert env.run("threads", "--url", f"s3://{CLI_BUCKET}/x?inline_threshold=lots").returncode == 2
 
     # Options given after the command work like those before it.
     via_options = env.run(

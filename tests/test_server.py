@@ -94,23 +94,18 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=15)
 
 
-@pytest.fixture(scope="module")
-def agent_server(
-    seaweedfs_server: local.LocalS3Server, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AgentServer]:
-    seaweedfs_server.create_bucket(SERVER_BUCKET)
-    workdir = tmp_path_factory.mktemp("agent_app")
+def _start(server: local.LocalS3Server, workdir: Path, url: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Start ``langgraph dev`` on a free port with the app in ``workdir``: (process, base URL, log file)."""
     shutil.copytree(APP_DIR, workdir, dirs_exist_ok=True)
-    prefix = f"server/{os.urandom(6).hex()}"
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "AWS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "AWS_", "LANGGRAPH_"))}
     env.update(
-        LANGGRAPH_S3_URL=f"s3://{SERVER_BUCKET}/{prefix}",
-        LANGGRAPH_S3_ENDPOINT_URL=seaweedfs_server.endpoint_url,
-        LANGGRAPH_S3_REGION=seaweedfs_server.region,
+        LANGGRAPH_S3_URL=url,
+        LANGGRAPH_S3_ENDPOINT_URL=server.endpoint_url,
+        LANGGRAPH_S3_REGION=server.region,
         LANGGRAPH_S3_CREATE_BUCKET="false",
-        AWS_ACCESS_KEY_ID=seaweedfs_server.access_key,
-        AWS_SECRET_ACCESS_KEY=seaweedfs_server.secret_key,
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
         LANGSMITH_TRACING="false",
         LANGCHAIN_TRACING_V2="false",
         LANGGRAPH_CLI_NO_ANALYTICS="1",
@@ -126,12 +121,34 @@ def agent_server(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    return process, f"http://127.0.0.1:{port}", log
+
+
+@pytest.fixture(scope="module")
+def agent_server(
+    seaweedfs_server: local.LocalS3Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentServer]:
+    seaweedfs_server.create_bucket(SERVER_BUCKET)
+    prefix = f"server/{os.urandom(6).hex()}"
+    process, url, log = _start(seaweedfs_server, tmp_path_factory.mktemp("agent_app"), f"s3://{SERVER_BUCKET}/{prefix}")
     try:
-        url = f"http://127.0.0.1:{port}"
         _wait_ready(url, process, log)
         yield AgentServer(url=url, prefix=prefix, client=seaweedfs_server.client(), log=log)
     finally:
         _stop(process)
+
+
+def test_startup_fails_on_a_missing_bucket(seaweedfs_server: local.LocalS3Server, tmp_path: Path) -> None:
+    """A misconfigured location stops the server at startup, with the saver's message, not at the first run."""
+    process, _, log = _start(seaweedfs_server, tmp_path, f"s3://lgs3-missing-{os.urandom(4).hex()}/agent")
+    try:
+        returncode = process.wait(timeout=READY_TIMEOUT)
+    finally:
+        _stop(process)
+    assert returncode != 0
+    text = log.read_text()
+    assert "BucketNotFoundError" in text
+    assert "does not exist" in text
 
 
 @pytest.fixture
