@@ -93,7 +93,9 @@ class Postgres:
         self.data = os.path.join(self.dir, "data")
         self._cmd([f"{self.bin}/initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "--no-sync"])
         opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=on"
-        self._cmd([f"{self.bin}/pg_ctl", "-D", self.data, "-o", opts, "-l", os.path.join(self.dir, "log"), "-w", "start"])
+        self._cmd(
+            [f"{self.bin}/pg_ctl", "-D", self.data, "-o", opts, "-l", os.path.join(self.dir, "log"), "-w", "start"]
+        )
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres?sslmode=disable"
 
     def _cmd(self, argv: list[str]) -> None:
@@ -269,13 +271,17 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
             L.append(f"| {LABELS[s]} | {fmt(m['per_step_ms'])} | {ratio(m['per_step_ms'], base)} | {rq} |")
         L.append("")
     if ours_ss and ours_ss.get("profile_tottime"):
-        L.append("<details><summary>cProfile of S3Saver, durability=sync (main thread; pool threads not sampled)</summary>\n")
+        L.append(
+            "<details><summary>cProfile of S3Saver, durability=sync (main thread; pool threads not sampled)</summary>\n"
+        )
         L.append("```\n" + trim_profile(ours_ss["profile_tottime"]) + "\n```\n</details>\n")
 
     # 2. resume
     L.append("## 2. Resume cost: `graph.get_state(config)` by history length\n")
     sizes = p["history"]["sizes"]
-    L.append("| saver | " + " | ".join(f"{n:,} cps: ms (requests)" for n in sizes) + f" | {sizes[-1]:,} vs {sizes[0]} |")
+    L.append(
+        "| saver | " + " | ".join(f"{n:,} cps: ms (requests)" for n in sizes) + f" | {sizes[-1]:,} vs {sizes[0]} |"
+    )
     L.append("|---|" + "---:|" * (len(sizes) + 1))
     for s in SAVERS:
         r = results.get(s, {})
@@ -296,14 +302,21 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
         L.append(f"| {LABELS[s]} | " + " | ".join(cells) + f" | {growth} |")
     L.append("")
     ours_h = wl(results.get("ours", {}), "history")
-    L.append(f"Peer ÷ ours at {sizes[-1]:,} checkpoints: " + ", ".join(
-        f"{LABELS[s]} {ratio(((wl(results.get(s, {}), 'history') or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'), ((ours_h or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'))}"
-        for s in SAVERS if s != "ours"
-    ) + "\n")
+    L.append(
+        f"Peer ÷ ours at {sizes[-1]:,} checkpoints: "
+        + ", ".join(
+            f"{LABELS[s]} {ratio(((wl(results.get(s, {}), 'history') or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'), ((ours_h or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'))}"
+            for s in SAVERS
+            if s != "ours"
+        )
+        + "\n"
+    )
 
     # 3. list / history pages
     L.append(f"## 3. First page at {sizes[-1]:,} checkpoints\n")
-    L.append("| saver | `list(limit=10)` ms | requests | vs ours | `get_state_history` first 10 ms | requests | vs ours |")
+    L.append(
+        "| saver | `list(limit=10)` ms | requests | vs ours | `get_state_history` first 10 ms | requests | vs ours |"
+    )
     L.append("|---|---:|---:|---:|---:|---:|---:|")
     for s in SAVERS:
         r = results.get(s, {})
@@ -316,7 +329,9 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
         oh = ours_h["history10"]["ms"] if ours_h and "history10" in ours_h else None
         ra = a["requests"]["total"] if a.get("requests") else "n/a"
         rh = h["requests"]["total"] if h.get("requests") else "n/a"
-        L.append(f"| {LABELS[s]} | {fmt(a['ms'])} | {ra} | {ratio(a['ms'], oa)} | {fmt(h['ms'])} | {rh} | {ratio(h['ms'], oh)} |")
+        L.append(
+            f"| {LABELS[s]} | {fmt(a['ms'])} | {ra} | {ratio(a['ms'], oa)} | {fmt(h['ms'])} | {rh} | {ratio(h['ms'], oh)} |"
+        )
     L.append("")
 
     # 4. storage
@@ -344,8 +359,10 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
         pb, db = d.get("plain", {}).get("bytes"), d.get("delta", {}).get("bytes")
         dp = f"{db / pb:.2f}" if pb and db else "n/a"
         L.append(f"| {LABELS[s]} | " + " | ".join(cells) + f" | {dp} |")
-    L.append("\n(S3 savers: sum of object sizes under the saver's prefix; PostgreSQL: `pg_column_size` of the "
-             "thread's rows; SQLite: payload column lengths; InMemory: serialized payload lengths.)\n")
+    L.append(
+        "\n(S3 savers: sum of object sizes under the saver's prefix; PostgreSQL: `pg_column_size` of the "
+        "thread's rows; SQLite: payload column lengths; InMemory: serialized payload lengths.)\n"
+    )
 
     # 5. throughput
     tp = wl(results.get("ours-async", {}), "throughput")
@@ -353,8 +370,10 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
     if tp:
         L.append("| threads × steps | sequential steps/s | concurrent (asyncio.gather) steps/s | speedup |")
         L.append("|---|---:|---:|---:|")
-        L.append(f"| {tp['threads']} × {tp['steps']} | {fmt(tp['sequential_steps_per_s'])} | "
-                 f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}× |")
+        L.append(
+            f"| {tp['threads']} × {tp['steps']} | {fmt(tp['sequential_steps_per_s'])} | "
+            f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}× |"
+        )
     else:
         L.append(err(results.get("ours-async", {}), "throughput"))
     L.append("")
@@ -403,16 +422,22 @@ def check_targets(results: dict[str, Any], p: dict[str, Any], meta: dict[str, An
 
     if ss:
         rq = ss["sync"]["requests_per_step"]
-        line("≤ 3 S3 requests per superstep (≤ 2 sequential)", rq["total"] <= 3 and rq["waves"] <= 2,
-             f"durability=sync: {rq['total']:.2f} requests / superstep, {rq['waves']:.2f} sequential waves "
-             f"(async: {ss['async']['requests_per_step']['total']:.2f}, exit: {ss['exit']['requests_per_step']['total']:.2f})")
+        line(
+            "≤ 3 S3 requests per superstep (≤ 2 sequential)",
+            rq["total"] <= 3 and rq["waves"] <= 2,
+            f"durability=sync: {rq['total']:.2f} requests / superstep, {rq['waves']:.2f} sequential waves "
+            f"(async: {ss['async']['requests_per_step']['total']:.2f}, exit: {ss['exit']['requests_per_step']['total']:.2f})",
+        )
         ours_ms = ss["sync"]["per_step_ms"]
         s3_peers = [(s, wl(results.get(s, {}), "supersteps")) for s in ("tigris", "objectstorage")]
         s3_peers = [(s, d["sync"]["per_step_ms"]) for s, d in s3_peers if d and "sync" in d]
         if s3_peers:
             s, best = min(s3_peers, key=lambda x: x[1])
-            line("50-step run ≥ 2× faster than fastest working S3 peer", best / ours_ms >= 2,
-                 f"sync: ours {ours_ms:.2f} ms/step vs {LABELS[s]} {best:.2f} ms/step = {best / ours_ms:.2f}×")
+            line(
+                "50-step run ≥ 2× faster than fastest working S3 peer",
+                best / ours_ms >= 2,
+                f"sync: ours {ours_ms:.2f} ms/step vs {LABELS[s]} {best:.2f} ms/step = {best / ours_ms:.2f}×",
+            )
         else:
             line("50-step run ≥ 2× faster than fastest working S3 peer", None, "no S3 peer completed")
         pg = wl(results.get("postgres", {}), "supersteps")
@@ -420,12 +445,17 @@ def check_targets(results: dict[str, Any], p: dict[str, Any], meta: dict[str, An
             r = ours_ms / pg["sync"]["per_step_ms"]
             floor = ""
             if bare:
-                floor = (f"; bound: {ss['sync']['requests_per_step']['waves']:.2f} sequential S3 round trips/step × "
-                         f"~{(bare['put_ms'] + bare['get_ms']) / 2:.2f} ms bare SeaweedFS latency")
-            line("within 1.5× of PostgresSaver", r <= 1.5,
-                 f"sync: ours {ours_ms:.2f} vs Postgres {pg['sync']['per_step_ms']:.2f} ms/step = {r:.2f}× "
-                 f"(async: {ss['async']['per_step_ms'] / pg['async']['per_step_ms']:.2f}×, "
-                 f"exit: {ss['exit']['per_step_ms'] / pg['exit']['per_step_ms']:.2f}×){floor}")
+                floor = (
+                    f"; bound: {ss['sync']['requests_per_step']['waves']:.2f} sequential S3 round trips/step × "
+                    f"~{(bare['put_ms'] + bare['get_ms']) / 2:.2f} ms bare SeaweedFS latency"
+                )
+            line(
+                "within 1.5× of PostgresSaver",
+                r <= 1.5,
+                f"sync: ours {ours_ms:.2f} vs Postgres {pg['sync']['per_step_ms']:.2f} ms/step = {r:.2f}× "
+                f"(async: {ss['async']['per_step_ms'] / pg['async']['per_step_ms']:.2f}×, "
+                f"exit: {ss['exit']['per_step_ms'] / pg['exit']['per_step_ms']:.2f}×){floor}",
+            )
         else:
             line("within 1.5× of PostgresSaver", None, err(results.get("postgres", {}), "supersteps"))
     if h:
@@ -434,21 +464,33 @@ def check_targets(results: dict[str, Any], p: dict[str, Any], meta: dict[str, An
         a, b = gs.get(str(sizes[0])), gs.get(str(sizes[-1]))
         if a and b:
             reqs = [gs[str(n)]["requests"]["total"] for n in sizes if str(n) in gs]
-            line("get_state requests constant in history length", len(set(reqs)) == 1,
-                 f"requests at {', '.join(f'{n:,}' for n in sizes)} checkpoints: {reqs}")
-            line(f"get_state latency at {sizes[-1]:,} within 1.2× of at {sizes[0]}", b["ms"] / a["ms"] <= 1.2,
-                 f"{a['ms']:.2f} ms → {b['ms']:.2f} ms = {b['ms'] / a['ms']:.2f}×")
+            line(
+                "get_state requests constant in history length",
+                len(set(reqs)) == 1,
+                f"requests at {', '.join(f'{n:,}' for n in sizes)} checkpoints: {reqs}",
+            )
+            line(
+                f"get_state latency at {sizes[-1]:,} within 1.2× of at {sizes[0]}",
+                b["ms"] / a["ms"] <= 1.2,
+                f"{a['ms']:.2f} ms → {b['ms']:.2f} ms = {b['ms'] / a['ms']:.2f}×",
+            )
         mem = h.get("list_memory", {})
         ms = p["history"]["memory_sizes"]
         if str(ms[0]) in mem and str(ms[-1]) in mem:
             g = mem[str(ms[-1])]["peak_kib"] / max(mem[str(ms[0])]["peak_kib"], 1e-9)
-            line("list() memory flat in history length", g <= 1.5,
-                 f"peak {mem[str(ms[0])]['peak_kib']:.0f} KiB at {ms[0]:,} vs {mem[str(ms[-1])]['peak_kib']:.0f} KiB at {ms[-1]:,} ({g:.2f}×)")
+            line(
+                "list() memory flat in history length",
+                g <= 1.5,
+                f"peak {mem[str(ms[0])]['peak_kib']:.0f} KiB at {ms[0]:,} vs {mem[str(ms[-1])]['peak_kib']:.0f} KiB at {ms[-1]:,} ({g:.2f}×)",
+            )
     tp = wl(results.get("ours-async", {}), "throughput")
     if tp:
-        line("async throughput at 100 concurrent threads ≥ 5× sequential", tp["speedup"] >= 5,
-             f"{tp['sequential_steps_per_s']:.0f} → {tp['concurrent_steps_per_s']:.0f} steps/s = {tp['speedup']:.2f}× "
-             f"on {meta['nproc']} cores")
+        line(
+            "async throughput at 100 concurrent threads ≥ 5× sequential",
+            tp["speedup"] >= 5,
+            f"{tp['sequential_steps_per_s']:.0f} → {tp['concurrent_steps_per_s']:.0f} steps/s = {tp['speedup']:.2f}× "
+            f"on {meta['nproc']} cores",
+        )
     return out
 
 
@@ -592,7 +634,11 @@ def main() -> None:
                     if v.get("prefix"):
                         v["bytes"], v["objects"] = prefix_bytes(client, v["prefix"])
             results[saver] = res
-            print(f"[bench] {saver} done in {res['wall_s']:.0f}s {res.get('fatal', '')[:200]}", file=sys.stderr, flush=True)
+            print(
+                f"[bench] {saver} done in {res['wall_s']:.0f}s {res.get('fatal', '')[:200]}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         if pg is not None:
             pg.stop()

@@ -507,7 +507,9 @@ def local_bytes(b: Bench, saver: Any, thread: str) -> int | None:
         total = 0
         with saver.conn.cursor() as cur:
             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
-                cur.execute(f"select coalesce(sum(pg_column_size(t.*)), 0) from {table} t where thread_id = %s", (thread,))
+                cur.execute(
+                    f"select coalesce(sum(pg_column_size(t.*)), 0) from {table} t where thread_id = %s", (thread,)
+                )
                 row = cur.fetchone()
                 total += int(row["coalesce"] if isinstance(row, dict) else row[0])
         return total
@@ -517,7 +519,9 @@ def local_bytes(b: Bench, saver: Any, thread: str) -> int | None:
             "select coalesce(sum(length(checkpoint) + length(metadata)), 0) from checkpoints where thread_id = ?",
             (thread,),
         ).fetchone()[0]
-        w = cur.execute("select coalesce(sum(length(value)), 0) from writes where thread_id = ?", (thread,)).fetchone()[0]
+        w = cur.execute("select coalesce(sum(length(value)), 0) from writes where thread_id = ?", (thread,)).fetchone()[
+            0
+        ]
         return int(a) + int(w)
     if b.name == "inmemory":
         total = 0
