@@ -31,6 +31,7 @@ from langgraph_s3_checkpoint import local
 from langgraph_s3_checkpoint.codec import Codec
 from langgraph_s3_checkpoint.errors import InvalidConfigError
 from langgraph_s3_checkpoint.keys import Layout
+from langgraph_s3_checkpoint.ops import Checked, OpsStore, Problem, verify_thread
 from langgraph_s3_checkpoint.server import checkpointer, options_from_env, saver_from_env
 
 APP_DIR = Path(__file__).parent / "agent_app"
@@ -217,6 +218,14 @@ async def test_interrupt_resume_copy_delete(agent_server: AgentServer, sdk: Any)
     # The copy does not depend on the source's objects.
     assert (await sdk.threads.get_state(cid))["values"] == final["values"]
     assert agent_server.thread_keys(cid) == copied_keys
+    # Everything the server wrote passes the operator's integrity check.
+    store = OpsStore(agent_server.client, SERVER_BUCKET)
+    try:
+        found = list(store.iterate(verify_thread(Layout(agent_server.prefix), Codec(JsonPlusSerializer()), cid)))
+    finally:
+        store.close()
+    assert [f for f in found if isinstance(f, Problem)] == []
+    assert sum(f.count for f in found if isinstance(f, Checked)) == len(copied_keys)
 
 
 async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: AgentServer, sdk: Any) -> None:
