@@ -27,8 +27,6 @@ from langgraph.types import Command, interrupt
 from langgraph_s3_checkpoint import CorruptObjectError, S3RequestError, S3Saver, local
 from langgraph_s3_checkpoint.codec import MAGIC
 
-pytest.importorskip("Crypto", reason="pycryptodome is needed for EncryptedSerializer.from_pycryptodome_aes")
-
 AES_KEY = "0123456789abcdef0123456789abcdef"
 SSE_BUCKET = "lgs3-sse"
 
@@ -79,6 +77,7 @@ def _run_thread(saver: S3Saver, thread_id: str, secret: str) -> Any:
 
 
 def _encrypted() -> EncryptedSerializer:
+    # Needs pycryptodome (test extra); without it these tests fail with LangGraph's install hint.
     return EncryptedSerializer.from_pycryptodome_aes(key=AES_KEY.encode())
 
 
