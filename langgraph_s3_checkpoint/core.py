@@ -337,7 +337,8 @@ class Core:
         repair: list[Request] = []
         if t.checkpoint_id is not None:
             key = self.layout.record(thread_id, ns, t.checkpoint_id)
-            obj, listing = yield [Get(key), ListKeys(key)]
+            folder = self.layout.checkpoint_dir(thread_id, ns, t.checkpoint_id)
+            obj, listing = yield [Get(key), ListKeys(folder)]
             if obj is None:
                 return None
             # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
@@ -352,15 +353,16 @@ class Core:
                 return None
             record = self.codec.decode_record(head_key, obj.body)
             key = self.layout.record(thread_id, ns, record.checkpoint["id"])
+            folder = self.layout.checkpoint_dir(thread_id, ns, record.checkpoint["id"])
             self.memory.saw_head(thread_id, ns, record.checkpoint["id"], obj.etag)
-            listing = yield from _one(ListKeys(key))
+            listing = yield from _one(ListKeys(folder))
             if key not in listing.keys:
                 # The head was committed but its record was not (a crash between the two parallel
                 # PUTs): restore the record from the head, which is a copy of it.
                 repair.append(Put(key, obj.body, if_none_match=True))
         write_keys = [k for k in listing.keys if k != key]
         if listing.token is not None:
-            write_keys += [k for k in (yield from _list_all(key, listing.token)) if k != key]
+            write_keys += [k for k in (yield from _list_all(folder, listing.token)) if k != key]
         self.memory.add_blobs(thread_id, ns, record.blobs)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_keys)], repair)
         return tuples[0]

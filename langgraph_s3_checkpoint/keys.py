@@ -7,8 +7,12 @@ contains ``/`` (no prefix of one thread's keys can match another thread's) and n
 
 Checkpoint ids are stored *order-inverted* (:func:`invert_id`) so that S3's ascending LIST returns the
 newest checkpoint first. That makes ``list(limit=k)`` and ``before=`` cost O(k) requests however long
-the history is. A checkpoint's pending writes live *under* its record key, so one LIST returns each
-record immediately followed by its writes: no per-checkpoint listing is needed to stream history.
+the history is. A checkpoint's record and pending writes share the folder ``c/{R}/`` (record first, since
+``checkpoint`` sorts before ``w/``), so one LIST returns each record immediately followed by its writes:
+no per-checkpoint listing is needed to stream history.
+
+No key is ever the folder of another key (``a/b`` and ``a/b/c``): filer-backed servers such as SeaweedFS
+and MinIO map keys to files and folders and cannot hold both.
 
 Layout under ``{prefix}/`` (see docs/design.md)::
 
@@ -16,7 +20,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/r/{run}/{N}                   this thread's entries in the run index
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
     threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
-    threads/{T}/ns/{N}/c/{R}                  checkpoint record (R = invert_id(checkpoint_id))
+    threads/{T}/ns/{N}/c/{R}/checkpoint       checkpoint record (R = invert_id(checkpoint_id))
     threads/{T}/ns/{N}/c/{R}/w/{task}/{idx}   pending writes of one put_writes call
     threads/{T}/ns/{N}/b/{channel}/{version}  a channel value too large to inline
     runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
@@ -30,6 +34,9 @@ from dataclasses import dataclass
 
 MAX_SEGMENT = 180
 """Longest escaped segment kept verbatim; longer ids become ``~`` + SHA-256."""
+
+RECORD = "checkpoint"
+"""Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
 
 _KEEP = frozenset((string.ascii_letters + string.digits + "-_").encode())
 _EMPTY = "~"
@@ -126,11 +133,14 @@ class Layout:
     def records(self, thread_id: str, checkpoint_ns: str) -> str:
         return f"{self.ns(thread_id, checkpoint_ns)}c/"
 
+    def checkpoint_dir(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+        return f"{self.records(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}/"
+
     def record(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
-        return f"{self.records(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}"
+        return f"{self.checkpoint_dir(thread_id, checkpoint_ns, checkpoint_id)}{RECORD}"
 
     def writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
-        return f"{self.record(thread_id, checkpoint_ns, checkpoint_id)}/w/"
+        return f"{self.checkpoint_dir(thread_id, checkpoint_ns, checkpoint_id)}w/"
 
     def write(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
         return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}/{idx}"
@@ -154,13 +164,13 @@ class Layout:
     @staticmethod
     def is_record(key: str) -> bool:
         """Whether a key under ``c/`` is a record (the rest are its writes)."""
-        return key.endswith("~")
+        return key.endswith(f"~/{RECORD}")
 
     @staticmethod
     def checkpoint_id_of(key: str) -> str:
         """Checkpoint id of a record key or of one of its writes keys."""
         parts = key.split("/")
-        return revert_id(parts[-1] if parts[-2] == "c" else parts[-4])
+        return revert_id(parts[-2] if parts[-1] == RECORD else parts[-4])
 
     def segment_after(self, key: str, root: str) -> str:
         """The first segment of ``key`` after ``root`` (e.g. a thread segment after threads_root)."""

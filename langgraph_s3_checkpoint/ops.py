@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from . import keys
 from .codec import Codec
 from .core import READ_BATCH
 from .errors import CorruptObjectError, TargetThreadExistsError
@@ -170,7 +171,7 @@ def classify(relative: str) -> str:
         return NS_NAME
     if tail == ["head"]:
         return HEAD
-    if len(tail) == 2 and tail[0] == "c" and Layout.is_record(relative):
+    if len(tail) == 3 and tail[0] == "c" and Layout.is_record(relative):
         return RECORD
     if len(tail) == 5 and tail[0] == "c" and tail[2] == "w":
         return WRITE
@@ -186,7 +187,7 @@ def namespace_prefix(thread_prefix: str, key: str) -> str:
 
 
 def record_key(ns_prefix: str, checkpoint_id: str) -> str:
-    return f"{ns_prefix}c/{invert_id(checkpoint_id)}"
+    return f"{ns_prefix}c/{invert_id(checkpoint_id)}/{keys.RECORD}"
 
 
 def blob_key(ns_prefix: str, channel: str, version: str) -> str:

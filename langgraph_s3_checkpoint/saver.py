@@ -88,7 +88,10 @@ def parse_url(url: str) -> tuple[str, str, dict[str, Any]]:
     options: dict[str, Any] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in _INT_OPTIONS:
-            options[name] = int(value)
+            try:
+                options[name] = int(value)
+            except ValueError:
+                raise InvalidConfigError(f"URL option {name}={value!r} must be an integer") from None
         elif name in _BOOL_OPTIONS:
             options[name] = value.lower() in ("1", "true", "yes", "on")
         elif name == "region":
@@ -139,11 +142,15 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             put_args["ServerSideEncryption"] = server_side_encryption
         if sse_kms_key_id:
             put_args["SSEKMSKeyId"] = sse_kms_key_id
+        copy_args: dict[str, Any] = {}
         if sse_customer_key:
             customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": sse_customer_key}
             put_args.update(customer)
             get_args.update(customer)
-        self._store = S3Store(client, bucket, max_concurrency=max_concurrency, put_args=put_args, get_args=get_args)
+            copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
+        self._store = S3Store(
+            client, bucket, max_concurrency=max_concurrency, put_args=put_args, get_args=get_args, copy_args=copy_args
+        )
         self._core = Core(
             layout=Layout(self.prefix),
             codec=Codec(self.serde, compress_threshold=compress_threshold),

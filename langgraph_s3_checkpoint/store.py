@@ -65,6 +65,8 @@ class S3Store:
     """Extra PutObject/CopyObject arguments, e.g. server-side encryption settings."""
     get_args: dict[str, Any] = field(default_factory=dict)
     """Extra GetObject arguments (SSE-C needs the customer key on reads too)."""
+    copy_args: dict[str, Any] = field(default_factory=dict)
+    """Extra CopyObject arguments (SSE-C needs the key for the source as well as the target)."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -159,6 +161,7 @@ class S3Store:
                     Key=request.target,
                     CopySource={"Bucket": self.bucket, "Key": request.source},
                     **self.put_args,
+                    **self.copy_args,
                 )
             except ClientError as exc:
                 if _code(exc) in _MISSING_CODES:

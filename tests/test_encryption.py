@@ -227,11 +227,6 @@ def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: 
         keyless.get_tuple({"configurable": {"thread_id": "sse"}})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=S3RequestError,
-    reason="S3Store sends CopyObject without CopySourceSSECustomerAlgorithm/Key, which SSE-C sources require",
-)
 def test_sse_c_copy_thread_on_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
     server = _server("seaweedfs", request)
     with contextlib.closing(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import Counter
 from collections.abc import Iterator
@@ -92,7 +93,7 @@ async def test_async_interrupt_resume_and_history(s3_server: LocalS3Server, buck
         assert history[-1].metadata["source"] == "input"
         assert history[0].values["log"] == ["draft", "review:ok", "publish"]
         # parent links are stored, not derived: every snapshot but the first points at its predecessor
-        for newer, older in zip(history, history[1:], strict=False):
+        for newer, older in itertools.pairwise(history):
             assert newer.parent_config is not None
             assert newer.parent_config["configurable"]["checkpoint_id"] == older.config["configurable"]["checkpoint_id"]
 
@@ -107,7 +108,7 @@ def test_sync_method_of_async_saver_inside_event_loop_raises(s3_server: LocalS3S
     async def call_sync() -> None:
         saver.get_tuple(_config())
 
-    with pytest.raises(SaverMisuseError, match="aget_tuple|async method"):
+    with pytest.raises(SaverMisuseError, match=r"aget_tuple|async method"):
         asyncio.run(call_sync())
     # From a plain thread without a running loop the blocking call works.
     assert saver.get_tuple(_config()) is None
@@ -145,7 +146,7 @@ def test_history_update_state_and_fork(saver: S3Saver) -> None:
     graph.invoke({"n": 100, "trail": []}, config)
     assert graph.get_state(config).values["n"] == 101
     # The branch before the fork is still readable.
-    assert list(graph.get_state_history(first_done.config))[0].values["n"] == 1
+    assert next(iter(graph.get_state_history(first_done.config))).values["n"] == 1
 
     # Replaying from an old checkpoint re-runs from there without touching other branches.
     replay = graph.invoke(None, first_done.config)

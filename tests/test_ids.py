@@ -45,7 +45,8 @@ def test_escape_round_trips_and_stays_one_safe_segment(value: str) -> None:
 def test_inverted_ids_sort_in_reverse(a: str, b: str) -> None:
     assert revert_id(invert_id(a)) == a
     if a != b:
-        assert (invert_id(a) < invert_id(b)) == (a.encode("utf-8", "surrogatepass") > b.encode("utf-8", "surrogatepass"))
+        raw_a, raw_b = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+        assert (invert_id(a) < invert_id(b)) == (raw_a > raw_b)
 
 
 def test_no_thread_prefix_matches_another() -> None:
