@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -71,6 +71,8 @@ DELETE_BATCH = 1000
 """Keys per DeleteObjects request (the S3 maximum)."""
 READ_BATCH = 32
 """Records fetched in parallel while streaming ``list``."""
+PRUNE_GRACE = timedelta(minutes=10)
+"""prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
 JOIN_ATTEMPTS = 5
 """How often an unfenced ``put`` re-reads a head that moved under it before giving up."""
 
@@ -259,6 +261,27 @@ def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
             reply = yield step
 
 
+def each(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
+    """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
+
+    ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page
+    without holding more than one page.
+    """
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            reply = None
+            if (yield from handle(step.value)) is False:
+                sub.close()
+                return
+        else:
+            reply = yield step
+
+
 @dataclass
 class _Limit:
     remaining: int | None
@@ -421,22 +444,16 @@ class Core:
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         if config is None:
             root = self.layout.threads_root
-            lister = _pages(root, delimiter="/")
-            reply: Any = None
-            while not budget.done:
-                try:
-                    step = lister.send(reply)
-                except StopIteration:
-                    return
-                if isinstance(step, Emit):
-                    reply = None
-                    for prefix in step.value.prefixes:
-                        thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
-                        yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
-                        if budget.done:
-                            return
-                else:
-                    reply = yield step
+
+            def threads(page: Page) -> Plan[bool]:
+                for prefix in page.prefixes:
+                    thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                    yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
+                    if budget.done:
+                        return False
+                return True
+
+            yield from each(_pages(root, delimiter="/"), threads)
             return
         t = parse_config(config)
         configurable = config.get("configurable") or {}
@@ -684,21 +701,14 @@ class Core:
         thread_prefix = self.layout.thread(thread_id)
         thread_segment = escape(thread_id)
         run_prefix = f"{thread_prefix}r/"
-        lister = _pages(thread_prefix)
-        reply: Any = None
-        while True:
-            try:
-                step = lister.send(reply)
-            except StopIteration:
-                break
-            if isinstance(step, Emit):
-                keys = list(step.value.keys)
-                keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
-                if keys:
-                    yield _deletes(keys)
-                reply = None
-            else:
-                reply = yield step
+
+        def delete_page(page: Page) -> Plan[None]:
+            keys = list(page.keys)
+            keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
+            if keys:
+                yield _deletes(keys)
+
+        yield from each(_pages(thread_prefix), delete_page)
         self.memory.forget_thread(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
@@ -721,27 +731,19 @@ class Core:
         source_prefix = self.layout.thread(source_thread_id)
         target_segment = escape(target_thread_id)
         run_prefix = f"{source_prefix}r/"
-        lister = _pages(source_prefix)
-        reply: Any = None
-        while True:
-            try:
-                step = lister.send(reply)
-            except StopIteration:
-                break
-            if isinstance(step, Emit):
-                requests: list[Request] = []
-                for key in step.value.keys:
-                    if key.endswith("/head") or key == self.layout.thread_name(source_thread_id):
-                        continue
-                    target = self.layout.retarget_thread(key, source_thread_id, target_thread_id)
-                    requests.append(Copy(key, target))
-                    if key.startswith(run_prefix):
-                        requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
-                for chunk in _chunks(requests, READ_BATCH * 2):
-                    yield list(chunk)
-                reply = None
-            else:
-                reply = yield step
+
+        def copy_page(page: Page) -> Plan[None]:
+            requests: list[Request] = []
+            for key in page.keys:
+                if key.endswith("/head") or key == self.layout.thread_name(source_thread_id):
+                    continue
+                requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
+                if key.startswith(run_prefix):
+                    requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
+            for chunk in _chunks(requests, READ_BATCH * 2):
+                yield list(chunk)
+
+        yield from each(_pages(source_prefix), copy_page)
         names = self._names(target_thread_id, "")
         if names:
             yield names
@@ -794,15 +796,41 @@ class Core:
                 keep.add(self.layout.record(thread_id, ns, cid))
                 keep_prefixes.append(self.layout.writes(thread_id, ns, cid))
                 keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in kept.blobs.items())
-        doomed: list[Page] = []
-        yield from collect(_pages(self.layout.ns(thread_id, ns)), doomed)
-        victims = [
-            k for page in doomed for k in page.keys if k not in keep and not any(k.startswith(p) for p in keep_prefixes)
-        ]
-        if head is None:
-            victims = [k for k in victims if k != head_key]
-        if victims:
-            yield _deletes(victims)
+        # A put still in flight writes its blobs and its record (newer than the head) before its head;
+        # such objects are spared while younger than the grace period, or the checkpoint it is about
+        # to commit would lose them. Superseded records and their writes go whatever their age.
+        young = datetime.now(timezone.utc) - PRUNE_GRACE
+        head_id = record.checkpoint["id"] if head is not None else None
+        records_prefix = self.layout.records(thread_id, ns)
+
+        blobs_prefix = self.layout.blobs(thread_id, ns)
+        head_versions = (
+            {ch: _version_order(str(v)) for ch, v in record.checkpoint["channel_versions"].items()}
+            if head is not None
+            else {}
+        )
+
+        def in_flight(key: str) -> bool:
+            if key.startswith(records_prefix):
+                return head_id is None or Layout.checkpoint_id_of(key) > head_id
+            if key.startswith(blobs_prefix):
+                channel, version = Layout.blob_of(key)
+                current = head_versions.get(channel)
+                return current is None or _version_order(version) > current
+            return True
+
+        def prune_page(page: Page) -> Plan[None]:
+            victims = [
+                k
+                for k, modified in zip(page.keys, page.modified, strict=True)
+                if k not in keep
+                and not any(k.startswith(p) for p in keep_prefixes)
+                and not (modified > young and in_flight(k))
+            ]
+            if victims:
+                yield _deletes(victims)
+
+        yield from each(_pages(self.layout.ns(thread_id, ns)), prune_page)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
@@ -875,30 +903,23 @@ class Core:
         ``delete_thread`` for the expired ones. History objects are never listed for live threads.
         """
         root = self.layout.threads_root
-        thread_pages = _pages(root, delimiter="/")
-        reply: Any = None
-        while True:
-            try:
-                step = thread_pages.send(reply)
-            except StopIteration:
-                return
-            reply = None
-            if not isinstance(step, Emit):
-                reply = yield step
-                continue
-            for prefix in step.value.prefixes:
+
+        def expire_page(page: Page) -> Plan[None]:
+            for prefix in page.prefixes:
                 namespaces: list[Page] = []
                 yield from collect(_pages(f"{prefix}ns/", delimiter="/"), namespaces)
-                ns_prefixes = [p for page in namespaces for p in page.prefixes]
+                ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
                 # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
                 heads = yield [ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes]
-                newest = max((m for page in heads for m in page.modified), default=None)
+                newest = max((m for head_page in heads for m in head_page.modified), default=None)
                 if newest is not None and newest >= cutoff:
                     continue
                 thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
                 if not dry_run:
                     yield from self.delete_thread(thread_id)
                 yield Emit(thread_id)
+
+        yield from each(_pages(root, delimiter="/"), expire_page)
 
     # -- DeltaChannel support -----------------------------------------------------------------------
     def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[Mapping[str, DeltaChannelHistory]]:
@@ -964,6 +985,15 @@ class Core:
                 "Use a server that supports them (AWS S3, SeaweedFS, recent MinIO, R2), or pass "
                 "require_conditional_writes=False if only one process ever writes each thread."
             )
+
+
+def _version_order(version: str) -> tuple[int, str]:
+    """Order of channel versions: LangGraph's ``{n:032}.{random}`` strings and plain numbers alike."""
+    counter, _, rest = version.partition(".")
+    try:
+        return int(counter), rest
+    except ValueError:
+        return -1, version
 
 
 def _head_put(head_key: str, body: bytes, expected: str | None) -> Put:

@@ -145,8 +145,19 @@ class Layout:
     def write(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
         return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}/{idx}"
 
+    def blobs(self, thread_id: str, checkpoint_ns: str) -> str:
+        return f"{self.ns(thread_id, checkpoint_ns)}b/"
+
     def blob(self, thread_id: str, checkpoint_ns: str, channel: str, version: str) -> str:
-        return f"{self.ns(thread_id, checkpoint_ns)}b/{escape(channel)}/{escape(version)}"
+        return f"{self.blobs(thread_id, checkpoint_ns)}{escape(channel)}/{escape(version)}"
+
+    @staticmethod
+    def blob_of(key: str) -> tuple[str, str]:
+        """Channel and version of a blob key (long channel names come back as their digest)."""
+        channel, version = key.split("/")[-2:]
+        return (channel if is_digest(channel) else unescape(channel)), (
+            version if is_digest(version) else unescape(version)
+        )
 
     def run_index(self, run_id: str) -> str:
         return f"{self.prefix}runs/{escape(run_id)}/"

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from . import keys
 from .codec import Codec
-from .core import READ_BATCH
+from .core import READ_BATCH, collect
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
@@ -240,26 +240,13 @@ def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
 def all_thread_stats(layout: Layout) -> OpsPlan[None]:
     """Emit :class:`ThreadStats` for every thread."""
     ids: list[str] = []
-    yield from _collect(thread_ids(layout), ids)
+    yield from collect(thread_ids(layout), ids)
     for thread_id in ids:
         stats = yield from thread_stats(layout, thread_id)
         # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".
         if stats.objects:
             yield Emit(stats)
 
-
-def _collect(sub: OpsPlan[Any], into: list[Any]) -> OpsPlan[Any]:
-    reply: Any = None
-    while True:
-        try:
-            step = sub.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(step, Emit):
-            into.append(step.value)
-            reply = None
-        else:
-            reply = yield step
 
 
 # ------------------------------------------------------------------------------------------------

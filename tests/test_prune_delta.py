@@ -101,3 +101,35 @@ def test_delta_channel_survives_keep_latest_and_uses_the_override(saver: S3Saver
     assert _chat_graph(fresh).get_state(config).values == expected
     graph.invoke({"messages": []}, config)
     assert len(graph.get_state(config).values["messages"]) == 16
+
+
+def test_keep_latest_spares_a_put_in_flight(saver: S3Saver) -> None:
+    """Blobs and a record newer than the head (a put between its first batch and its head) survive prune."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    thread = f"flight-{uuid4()}"
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    versions: dict[str, str] = {}
+    for step in range(3):
+        versions["big"] = saver.get_next_version(versions.get("big"), None)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {"big": "x" * 10_000 + str(step)}
+        config = saver.put(config, cp, {"step": step}, {"big": versions["big"]})
+    layout = saver._core.layout
+    next_version = saver.get_next_version(versions["big"], None)
+    in_flight = [
+        layout.blob(thread, "", "big", next_version),
+        layout.record(thread, "", str(uuid6(clock_seq=99))),
+    ]
+    for key in in_flight:
+        saver.client.put_object(Bucket=saver.bucket, Key=key, Body=b"in flight")
+    saver.prune([thread])
+    remaining = set(_objects(saver, thread))
+    assert set(in_flight) <= remaining
+    # superseded blobs and records went, the head's own survived
+    assert len([k for k in remaining if "/b/" in k]) == 2
+    assert len([k for k in remaining if layout.is_record(k)]) == 2
+    assert saver.get_tuple(config) is not None
+    assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 1
