@@ -194,11 +194,7 @@ class S3Store:
     def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
         """Run a streaming plan, yielding what it emits."""
         reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration:
-                return
+        while (step := _advance(plan, reply)) is not _DONE:
             if isinstance(step, Emit):
                 reply = None
                 yield step.value
@@ -206,12 +202,9 @@ class S3Store:
                 reply = self._batch(step)
 
     async def aiterate(self, plan: Plan[Any]) -> AsyncIterator[Any]:
+        """The same, awaiting each batch instead of blocking on it."""
         reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration:
-                return
+        while (step := _advance(plan, reply)) is not _DONE:
             if isinstance(step, Emit):
                 reply = None
                 yield step.value
@@ -220,19 +213,33 @@ class S3Store:
 
     def run(self, plan: Plan[T]) -> T:
         """Run a plan to its result."""
-        reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            reply = self._batch(step) if isinstance(step, list) else None
+        return _only_result(list(self.iterate(_result_of(plan))))
 
     async def arun(self, plan: Plan[T]) -> T:
-        reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            reply = await self._abatch(step) if isinstance(step, list) else None
+        return _only_result([item async for item in self.aiterate(_result_of(plan))])
+
+
+_DONE = object()
+
+
+def _advance(plan: Plan[Any], reply: Any) -> Any:
+    """The plan's next step, or ``_DONE``."""
+    try:
+        return plan.send(reply)
+    except StopIteration:
+        return _DONE
+
+
+@dataclass(frozen=True)
+class _Result:
+    value: Any
+
+
+def _result_of(plan: Plan[T]) -> Plan[None]:
+    """Turn a plan's return value into its last emitted item, so one driver loop serves both uses."""
+    value = yield from plan
+    yield Emit(_Result(value))
+
+
+def _only_result(items: list[Any]) -> Any:
+    return items[-1].value
