@@ -57,6 +57,7 @@ from .requests import (
     CreateBucket,
     Delete,
     Emit,
+    EnsureExpiryRule,
     Get,
     ListKeys,
     Obj,
@@ -135,7 +136,7 @@ class SaverMemory:
         self._max_threads = max_threads
         self._per_thread = per_thread
         self._heads: OrderedDict[tuple[str, str], OrderedDict[str, str]] = OrderedDict()
-        self._blobs: OrderedDict[tuple[str, str], set[tuple[str, str]]] = OrderedDict()
+        self._blobs: OrderedDict[tuple[str, str], dict[tuple[str, str], datetime | None]] = OrderedDict()
         self._runs: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._names: OrderedDict[str, None] = OrderedDict()
 
@@ -169,14 +170,22 @@ class SaverMemory:
             if seen is not None:
                 seen.pop(checkpoint_id, None)
 
-    def add_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str]) -> None:
+    def add_blobs(
+        self, thread_id: str, ns: str, refs: Mapping[str, str], written: datetime | None = None
+    ) -> None:
+        """Remember that these (channel -> version) blobs exist, and when they were written if known."""
         with self._lock:
-            known = self._touch(self._blobs, (thread_id, ns), set())
-            known.update(refs.items())
+            known = self._touch(self._blobs, (thread_id, ns), {})
+            for ref in refs.items():
+                if written is not None or ref not in known:
+                    known[ref] = written
 
-    def has_blob(self, thread_id: str, ns: str, channel: str, version: str) -> bool:
+    def blob_known(self, thread_id: str, ns: str, channel: str, version: str) -> tuple[bool, datetime | None]:
+        """Whether the blob is known to exist, and when it was last written (``None``: unknown)."""
         with self._lock:
-            return (channel, version) in self._blobs.get((thread_id, ns), ())
+            known = self._blobs.get((thread_id, ns), {})
+            ref = (channel, version)
+            return ref in known, known.get(ref)
 
     def run_recorded(self, run_id: str, thread_id: str, ns: str) -> bool:
         with self._lock:
@@ -351,6 +360,8 @@ class Core:
     layout: Layout
     codec: Codec
     inline_threshold: int = 4096
+    ttl: timedelta | None = None
+    """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
     memory: SaverMemory = field(default_factory=SaverMemory)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -409,6 +420,7 @@ class Core:
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
                 values[ch] = self.codec.decode_blob(key, blob.body)
+                self.memory.add_blobs(thread_id, ns, {ch: version}, blob.modified)
             batches = []
             for key in write_keys:
                 obj = next(replies)
@@ -585,6 +597,8 @@ class Core:
         inline: dict[str, list[Any]] = {}
         blobs: dict[str, str] = {}
         prerequisites: list[Request] = []
+        renewed: dict[str, str] = {}
+        now = datetime.now(timezone.utc)
         for channel, version in checkpoint["channel_versions"].items():
             if channel not in values:
                 continue
@@ -593,14 +607,16 @@ class Core:
                 inline[channel] = typed
                 continue
             blobs[channel] = str(version)
-            if channel in new_versions or not self.memory.has_blob(thread_id, ns, channel, str(version)):
-                prerequisites.append(
-                    Put(
-                        self.layout.blob(thread_id, ns, channel, str(version)),
-                        self.codec.encode_blob(typed),
-                        if_none_match=True,
-                    )
-                )
+            blob_key = self.layout.blob(thread_id, ns, channel, str(version))
+            known, written = self.memory.blob_known(thread_id, ns, channel, str(version))
+            if channel in new_versions or (not known and self.ttl is None):
+                prerequisites.append(Put(blob_key, self.codec.encode_blob(typed), if_none_match=True))
+                renewed[channel] = str(version)
+            elif self.ttl is not None and (written is None or now - written > self.ttl / 2):
+                # An expiry rule deletes objects by their own age: rewrite a value this checkpoint
+                # still references before it gets old, or a live thread would lose it.
+                prerequisites.append(Put(blob_key, self.codec.encode_blob(typed)))
+                renewed[channel] = str(version)
         body = self.codec.encode_record(checkpoint, stored_metadata, parent_id, inline, blobs)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
         prerequisites.extend(self._names(thread_id, ns))
@@ -652,6 +668,7 @@ class Core:
                 yield [Delete((record_key,))]
                 raise CheckpointConflictError(thread_id, ns)
         self.memory.add_blobs(thread_id, ns, blobs)
+        self.memory.add_blobs(thread_id, ns, renewed, now)
         if run_id is not None:
             self.memory.record_run(str(run_id), thread_id, ns)
         return checkpoint_config(thread_id, ns, checkpoint_id)
@@ -661,7 +678,7 @@ class Core:
         puts: list[Request] = []
         for value, key in ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns))):
             if is_digest(escape(value)) and not self.memory.name_recorded(key):
-                puts.append(Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True))
+                puts.append(Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False))
                 self.memory.record_name(key)
         return puts
 
@@ -973,6 +990,8 @@ class Core:
                     f"Bucket {bucket!r} does not exist. Create it, or pass create_bucket=True to the saver."
                 )
             yield [CreateBucket()]
+        if self.ttl is not None:
+            yield [EnsureExpiryRule(f"langgraph-s3-ttl:{self.layout.prefix}", self.layout.prefix, self.ttl.days)]
         probe = self.layout.probe(token)
         yield [Put(probe, b"1", if_none_match=True)]
         second = yield from _one(Put(probe, b"2", if_none_match=True))

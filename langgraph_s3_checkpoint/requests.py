@@ -29,6 +29,8 @@ class Put:
     """Create only: the reply is :data:`PRECONDITION_FAILED` if the key exists."""
     if_match: str | None = None
     """Replace only the object with this ETag; :data:`PRECONDITION_FAILED` otherwise (or if missing)."""
+    expires: bool = True
+    """Whether the retention tag applies (when a TTL is configured); ``name`` objects never expire."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,16 @@ class CreateBucket:
     pass
 
 
-Request = Get | Put | ListKeys | Delete | Copy | BucketExists | CreateBucket
+@dataclass(frozen=True)
+class EnsureExpiryRule:
+    """Install (or update) a bucket lifecycle rule expiring tagged objects under ``prefix`` after ``days``."""
+
+    rule_id: str
+    prefix: str
+    days: int
+
+
+Request = Get | Put | ListKeys | Delete | Copy | BucketExists | CreateBucket | EnsureExpiryRule
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class Obj:
 
     body: bytes = field(repr=False)
     etag: str
+    modified: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ SaverT = TypeVar("SaverT", bound="BaseS3Saver")
 DEFAULT_INLINE_THRESHOLD = 4096
 DEFAULT_COMPRESS_THRESHOLD = 64 * 1024
 
-_INT_OPTIONS = ("inline_threshold", "compress_threshold", "max_concurrency", "max_attempts")
+_INT_OPTIONS = ("inline_threshold", "compress_threshold", "max_concurrency", "max_attempts", "ttl_days")
+EXPIRY_TAG = "langgraph-s3-ttl=1"
+"""Object tag matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
 _BOOL_OPTIONS = ("create_bucket", "require_conditional_writes")
 
 
@@ -119,11 +121,14 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         server_side_encryption: str | None = None,
         sse_kms_key_id: str | None = None,
         sse_customer_key: str | None = None,
+        ttl_days: int | None = None,
         **client_options: Any,
     ) -> None:
         super().__init__(serde=serde)
         if not bucket:
             raise InvalidConfigError("bucket is required")
+        if ttl_days is not None and ttl_days < 1:
+            raise InvalidConfigError(f"ttl_days must be a whole number of days >= 1, got {ttl_days!r}")
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options)
@@ -149,12 +154,19 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             get_args.update(customer)
             copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
         self._store = S3Store(
-            client, bucket, max_concurrency=max_concurrency, put_args=put_args, get_args=get_args, copy_args=copy_args
+            client,
+            bucket,
+            max_concurrency=max_concurrency,
+            put_args=put_args,
+            get_args=get_args,
+            copy_args=copy_args,
+            expiry_tag=EXPIRY_TAG if ttl_days else None,
         )
         self._core = Core(
             layout=Layout(self.prefix),
             codec=Codec(self.serde, compress_threshold=compress_threshold),
             inline_threshold=inline_threshold,
+            ttl=timedelta(days=ttl_days) if ttl_days else None,
         )
 
     def __repr__(self) -> str:
@@ -334,7 +346,8 @@ class S3Saver(BaseS3Saver):
 
     def setup(self) -> None:
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
-        conditional writes. Idempotent."""
+        conditional writes; with ``ttl_days``, install the bucket lifecycle rule that expires the saver's
+        tagged objects under its prefix. Idempotent."""
         self._run(self._setup_plan())
 
 

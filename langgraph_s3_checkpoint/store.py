@@ -26,6 +26,7 @@ from .requests import (
     CreateBucket,
     Delete,
     Emit,
+    EnsureExpiryRule,
     Get,
     ListKeys,
     Obj,
@@ -67,6 +68,8 @@ class S3Store:
     """Extra GetObject arguments (SSE-C needs the customer key on reads too)."""
     copy_args: dict[str, Any] = field(default_factory=dict)
     """Extra CopyObject arguments (SSE-C needs the key for the source as well as the target)."""
+    expiry_tag: str | None = None
+    """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -109,13 +112,15 @@ class S3Store:
                 if _code(exc) in _MISSING_CODES:
                     return None
                 raise
-            return Obj(reply["Body"].read(), reply["ETag"])
+            return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
         if isinstance(request, Put):
             kwargs: dict[str, Any] = dict(self.put_args)
             if request.if_none_match:
                 kwargs["IfNoneMatch"] = "*"
             if request.if_match is not None:
                 kwargs["IfMatch"] = request.if_match
+            if self.expiry_tag and request.expires:
+                kwargs["Tagging"] = self.expiry_tag
             try:
                 reply = c.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
             except ClientError as exc:
@@ -179,7 +184,27 @@ class S3Store:
         if isinstance(request, CreateBucket):
             c.create_bucket(Bucket=self.bucket)
             return None
+        if isinstance(request, EnsureExpiryRule):
+            return self._ensure_expiry_rule(request)
         raise TypeError(f"unknown request {request!r}")
+
+    def _ensure_expiry_rule(self, request: EnsureExpiryRule) -> None:
+        """Add or replace our rule, keeping every other lifecycle rule of the bucket."""
+        try:
+            rules = self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket).get("Rules", [])
+        except ClientError as exc:
+            if _code(exc) != "NoSuchLifecycleConfiguration":
+                raise
+            rules = []
+        tag_key, _, tag_value = (self.expiry_tag or "").partition("=")
+        ours = {
+            "ID": request.rule_id,
+            "Status": "Enabled",
+            "Filter": {"And": {"Prefix": request.prefix, "Tags": [{"Key": tag_key, "Value": tag_value}]}},
+            "Expiration": {"Days": request.days},
+        }
+        rules = [r for r in rules if r.get("ID") != request.rule_id] + [ours]
+        self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
 
     # -- drivers --------------------------------------------------------------------------------
     def _batch(self, requests: list[Request]) -> list[Any]:

@@ -54,3 +54,78 @@ async def test_async_expire_threads(s3_server: LocalS3Server, bucket: str, prefi
     assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
     saver.close()
     sync.close()
+
+
+def test_lifecycle_ttl_tags_objects_and_installs_one_rule(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """setup(ttl_days) installs an expiry rule for the prefix (keeping other rules); objects carry its tag."""
+    from langgraph_s3_checkpoint.saver import EXPIRY_TAG
+
+    client = s3_server.client()
+    lifecycle_bucket = f"{bucket}-ttl"
+    s3_server.create_bucket(lifecycle_bucket)
+    other = {"ID": "someone-elses", "Status": "Enabled", "Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 3}}
+    client.put_bucket_lifecycle_configuration(Bucket=lifecycle_bucket, LifecycleConfiguration={"Rules": [other]})
+    saver = S3Saver(bucket=lifecycle_bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)
+    saver.setup()
+    saver.setup()  # idempotent: the rule is replaced, not duplicated
+    rules = client.get_bucket_lifecycle_configuration(Bucket=lifecycle_bucket)["Rules"]
+    assert [r["ID"] for r in rules].count(f"langgraph-s3-ttl:{prefix}/") == 1
+    assert any(r["ID"] == "someone-elses" for r in rules)
+    ours = next(r for r in rules if r["ID"] == f"langgraph-s3-ttl:{prefix}/")
+    assert ours["Expiration"]["Days"] == 30
+    key, value = EXPIRY_TAG.split("=")
+    assert ours["Filter"]["And"]["Tags"] == [{"Key": key, "Value": value}]
+
+    config: dict[str, Any] = {"configurable": {"thread_id": "ttl", "checkpoint_ns": ""}}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = {"big": saver.get_next_version(None, None)}
+    cp["channel_values"] = {"big": "x" * 1000}
+    config = saver.put(config, cp, {"step": 0}, dict(cp["channel_versions"]))
+    saver.put_writes(config, [("big", "y")], "task")
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=lifecycle_bucket, Prefix=f"{prefix}/threads/")["Contents"]]
+    assert {k.rsplit("/", 3)[-3] for k in keys} >= {"b"}  # a blob was written
+    for key_ in keys:
+        tags = client.get_object_tagging(Bucket=lifecycle_bucket, Key=key_)["TagSet"]
+        assert tags == [{"Key": key, "Value": value}], key_
+    saver.close()
+
+
+def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> None:
+    """A saver that does not know a referenced blob's age rewrites it once, so expiry cannot take it."""
+    client = s3_server.client()
+    writer = S3Saver(bucket=bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)
+    config: dict[str, Any] = {"configurable": {"thread_id": "renew", "checkpoint_ns": ""}}
+    versions = {"big": writer.get_next_version(None, None)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {"big": "x" * 1000}
+    config = writer.put(config, cp, {"step": 0}, dict(versions))
+    counter = count_requests(client)
+    step2 = empty_checkpoint()
+    step2["channel_versions"] = dict(versions)
+    step2["channel_values"] = {"big": "x" * 1000}
+    counter.reset()
+    config = writer.put(config, step2, {"step": 1}, {})
+    assert counter.snapshot() == {"PutObject": 2}  # fresh blob: only record and head
+
+    fresh = S3Saver(bucket=bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)
+    fresh.get_tuple({"configurable": {"thread_id": "renew"}})  # reads the blob and learns its age
+    step3 = empty_checkpoint()
+    step3["channel_versions"] = dict(versions)
+    step3["channel_values"] = {"big": "x" * 1000}
+    counter.reset()
+    fresh.put(config, step3, {"step": 2}, {})
+    assert counter.snapshot() == {"PutObject": 2}
+
+    unaware = S3Saver(bucket=bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)
+    step4 = empty_checkpoint()
+    step4["channel_versions"] = dict(versions)
+    step4["channel_values"] = {"big": "x" * 1000}
+    counter.reset()
+    unaware.put(config, step4, {"step": 3}, {})
+    # blob age unknown: rewritten (renewed), then record, then head (joining: + GET head)
+    assert counter.snapshot() == {"PutObject": 3, "GetObject": 1}
+    for s in (writer, fresh, unaware):
+        s.close()
