@@ -29,6 +29,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from typing import IO, Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -427,6 +428,20 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_expire(ctx: Context, args: argparse.Namespace) -> int:
+    if args.days <= 0:
+        raise Failure(EXIT_USAGE, "expire: --days must be positive")
+    expired = ctx.saver.expire_threads(timedelta(days=args.days), dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    if ctx.as_json:
+        ctx.emit_json({"ok": True, "dry_run": args.dry_run, "threads": expired})
+        return EXIT_OK
+    for thread_id in expired:
+        ctx.out.write(f"{verb} {thread_id!r}\n")
+    ctx.out.write(f"{verb} {len(expired)} thread(s) not updated for {args.days:g} days\n")
+    return EXIT_OK
+
+
 def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
     target: str = args.file
@@ -661,6 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("threads", nargs="*", metavar="THREAD")
     sub.add_argument("--keep-latest", action="store_true", help="keep the latest checkpoint (the only strategy)")
     sub.add_argument("--all", action="store_true", help="prune every thread under the prefix")
+    sub = command("expire", cmd_expire, "delete whole threads not updated for N days (a TTL sweep)")
+    sub.add_argument("--days", type=float, required=True, help="idle time after which a thread is deleted")
+    sub.add_argument("--dry-run", action="store_true", help="list the threads, delete nothing")
     sub = command("export", cmd_export, "write a thread's objects to a portable tar archive ('-' for stdout)")
     sub.add_argument("thread")
     sub.add_argument("file")

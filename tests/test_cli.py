@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,6 +253,22 @@ def test_delete(env: Env) -> None:
     again = env.run("delete", "gone")
     assert again.returncode == 1
     assert "not found" in again.stderr
+
+
+def test_expire(env: Env) -> None:
+    env.finished("idle-a")
+    env.paused("idle b")
+    assert env.json("expire", "--days", "1")["threads"] == []
+    bad = env.run("expire", "--days=-1")
+    assert bad.returncode == 2 and "--days must be positive" in bad.stderr
+    time.sleep(1.5)  # 0.00001 days is 0.86 s: both threads are now idle for longer than that
+    listed = env.json("expire", "--days", "0.00001", "--dry-run")
+    assert listed["dry_run"] is True and sorted(listed["threads"]) == ["idle b", "idle-a"]
+    assert env.saver.get_tuple(_config("idle-a")) is not None
+    done = env.run("expire", "--days", "0.00001")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 'idle b'" in done.stdout and "deleted 'idle-a'" in done.stdout
+    assert env.keys("idle-a") == [] and env.keys("idle b") == []
 
 
 def test_copy(env: Env) -> None:
