@@ -1,0 +1,253 @@
+"""Faults between the saver and a real server: throttling, 5xx, resets, and lost responses.
+
+Requests go through :class:`faultproxy.FaultProxy`, an HTTP proxy in front of the real server that
+forwards requests unchanged (signatures still verify) and injects faults at random or on demand. The
+saver's own client is used as configured by ``make_client`` (standard retries, 5 attempts), so what is
+tested is the saver's behaviour under the retries it ships with. The most interesting fault is
+``lost``: the server applies a PUT but the answer never arrives, so the retry meets the new state (412
+for a conditional PUT) and the saver must recognise its own commit.
+
+The last tests are about server behaviour rather than injected faults: objects the saver creates
+concurrently must all survive.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from faultproxy import FaultProxy
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from workers.common import crash_graph, crash_input, crash_markers, fence_graph
+
+from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver, make_client
+from langgraph_s3_checkpoint.local import LocalS3Server
+
+BUCKET = "lgs3-test"
+FAULT_RATE = 0.10
+RUNS = int(os.environ.get("LGS3_FAULT_RUNS", "100"))
+RUNNERS = 10
+SEED = int(os.environ.get("LGS3_FAULT_SEED", random.randrange(1 << 30)))
+
+
+def cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+@pytest.fixture
+def proxy(seaweedfs_server: LocalS3Server) -> Iterator[FaultProxy]:
+    seaweedfs_server.create_bucket(BUCKET)
+    with FaultProxy(seaweedfs_server.endpoint_url, seed=SEED) as p:
+        yield p
+
+
+@pytest.fixture
+def savers(seaweedfs_server: LocalS3Server, proxy: FaultProxy, prefix: str) -> Iterator[tuple[S3Saver, S3Saver]]:
+    """(saver behind the fault proxy, saver talking to the server directly) on the same prefix."""
+    client = make_client(
+        endpoint_url=proxy.url,
+        region_name=seaweedfs_server.region,
+        aws_access_key_id=seaweedfs_server.access_key,
+        aws_secret_access_key=seaweedfs_server.secret_key,
+    )
+    faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client)
+    direct = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
+    yield faulty, direct
+    faulty.close()
+    direct.close()
+
+
+def history(saver: S3Saver, thread_id: str) -> list[CheckpointTuple]:
+    """The parent chain from the head; asserts that list() shows exactly that chain."""
+    chain: list[CheckpointTuple] = []
+    tup = saver.get_tuple(cfg(thread_id))
+    while tup is not None:
+        chain.append(tup)
+        parent = chain[-1].parent_config
+        tup = saver.get_tuple(parent) if parent else None
+        assert tup is not None or not parent, f"parent {parent} of {chain[-1].checkpoint['id']} is missing"
+    listed = [t.checkpoint["id"] for t in saver.list(cfg(thread_id))]
+    assert listed == [t.checkpoint["id"] for t in chain], "history is not one chain"
+    return chain
+
+
+def test_hundred_graph_runs_at_ten_percent_faults_match_fault_free_runs(
+    savers: tuple[S3Saver, S3Saver], proxy: FaultProxy
+) -> None:
+    faulty, direct = savers
+    reference = crash_graph(direct, rounds=1, execlog=None).invoke(crash_input(), cfg("reference"))
+    assert reference["log"] == crash_markers(1)
+    proxy.rate = FAULT_RATE
+    graph = crash_graph(faulty, rounds=1, execlog=None)
+
+    def one(i: int) -> None:
+        graph.invoke(crash_input(), cfg(f"run-{i}"), durability="sync")
+
+    with ThreadPoolExecutor(RUNNERS) as pool:
+        list(pool.map(one, range(RUNS)))
+    proxy.rate = 0.0
+    counts = proxy.snapshot()
+
+    checked = crash_graph(direct, rounds=1, execlog=None)
+    for i in range(RUNS):
+        assert checked.get_state(cfg(f"run-{i}")).values == reference, f"run-{i}"
+        try:
+            assert len(history(direct, f"run-{i}")) == len(history(direct, "reference"))
+        except AssertionError as exc:
+            trail = "\n".join(" ".join(e) for e in proxy.log if f"/run-{i}/" in e[1])
+            raise AssertionError(f"run-{i}: {exc}; its requests:\n{trail}") from exc
+    injected = sum(v for k, v in counts.items() if k not in ("requests", "forwarded"))
+    assert injected >= counts["requests"] * FAULT_RATE / 2, counts
+    assert counts.get("lost", 0) + counts.get("lost_500", 0) > 0, counts
+    print(f"\n[faults] seed={SEED} {RUNS} runs at {FAULT_RATE:.0%}: {counts}")
+
+
+@pytest.mark.parametrize("fault", ["lost", "lost_500"])
+@pytest.mark.parametrize("fresh_thread", [True, False], ids=["first-put", "fenced-put"])
+def test_lost_answer_to_the_head_put_counts_as_committed(
+    savers: tuple[S3Saver, S3Saver], proxy: FaultProxy, fault: str, fresh_thread: bool
+) -> None:
+    """The head PUT is applied but its answer is lost; the retry gets 412 and the saver sees its own
+    checkpoint at the head: success, one checkpoint, no error."""
+    faulty, direct = savers
+    parent = cfg("ambiguous")
+    if not fresh_thread:
+        parent = faulty.put(parent, empty_checkpoint(), {"step": 0}, {})
+        faulty.get_tuple(cfg("ambiguous"))
+    before = proxy.snapshot()
+    proxy.inject(fault, method="PUT", key_suffix="/head")
+    checkpoint = empty_checkpoint()
+    stored = faulty.put(parent, checkpoint, {"step": 1}, {})
+    after = proxy.snapshot()
+    assert after[fault] == before.get(fault, 0) + 1 and proxy.pending_rules() == 0
+    head = direct.get_tuple(cfg("ambiguous"))
+    assert head is not None and head.config == stored and head.checkpoint["id"] == checkpoint["id"]
+    assert len(history(direct, "ambiguous")) == (1 if fresh_thread else 2)
+    # The saver knows where the head is: its next put is fenced and commits.
+    nxt = faulty.put(stored, empty_checkpoint(), {"step": 2}, {})
+    assert direct.get_tuple(cfg("ambiguous")).config == nxt  # type: ignore[union-attr]
+
+
+def test_graph_with_every_head_answer_lost(savers: tuple[S3Saver, S3Saver], proxy: FaultProxy) -> None:
+    faulty, direct = savers
+    proxy.inject("lost", method="PUT", key_suffix="/head", times=100, alternate=True)
+    result = fence_graph(faulty).invoke({"pending": "x"}, {"configurable": {"thread_id": "every-head-lost"}})
+    assert result["steps"] == ["x"]
+    assert proxy.snapshot()["lost"] >= 3  # input checkpoint and two loop checkpoints
+    chain = history(direct, "every-head-lost")
+    assert chain[0].checkpoint["channel_values"]["steps"] == ["x"]
+
+
+def test_a_real_conflict_behind_a_lost_answer_is_still_a_conflict(
+    savers: tuple[S3Saver, S3Saver], proxy: FaultProxy
+) -> None:
+    """Recognising one's own lost commit must not swallow a genuine conflict."""
+    faulty, direct = savers
+    base = direct.put(cfg("contested"), empty_checkpoint(), {"step": 0}, {})
+    faulty.get_tuple(cfg("contested"))
+    direct.get_tuple(cfg("contested"))
+    winner = direct.put(base, empty_checkpoint(), {"step": 1}, {})
+    proxy.inject("lost_500", method="PUT", key_suffix="/head")
+    with pytest.raises(CheckpointConflictError):
+        faulty.put(base, empty_checkpoint(), {"step": 1}, {})
+    assert direct.get_tuple(cfg("contested")).config == winner  # type: ignore[union-attr]
+    assert [t.config for t in direct.list(cfg("contested"))] == [winner, base]
+
+
+def test_throttling_bursts_are_retried(savers: tuple[S3Saver, S3Saver], proxy: FaultProxy) -> None:
+    faulty, direct = savers
+    proxy.inject("slowdown", method="PUT", times=3)
+    proxy.inject("slowdown", method="GET", times=2)
+    result = fence_graph(faulty).invoke({"pending": "x"}, {"configurable": {"thread_id": "throttled"}})
+    assert result["steps"] == ["x"] and proxy.snapshot()["slowdown"] == 5
+    assert history(direct, "throttled")[0].checkpoint["channel_values"]["steps"] == ["x"]
+
+
+def test_faults_beyond_the_retry_budget_fail_cleanly(savers: tuple[S3Saver, S3Saver], proxy: FaultProxy) -> None:
+    """Six 500s in a row (5 retries after the first try) exhaust the client's retries: put raises
+    S3RequestError, nothing commits, and the thread continues normally afterwards."""
+    faulty, direct = savers
+    graph = fence_graph(faulty)
+    config: RunnableConfig = {"configurable": {"thread_id": "exhausted"}}
+    graph.invoke({"pending": "one"}, config)
+    head = direct.get_tuple(cfg("exhausted"))
+    proxy.inject("internal", method="PUT", key_suffix="/head", times=6)
+    with pytest.raises(S3RequestError) as raised:
+        graph.invoke({"pending": "two"}, config, durability="sync")
+    assert "head" in str(raised.value)
+    assert direct.get_tuple(cfg("exhausted")).config == head.config  # type: ignore[union-attr]
+    graph.invoke({"pending": "three"}, config)
+    assert graph.get_state(config).values["steps"] == ["one", "three"]
+
+
+def test_connection_resets_beyond_the_retry_budget_raise_the_package_error(
+    savers: tuple[S3Saver, S3Saver], proxy: FaultProxy
+) -> None:
+    faulty, _ = savers
+    proxy.inject("reset", method="GET", key_suffix="/head", times=6)
+    try:
+        faulty.get_tuple(cfg("unreachable"))
+    except S3RequestError:
+        return
+    except Exception as exc:
+        pytest.xfail(f"BUG: exhausted retries on resets surface as {type(exc).__name__}, not S3RequestError")
+    pytest.fail("six resets in a row should exhaust the retries")
+
+
+def test_lost_answer_while_rolling_back_a_run(savers: tuple[S3Saver, S3Saver], proxy: FaultProxy) -> None:
+    """delete_for_runs moves the head back with a conditional PUT; a lost answer to it must not turn
+    into a conflict."""
+    faulty, direct = savers
+    graph = fence_graph(faulty)
+    graph.invoke({"pending": "kept"}, {"configurable": {"thread_id": "rollback"}, "metadata": {"run_id": "run-1"}})
+    kept = direct.get_tuple(cfg("rollback"))
+    graph.invoke({"pending": "dropped"}, {"configurable": {"thread_id": "rollback"}, "metadata": {"run_id": "run-2"}})
+    proxy.inject("lost", method="PUT", key_suffix="/head")
+    try:
+        faulty.delete_for_runs(["run-2"])
+    except CheckpointConflictError:
+        pytest.xfail("BUG: a lost answer to delete_for_runs' head PUT is reported as a conflict")
+    assert direct.get_tuple(cfg("rollback")).config == kept.config  # type: ignore[union-attr]
+
+
+# -- server behaviour: objects created at the same moment must all survive ----------------------------
+CONCURRENT_ROUNDS = 150
+
+
+def test_a_checkpoint_and_its_writes_stored_at_once_both_survive(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """With durability="async" (LangGraph's default) a checkpoint's put and the put_writes of the
+    tasks running on it happen concurrently. Both objects must exist afterwards."""
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    lost: list[str] = []
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(CONCURRENT_ROUNDS):
+            thread = f"concurrent-{i}"
+            parent = saver.put(cfg(thread), empty_checkpoint(), {"step": 0}, {})
+            child = empty_checkpoint()
+            child_config = cfg(thread, child["id"])
+            put = pool.submit(saver.put, parent, child, {"step": 1}, {})
+            writes = pool.submit(saver.put_writes, child_config, [("channel", i)], "task")
+            put.result()
+            writes.result()
+            stored = saver.get_tuple(child_config)
+            if stored is None:
+                lost.append(f"{thread}: record")
+            elif stored.pending_writes != [("task", "channel", i)]:
+                lost.append(f"{thread}: writes")
+    saver.close()
+    if lost and s3_server.kind == "seaweedfs":
+        pytest.xfail(
+            f"BUG (seaweedfs): {len(lost)} of {CONCURRENT_ROUNDS} lost, e.g. {lost[:3]}; a record key is the "
+            "'directory' of its writes' keys, and SeaweedFS drops one when both are created at once"
+        )
+    assert not lost
