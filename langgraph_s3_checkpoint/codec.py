@@ -46,6 +46,10 @@ class Record:
     """Channel values small enough to live inside the record."""
     blobs: dict[str, str] = field(default_factory=dict)
     """Channel -> version of values stored as separate blob objects."""
+    previous_head: str | None = None
+    """Id of the head this checkpoint replaced when it was committed: the commit chain."""
+    detached: bool = False
+    """Committed by its record alone (older than the head when written), so outside the chain."""
 
 
 @dataclass
@@ -121,6 +125,9 @@ class Codec:
         parent_id: str | None,
         inline: dict[str, list[Any]],
         blobs: dict[str, str],
+        *,
+        previous_head: str | None = None,
+        detached: bool = False,
     ) -> bytes:
         """Frame a record from already-encoded inline values (see :meth:`encode_value`)."""
         stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
@@ -132,6 +139,8 @@ class Codec:
                 "parent": parent_id,
                 "inline": inline,
                 "blobs": blobs,
+                "previous_head": previous_head,
+                "detached": detached,
             }
         )
 
@@ -145,6 +154,8 @@ class Codec:
                 parent_id=frame["parent"],
                 inline={ch: self.load(key, typed) for ch, typed in frame["inline"].items()},
                 blobs=dict(frame["blobs"]),
+                previous_head=frame.get("previous_head"),
+                detached=bool(frame.get("detached", False)),
             )
         except (KeyError, TypeError, IndexError) as exc:
             raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
@@ -154,6 +165,14 @@ class Codec:
         frame = self._unframe(key, data)
         try:
             return str(frame["id"])
+        except (KeyError, TypeError) as exc:
+            raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
+
+    def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None]:
+        """Checkpoint id and ``previous_head`` of a record or head, without decoding anything else."""
+        frame = self._unframe(key, data)
+        try:
+            return str(frame["id"]), frame.get("previous_head")
         except (KeyError, TypeError) as exc:
             raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
 

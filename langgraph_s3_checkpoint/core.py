@@ -170,9 +170,7 @@ class SaverMemory:
             if seen is not None:
                 seen.pop(checkpoint_id, None)
 
-    def add_blobs(
-        self, thread_id: str, ns: str, refs: Mapping[str, str], written: datetime | None = None
-    ) -> None:
+    def add_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str], written: datetime | None = None) -> None:
         """Remember that these (channel -> version) blobs exist, and when they were written if known."""
         with self._lock:
             known = self._touch(self._blobs, (thread_id, ns), {})
@@ -320,7 +318,28 @@ class _NsCursor:
     buffer: list[tuple[str, list[str]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
+    expect: str | None = None
+    """The next older committed checkpoint id on the commit chain (``previous_head`` links)."""
+    chain_lost: bool = False
+    """A chain link was deleted (delete_for_runs, prune) or unknown: fall back to "not newer than the head"."""
     _skipping: bool = False
+
+    def admit(self, record: Record) -> bool:
+        """Whether a record (met in newest-first order) was committed, following the commit chain.
+
+        A put that died between its record and its head left a record the chain skips: it is
+        hidden even once a later commit makes the head newer than it.
+        """
+        cid = record.checkpoint["id"]
+        if cid == self.head_id or record.detached or self.chain_lost:
+            return True
+        if self.expect is None or cid > self.expect:
+            return False
+        if cid < self.expect:
+            self.chain_lost = True
+            return True
+        self.expect = record.previous_head
+        return True
 
     def accept(self, page: Page) -> None:
         self.token = page.token
@@ -531,13 +550,24 @@ class Core:
             return
         first: list[Request] = []
         for c in cursors:
-            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request()])
-        replies = yield first
-        for i, c in enumerate(cursors):
-            head = replies[2 * i]
+            # The head, the first page, and (when paging) the record the page starts below, whose
+            # previous_head says where the commit chain continues.
+            start = Get(self.layout.record(thread_id, c.checkpoint_ns, before_id)) if before_id else None
+            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *([start] if start else [])])
+        replies = iter((yield first))
+        for c in cursors:
+            head, page = next(replies), next(replies)
             if head is not None:
-                c.head_id = self.codec.peek_head_id(self.layout.head(thread_id, c.checkpoint_ns), head.body)
-            c.accept(replies[2 * i + 1])
+                c.head_id, c.expect = self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
+            if before_id:
+                below = next(replies)
+                if below is None:
+                    c.chain_lost = True
+                else:
+                    _, c.expect = self.codec.peek_chain(
+                        self.layout.record(thread_id, c.checkpoint_ns, before_id), below.body
+                    )
+            c.accept(page)
         while not budget.done:
             batch = yield from self._next_batch(cursors, budget, filter)
             if not batch:
@@ -548,7 +578,7 @@ class Core:
                 if obj is None:  # deleted between the listing and the read
                     continue
                 record = self.codec.decode_record(key, obj.body)
-                if matches(record.metadata, filter):
+                if cursor.admit(record) and matches(record.metadata, filter):
                     chosen.append((cursor, record, write_keys))
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
@@ -617,8 +647,13 @@ class Core:
                 # still references before it gets old, or a live thread would lose it.
                 prerequisites.append(Put(blob_key, self.codec.encode_blob(typed)))
                 renewed[channel] = str(version)
-        body = self.codec.encode_record(checkpoint, stored_metadata, parent_id, inline, blobs)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
+
+        def encode(previous_head: str | None, *, detached: bool = False) -> bytes:
+            return self.codec.encode_record(
+                checkpoint, stored_metadata, parent_id, inline, blobs, previous_head=previous_head, detached=detached
+            )
+
         prerequisites.extend(self._names(thread_id, ns))
         run_id = stored_metadata.get("run_id")
         if run_id is not None and not self.memory.run_recorded(str(run_id), thread_id, ns):
@@ -633,31 +668,37 @@ class Core:
         if expected is not None and parent_id is not None and checkpoint_id <= parent_id:
             expected = None  # not a descendant by id order: treat like a fork
         fenced = expected is not None
-        reply: Any = None
         head_obj: Obj | None = None
-        if fenced and not prerequisites:
-            # The head is a complete copy of the record, so when no blob or index entry must exist
-            # first, record and head go out together: one round trip. If only the head lands, the
-            # next read of the thread restores the record from it (see get_tuple).
-            _, reply = yield [Put(record_key, body), _head_put(head_key, body, expected)]
-        else:
-            replies = yield [*prerequisites, Put(record_key, body)] + ([] if fenced else [Get(head_key)])
+        if prerequisites or not fenced:
+            replies = yield [*prerequisites] + ([] if fenced else [Get(head_key)])
             head_obj = None if fenced else replies[-1]
 
         for attempt in range(JOIN_ATTEMPTS):
-            if reply is None:
-                if not fenced:
-                    if head_obj is not None:
-                        if checkpoint_id < self.codec.peek_head_id(head_key, head_obj.body):
-                            break  # an older checkpoint: the record alone is the commit
-                        expected = head_obj.etag
-                    else:
-                        expected = ABSENT
-                reply = yield from _one(_head_put(head_key, body, expected))
+            previous = parent_id if expected not in (None, ABSENT) else None
+            if not fenced:
+                previous, expected = None, ABSENT
+                if head_obj is not None:
+                    previous = self.codec.peek_head_id(head_key, head_obj.body)
+                    if stored_metadata.get("source") == "loop" and parent_id is not None and previous != parent_id:
+                        # A step continues its parent, which must still be the head: this is a
+                        # straggler whose saver no longer remembers the head it read (the memory
+                        # is bounded), not a fork (forks are "update", "fork" or "input").
+                        raise CheckpointConflictError(thread_id, ns)
+                    if checkpoint_id < previous:
+                        # An older checkpoint does not move the head: its record alone is the commit.
+                        yield [Put(record_key, encode(None, detached=True))]
+                        break
+                    expected = head_obj.etag
+            # The record names the head it replaces, so readers can tell committed records (a chain
+            # from the head) from records of puts that died before their head PUT. The head is a
+            # full copy of the record, so both go out together: if only the head lands, the next
+            # read restores the record from it (see get_tuple).
+            body = encode(previous)
+            assert expected is not None
+            _, reply = yield [Put(record_key, body), _head_put(head_key, body, expected)]
             if isinstance(reply, Stored):
                 self.memory.saw_head(thread_id, ns, checkpoint_id, reply.etag)
                 break
-            reply = None
             # The condition failed. If the head now holds this very checkpoint, an earlier attempt of
             # this request was applied and only its response was lost: that is success.
             head_obj = yield from _one(Get(head_key))
@@ -736,8 +777,14 @@ class Core:
         prefixes = [p for page in src_pages for p in page.prefixes]
         if not prefixes:
             return
-        existing: Page = yield from _one(ListKeys(target_ns, delimiter="/", max_keys=1))
-        if existing.prefixes or existing.keys:
+        # Only a committed checkpoint (a head) makes the target exist. Objects of a copy that died
+        # before committing, and the emptied folders some servers (SeaweedFS) keep listing after a
+        # delete, must not block a new copy: it overwrites the former and ignores the latter.
+        target_pages: list[Page] = []
+        yield from collect(_pages(target_ns, delimiter="/"), target_pages)
+        target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
+        found = (yield [Get(k) for k in target_heads]) if target_heads else []
+        if any(obj is not None for obj in found):
             raise TargetThreadExistsError(
                 f"copy_thread: target thread {target_thread_id!r} already has checkpoints; "
                 "delete it first or choose a new thread id"
@@ -847,7 +894,10 @@ class Core:
             if victims:
                 yield _deletes(victims)
 
-        yield from each(_pages(self.layout.ns(thread_id, ns)), prune_page)
+        # Records (with their writes) before blobs: a crash in between must not leave a record whose
+        # blobs are gone, which list() would fail on until the prune runs again.
+        for part in (records_prefix, blobs_prefix):
+            yield from each(_pages(part), prune_page)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
@@ -908,7 +958,12 @@ class Core:
             else:
                 reply = yield from _one(Delete((head_key,)))
             if reply is PRECONDITION_FAILED:
-                raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
+                # A retried PUT whose first attempt was applied (answer lost) also fails its
+                # condition: that is success if the head now holds the survivor.
+                now = yield from _one(Get(head_key))
+                moved_back = now is not None and survivor is not None and now.body == survivor.body
+                if not moved_back:
+                    raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
         yield _deletes(doomed)
 
     # -- retention ------------------------------------------------------------------------------------

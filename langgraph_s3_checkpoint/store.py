@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from .errors import BucketNotFoundError, S3AccessError, S3RequestError
 from .requests import (
@@ -62,11 +63,11 @@ class S3Store:
     client: Any
     bucket: str
     max_concurrency: int = 32
-    put_args: dict[str, Any] = field(default_factory=dict)
+    put_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """Extra PutObject/CopyObject arguments, e.g. server-side encryption settings."""
-    get_args: dict[str, Any] = field(default_factory=dict)
+    get_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """Extra GetObject arguments (SSE-C needs the customer key on reads too)."""
-    copy_args: dict[str, Any] = field(default_factory=dict)
+    copy_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """Extra CopyObject arguments (SSE-C needs the key for the source as well as the target)."""
     expiry_tag: str | None = None
     """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
@@ -100,7 +101,8 @@ class S3Store:
                 ) from None
             where = getattr(request, "key", None) or getattr(request, "prefix", None) or self.bucket
             raise S3RequestError(f"{type(request).__name__} {where!r} failed: {code or exc}") from exc
-        except EndpointConnectionError as exc:
+        except (BotoConnectionError, HTTPClientError) as exc:
+            # Connection refused, reset, closed or timed out on every retry.
             raise S3RequestError(f"Cannot reach the S3 endpoint: {exc}") from exc
 
     def _execute(self, request: Request) -> Any:

@@ -40,9 +40,7 @@ from workers.common import (
 
 from langgraph_s3_checkpoint import (
     CheckpointConflictError,
-    CorruptObjectError,
     S3Saver,
-    TargetThreadExistsError,
     core,
 )
 from langgraph_s3_checkpoint.gc import gc
@@ -168,27 +166,6 @@ def test_sigkill_between_any_two_requests_then_resume(
     )
 
 
-def test_async_durability_stores_each_steps_own_barrier(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    """With durability="async" LangGraph 1.2.22 calls put() in the background, after the previous put
-    finished, with channel values it shares with the running graph. A join barrier
-    (add_edge([a, b, c], join)) checkpoints its live set and later adds to it, so a saver slower than
-    the graph's steps stores a later barrier state than the step had, and a resume from such a
-    checkpoint skips the join. The saver cannot copy earlier than it is called; this test records
-    the upstream defect and fails once it is fixed, so the crash graph can go back to a barrier."""
-    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
-    graph = crash_graph(saver, rounds=3, execlog=None, join_barrier=True)
-    stored = {}
-    for mode in ("sync", "async"):
-        config = cfg(f"barrier-{mode}")
-        graph.invoke(crash_input(), config, durability=mode)
-        stored[mode] = [sorted(t.checkpoint["channel_values"].get("join:a+b+c:join") or []) for t in saver.list(config)]
-    saver.close()
-    if stored["async"] != stored["sync"]:
-        pytest.xfail(
-            f"BUG (LangGraph, async durability): barrier states stored {stored['async']}, ran {stored['sync']}"
-        )
-
-
 # -- delete_thread, copy_thread, prune ---------------------------------------------------------------
 def populate(saver: S3Saver, thread_id: str) -> None:
     """Three runs of a graph with a subgraph: several namespaces, blobs, run-index entries."""
@@ -259,7 +236,7 @@ def test_sigkill_inside_maintenance_operations(
     requests_per_op = measure(saver, op, "measured", "measured-copy", monkeypatch)
     env = worker_env(server, BUCKET, prefix)
 
-    kills = blocked = 0
+    kills = 0
     for i in range(OPS_ITERATIONS):
         victim, target = f"victim-{i}", f"copy-{i}"
         saver.copy_thread("template", victim)
@@ -274,12 +251,7 @@ def test_sigkill_inside_maintenance_operations(
         reader = fresh(server, saver)
         # Every thread still reads without errors, at its last committed checkpoint.
         assert snapshot(reader, "bystander") == bystander
-        try:
-            after = snapshot(reader, victim)
-        except CorruptObjectError as exc:
-            if op != "prune":
-                raise
-            pytest.xfail(f"BUG: prune left a record without its blob {exc.key} (see the between-batches test)")
+        after = snapshot(reader, victim)
         if op == "delete":
             assert after in ({}, before), f"half-deleted thread visible (kill at {kill_at})"
             reader.delete_thread(victim)
@@ -294,16 +266,7 @@ def test_sigkill_inside_maintenance_operations(
             if copied != before:
                 # Documented recovery for an interrupted copy (docs/safety.md): delete the target, copy again.
                 reader.delete_thread(target)
-                try:
-                    reader.copy_thread(victim, target)
-                except TargetThreadExistsError:
-                    # Known defect (test_copy_thread_onto_a_deleted_thread_id): check a fresh id works.
-                    blocked += 1
-                    target = f"{target}-fresh"
-                    reader.copy_thread(victim, target)
-            lost = set(before) - set(snapshot(reader, target))
-            if lost and server.kind == "seaweedfs":
-                pytest.xfail(f"BUG (seaweedfs): copy_thread lost records {sorted(lost)} (test_faults.py, clash)")
+                reader.copy_thread(victim, target)
             assert snapshot(reader, target) == before
         else:
             assert heads(reader, victim) == before_heads
@@ -315,7 +278,6 @@ def test_sigkill_inside_maintenance_operations(
     assert kills >= OPS_ITERATIONS // 2
     print(
         f"\n[crash {op}] seed={SEED} {requests_per_op} requests/op, {kills} kills of {OPS_ITERATIONS}"
-        + (f", {blocked} re-copies blocked by the deleted-thread-id defect" if blocked else "")
     )
 
 
@@ -341,10 +303,7 @@ def test_copy_thread_can_be_rerun_after_a_crash_before_it_committed(
     reader = fresh(server, saver)
     assert snapshot(reader, "target") == {}
     assert keys_of_thread(reader, "target"), "the crash should have left copied objects behind"
-    try:
-        reader.copy_thread("source", "target")
-    except TargetThreadExistsError:
-        pytest.xfail("BUG: copy_thread refuses a target that has leftovers but no committed checkpoint")
+    reader.copy_thread("source", "target")
     assert snapshot(reader, "target") == snapshot(reader, "source")
     reader.close()
 
@@ -363,12 +322,8 @@ def test_prune_killed_between_delete_batches_leaves_every_checkpoint_readable(
     code, _, err = finish(spawn("ops_worker.py", [*args, "--kill-op=DeleteObjects", "--kill-at=2"], env))
     assert code == SIGKILLED, err[-3000:]
     reader = fresh(server, saver)
-    try:
-        snapshot(reader, "pruned")
-    except CorruptObjectError as exc:
-        pytest.xfail(f"BUG: prune deletes blobs before the records that reference them: {exc.key}")
-    finally:
-        reader.close()
+    snapshot(reader, "pruned")  # raises CorruptObjectError if a record lost a blob it references
+    reader.close()
     reader = fresh(server, saver)
     reader.prune(["pruned"], strategy="keep_latest")
     assert len(snapshot(reader, "pruned")) == len(heads(reader, "pruned"))
@@ -417,8 +372,7 @@ def test_a_put_interrupted_before_its_head_stays_invisible_after_later_commits(
         tup = resumed.get_tuple(tup.parent_config) if tup.parent_config else None
     phantoms = [t.checkpoint["id"] for t in resumed.list(cfg("phantom")) if t.checkpoint["id"] not in chain_ids]
     resumed.close()
-    if phantoms:
-        pytest.xfail(f"BUG: uncommitted records became visible after a later commit: {phantoms}")
+    assert phantoms == [], f"uncommitted records became visible after a later commit: {phantoms}"
 
 
 def test_copy_thread_onto_a_deleted_thread_id(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
@@ -429,13 +383,9 @@ def test_copy_thread_onto_a_deleted_thread_id(s3_server: LocalS3Server, bucket: 
     saver.copy_thread("source", "target")
     saver.delete_thread("target")
     assert keys_of_thread(saver, "target") == []
-    try:
-        saver.copy_thread("source", "target")
-    except TargetThreadExistsError:
-        pytest.xfail(f"BUG ({s3_server.kind}): copy_thread refuses a deleted thread id")
-    finally:
-        saver.close()
+    saver.copy_thread("source", "target")
     assert snapshot(saver, "target") == snapshot(saver, "source")
+    saver.close()
 
 
 # -- gc: leftovers of interrupted and losing writes ----------------------------------------------------
