@@ -82,3 +82,11 @@ class RequestCounter:
         """Stop counting; the counts stay readable.  Safe to call more than once."""
         for event, _handler, unique_id in self._hooks:
             self._events.unregister(event, unique_id=unique_id)
+
+
+def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+    """A LangGraph config for a thread (and namespace, and checkpoint when given)."""
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any, TypedDict
 
 import pytest
+from helpers import cfg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
@@ -27,11 +28,6 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 MB = 1024 * 1024
 
 
-def cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 @pytest.fixture

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RequestCounter
-from langchain_core.runnables import RunnableConfig
+from helpers import RequestCounter, cfg
 from langgraph.checkpoint.base import empty_checkpoint
 from workers.common import (
     crash_graph,
@@ -59,11 +58,6 @@ SIGKILLED = -9
 BUCKET = "lgs3-test"
 
 
-def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import os
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 from faultproxy import FaultProxy
+from helpers import cfg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import crash_graph, crash_input, crash_markers, fence_graph
@@ -35,11 +35,6 @@ RUNNERS = 10
 SEED = int(os.environ.get("LGS3_FAULT_SEED", random.randrange(1 << 30)))
 
 
-def cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 @pytest.fixture
@@ -226,7 +221,7 @@ def test_a_checkpoint_and_its_writes_stored_at_once_both_survive(
             thread = f"concurrent-{i}"
             parent = saver.put(cfg(thread), empty_checkpoint(), {"step": 0}, {})
             child = empty_checkpoint()
-            child_config = cfg(thread, child["id"])
+            child_config = cfg(thread, checkpoint_id=child["id"])
             put = pool.submit(saver.put, parent, child, {"step": 1}, {})
             writes = pool.submit(saver.put_writes, child_config, [("channel", i)], "task")
             put.result()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import cfg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import fence_graph, finish, release, spawn, worker_env
@@ -25,11 +26,6 @@ COMMITS_PER_WORKER = 6
 ATTEMPTS_PER_WORKER = 60
 
 
-def cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 @pytest.fixture
