@@ -118,6 +118,7 @@ def main() -> None:
         print(f"  endpoint {server.endpoint_url}, bucket {BUCKET!r}\n")
 
         print("1) Child process A runs the agent; one tool will crash it.")
+        sys.stdout.flush()  # the children write to the same stdout: keep the story in order
         first = subprocess.run(WORKER, env={**env, "DEMO_CRASH": "1"})
         died = -first.returncode == signal.SIGKILL
         print(f"  process A exited with {'SIGKILL' if died else first.returncode}")
@@ -125,6 +126,7 @@ def main() -> None:
         log.write_text("")
 
         print("\n2) A fresh process B resumes the same thread from the bucket (invoke(None, config)).")
+        sys.stdout.flush()
         second = subprocess.run(WORKER, env={**env, "DEMO_CRASH": "0"})
         _show(log)
         if not died or second.returncode != 0:
