@@ -131,8 +131,9 @@ class SaverMemory:
     checkpoint, or a fresh saver) *joins*: it reads the current head and commits on its ETag.
     """
 
-    def __init__(self, max_threads: int = 10_000, per_thread: int = 16) -> None:
+    def __init__(self, max_threads: int = 10_000, per_thread: int = 16, blobs_per_namespace: int = 256) -> None:
         self._lock = threading.Lock()
+        self._blobs_per_namespace = blobs_per_namespace
         self._max_threads = max_threads
         self._per_thread = per_thread
         self._heads: OrderedDict[tuple[str, str], OrderedDict[str, str]] = OrderedDict()
@@ -175,8 +176,10 @@ class SaverMemory:
         with self._lock:
             known = self._touch(self._blobs, (thread_id, ns), {})
             for ref in refs.items():
-                if written is not None or ref not in known:
-                    known[ref] = written
+                when = written if written is not None else known.pop(ref, None)
+                known[ref] = when  # re-inserted: the most recently referenced blobs are kept
+            while len(known) > self._blobs_per_namespace:
+                del known[next(iter(known))]
 
     def blob_known(self, thread_id: str, ns: str, channel: str, version: str) -> tuple[bool, datetime | None]:
         """Whether the blob is known to exist, and when it was last written (``None``: unknown)."""
