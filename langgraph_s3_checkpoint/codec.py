@@ -162,11 +162,7 @@ class Codec:
 
     def peek_head_id(self, key: str, data: bytes) -> str:
         """The checkpoint id of a record or head, without decoding anything else."""
-        frame = self._unframe(key, data)
-        try:
-            return str(frame["id"])
-        except (KeyError, TypeError) as exc:
-            raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
+        return self.peek_chain(key, data)[0]
 
     def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None]:
         """Checkpoint id and ``previous_head`` of a record or head, without decoding anything else."""

@@ -49,7 +49,7 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import Layout, escape, invert_id, is_digest, unescape
+from .keys import Layout, escape, is_digest, unescape
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -1102,4 +1102,4 @@ def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
     return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]
 
 
-__all__ = ["Core", "SaverMemory", "Target", "checkpoint_config", "invert_id", "parse_config"]
+__all__ = ["Core", "SaverMemory", "Target", "checkpoint_config", "parse_config"]
