@@ -36,11 +36,14 @@ PEER_VENVS = {
     "tigris": os.environ.get("BENCH_TIGRIS_PYTHON", "/tmp/lg-bench-tigris/bin/python"),
     "objectstorage": os.environ.get("BENCH_OBJECTSTORAGE_PYTHON", "/tmp/lg-bench-objstore/bin/python"),
 }
-SAVERS = ["ours", "ours-async", "tigris", "objectstorage", "postgres", "sqlite", "inmemory"]
-S3_SAVERS = {"ours", "ours-async", "tigris", "objectstorage"}
+OURS = ["ours", "ours-async", "ours-direct", "ours-async-direct"]
+SAVERS = [*OURS, "tigris", "objectstorage", "postgres", "sqlite", "inmemory"]
+S3_SAVERS = {*OURS, "tigris", "objectstorage"}
 LABELS = {
     "ours": "S3Saver (ours)",
     "ours-async": "AsyncS3Saver (ours)",
+    "ours-direct": "S3Saver (ours, transport=direct)",
+    "ours-async-direct": "AsyncS3Saver (ours, transport=direct)",
     "tigris": "TigrisSaver",
     "objectstorage": "ObjectStorageSaver (s3fs)",
     "postgres": "PostgresSaver",
@@ -117,21 +120,43 @@ class Postgres:
 
 
 def bare_latency(server: Any) -> dict[str, float]:
-    """Median of bare PutObject / GetObject round trips: the floor any S3 saver pays per request."""
+    """Median wall time and mean client CPU of bare PutObject / GetObject round trips, per transport.
+
+    The floor any S3 saver pays per request, and what the client itself costs: boto3's full pipeline
+    against our direct transport (SigV4 + urllib3) sending the same requests to the same server.
+    """
+    from langgraph_s3_checkpoint.requests import Get, Put
+    from langgraph_s3_checkpoint.transport import DirectTransport
+
     client = server.client()
+    direct = DirectTransport(client, BUCKET)
     body = b"x" * 1024
-    puts, gets = [], []
-    for i in range(200):
-        key = f"bare/{i}"
-        t0 = time.perf_counter()
-        client.put_object(Bucket=BUCKET, Key=key, Body=body)
-        t1 = time.perf_counter()
-        client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-        t2 = time.perf_counter()
-        if i >= 20:
-            puts.append(t1 - t0)
-            gets.append(t2 - t1)
-    return {"put_ms": statistics.median(puts) * 1000, "get_ms": statistics.median(gets) * 1000}
+    senders = {
+        "boto3": (
+            lambda key: client.put_object(Bucket=BUCKET, Key=key, Body=body),
+            lambda key: client.get_object(Bucket=BUCKET, Key=key)["Body"].read(),
+        ),
+        "direct": (lambda key: direct.execute(Put(key, body)), lambda key: direct.execute(Get(key))),
+    }
+    out: dict[str, float] = {}
+    for name, (put, get) in senders.items():
+        walls: dict[str, list[float]] = {"put": [], "get": []}
+        cpu = {"put": 0.0, "get": 0.0}
+        for i in range(200):
+            key = f"bare/{name}/{i}"
+            for op, send in (("put", put), ("get", get)):
+                c0, t0 = time.process_time(), time.perf_counter()
+                send(key)
+                t1, c1 = time.perf_counter(), time.process_time()
+                if i >= 20:
+                    walls[op].append(t1 - t0)
+                    cpu[op] += c1 - c0
+        suffix = "" if name == "boto3" else "_direct"
+        for op in ("put", "get"):
+            out[f"{op}_ms{suffix}"] = statistics.median(walls[op]) * 1000
+            out[f"{op}_cpu_ms{suffix}"] = cpu[op] / 180 * 1000
+    direct.close()
+    return out
 
 
 def prefix_bytes(client: Any, prefix: str) -> tuple[int, int]:
@@ -151,7 +176,7 @@ def run_worker(saver: str, spec: dict[str, Any], timeout: float, tmp: str) -> di
     out_path = os.path.join(tmp, f"{saver}.out.json")
     Path(spec_path).write_text(json.dumps({**spec, "saver": saver}))
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if saver in ("ours", "ours-async") else dict(os.environ)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if saver in OURS else dict(os.environ)
     proc = subprocess.Popen(
         [python, str(HERE / "worker.py"), spec_path, out_path],
         stdout=subprocess.PIPE,
@@ -234,8 +259,10 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
     bare = meta.get("bare")
     if bare:
         L.append(
-            f"Bare SeaweedFS round trip (boto3, 1 KiB, median of 180): PutObject {bare['put_ms']:.2f} ms, "
-            f"GetObject {bare['get_ms']:.2f} ms.\n"
+            f"Bare SeaweedFS round trip (1 KiB, median of 180; client CPU per request in brackets): boto3 PutObject "
+            f"{bare['put_ms']:.2f} ms ({bare['put_cpu_ms']:.2f}), GetObject {bare['get_ms']:.2f} ms "
+            f"({bare['get_cpu_ms']:.2f}); direct transport PutObject {bare['put_ms_direct']:.2f} ms "
+            f"({bare['put_cpu_ms_direct']:.2f}), GetObject {bare['get_ms_direct']:.2f} ms ({bare['get_cpu_ms_direct']:.2f}).\n"
         )
     # failures up front
     fails = [(s, r) for s, r in results.items() if r.get("fatal") or r.get("errors")]
@@ -341,7 +368,7 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     ours_st = wl(results.get("ours", {}), "storage") or {}
     for s in SAVERS:
-        if s == "ours-async":
+        if s in ("ours-async", "ours-direct", "ours-async-direct"):
             continue
         r = results.get(s, {})
         d = wl(r, "storage")
@@ -365,17 +392,18 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
     )
 
     # 5. throughput
-    tp = wl(results.get("ours-async", {}), "throughput")
     L.append("## 5. Throughput: AsyncS3Saver, concurrent vs sequential\n")
-    if tp:
-        L.append("| threads × steps | sequential steps/s | concurrent (asyncio.gather) steps/s | speedup |")
-        L.append("|---|---:|---:|---:|")
-        L.append(
-            f"| {tp['threads']} × {tp['steps']} | {fmt(tp['sequential_steps_per_s'])} | "
-            f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}× |"
-        )
-    else:
-        L.append(err(results.get("ours-async", {}), "throughput"))
+    L.append("| saver | threads × steps | sequential steps/s | concurrent (asyncio.gather) steps/s | speedup |")
+    L.append("|---|---|---:|---:|---:|")
+    for s in ("ours-async", "ours-async-direct"):
+        tp = wl(results.get(s, {}), "throughput")
+        if tp:
+            L.append(
+                f"| {LABELS[s]} | {tp['threads']} × {tp['steps']} | {fmt(tp['sequential_steps_per_s'])} | "
+                f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}× |"
+            )
+        else:
+            L.append(f"| {LABELS[s]} | {err(results.get(s, {}), 'throughput')} | | | |")
     L.append("")
 
     # 6. memory
@@ -398,7 +426,14 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
 
     # targets
     L.append("## Targets (ours, this run)\n")
-    L.extend(check_targets(results, p, meta, targets))
+    for sync_key, async_key, variant in (
+        ("ours", "ours-async", "boto3"),
+        ("ours-direct", "ours-async-direct", "direct"),
+    ):
+        if sync_key in results or async_key in results:
+            L.append(f'With `transport="{variant}"`:\n')
+            L.extend(check_targets(results, p, meta, targets, sync_key, async_key, variant))
+            L.append("")
     return "\n".join(L) + "\n", targets
 
 
@@ -408,26 +443,39 @@ def trim_profile(text: str) -> str:
     return "\n".join(ln[:160] for ln in keep[:20])
 
 
-def check_targets(results: dict[str, Any], p: dict[str, Any], meta: dict[str, Any], t: dict[str, Any]) -> list[str]:
+def check_targets(
+    results: dict[str, Any],
+    p: dict[str, Any],
+    meta: dict[str, Any],
+    t: dict[str, Any],
+    sync_key: str,
+    async_key: str,
+    variant: str,
+) -> list[str]:
     out: list[str] = []
-    ours = results.get("ours", {})
+    ours = results.get(sync_key, {})
     ss = wl(ours, "supersteps")
     h = wl(ours, "history")
     bare = meta.get("bare") or {}
 
     def line(name: str, ok: bool | None, detail: str) -> None:
-        t[name] = {"met": ok, "detail": detail}
+        t[f"{name} [{variant}]"] = {"met": ok, "detail": detail}
         mark = "n/a" if ok is None else ("met" if ok else "MISSED")
         out.append(f"- **{name}**: {mark} — {detail}")
 
     if ss:
         rq = ss["sync"]["requests_per_step"]
-        line(
-            "≤ 3 S3 requests per superstep (≤ 2 sequential)",
-            rq["total"] <= 3 and rq["waves"] <= 2,
-            f"durability=sync: {rq['total']:.2f} requests / superstep, {rq['waves']:.2f} sequential waves "
-            f"(async: {ss['async']['requests_per_step']['total']:.2f}, exit: {ss['exit']['requests_per_step']['total']:.2f})",
-        )
+        one = ss["sync"].get("one_node_step")
+        if one:
+            line(
+                "≤ 3 S3 requests for a one-node superstep (≤ 2 sequential)",
+                one["total"] <= 3 and one["waves"] <= 2,
+                f"durability=sync, one more one-node step adds {one['total']} requests "
+                f"({', '.join(f'{k} {v}' for k, v in one.items() if v and k not in ('total', 'waves'))}) in "
+                f"{one['waves']} sequential waves; over the whole graph (input, fan-out) {rq['total']:.2f} per "
+                f"superstep (async: {ss['async']['requests_per_step']['total']:.2f}, "
+                f"exit: {ss['exit']['requests_per_step']['total']:.2f})",
+            )
         ours_ms = ss["sync"]["per_step_ms"]
         s3_peers = [(s, wl(results.get(s, {}), "supersteps")) for s in ("tigris", "objectstorage")]
         s3_peers = [(s, d["sync"]["per_step_ms"]) for s, d in s3_peers if d and "sync" in d]
@@ -483,7 +531,7 @@ def check_targets(results: dict[str, Any], p: dict[str, Any], meta: dict[str, An
                 g <= 1.5,
                 f"peak {mem[str(ms[0])]['peak_kib']:.0f} KiB at {ms[0]:,} vs {mem[str(ms[-1])]['peak_kib']:.0f} KiB at {ms[-1]:,} ({g:.2f}×)",
             )
-    tp = wl(results.get("ours-async", {}), "throughput")
+    tp = wl(results.get(async_key, {}), "throughput")
     if tp:
         line(
             "async throughput at 100 concurrent threads ≥ 5× sequential",
@@ -621,10 +669,12 @@ def main() -> None:
                 results[saver] = {"saver": saver, "fatal": pg_error}
                 continue
             workloads = {k: v for k, v in p.items() if k != "throughput"}
-            if saver == "ours-async":
+            if saver.startswith("ours-async"):
                 workloads = {k: v for k, v in p.items() if k in ("supersteps", "history", "throughput")}
-            if saver == "ours":
+            if saver in ("ours", "ours-direct"):
                 workloads["supersteps"] = {**p["supersteps"], "profile": True}
+            if saver == "ours-direct":
+                workloads.pop("storage", None)  # the same objects as with boto3
             print(f"[bench] {saver} ...", file=sys.stderr, flush=True)
             res = run_worker(saver, {**spec, "workloads": workloads}, timeout, tmp)
             st = wl(res, "storage")

@@ -95,6 +95,20 @@ class Counter:
         events.register("after-call.s3", lambda **_: self.end(), unique_id="bench-end")
         events.register("after-call-error.s3", lambda **_: self.end(), unique_id="bench-end-error")
 
+    def attach_direct(self, transport: Any) -> None:
+        """Count the requests our direct transport sends itself (the rest still go through boto3)."""
+        original = transport.execute
+        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2"}
+
+        def counted(request: Any) -> Any:
+            self.start(names[type(request).__name__])
+            try:
+                return original(request)
+            finally:
+                self.end()
+
+        transport.execute = counted
+
     def attach_aiobotocore(self) -> None:
         """Count every aiobotocore API call in this process (s3fs creates its own clients)."""
         from aiobotocore.client import AioBaseClient
@@ -179,11 +193,14 @@ def build_chat_graph(delta: bool) -> StateGraph:
 # savers
 
 
+OURS = ("ours", "ours-async", "ours-direct", "ours-async-direct")
+
+
 class Bench:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.name: str = spec["saver"]
-        self.is_async = self.name == "ours-async"
+        self.is_async = self.name.startswith("ours-async")
         self.counter: Counter | None = None
         self._closers: list[Callable[[], None]] = []
         self.prefixes: list[str] = []  # S3 prefixes written, for the storage measurement
@@ -213,14 +230,17 @@ class Bench:
         """A saver isolated under a fresh prefix / database namespace for workload ``tag``."""
         prefix = f"bench/{self.name}/{tag}-{uuid.uuid4().hex[:8]}"
         bucket = self.spec.get("s3", {}).get("bucket", "")
-        if self.name in ("ours", "ours-async"):
+        if self.name in OURS:
             from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 
             client = self.boto3_client()
             self.counter = Counter()
             self.counter.attach_boto3(client)
             cls = AsyncS3Saver if self.is_async else S3Saver
-            saver: Any = cls(bucket=bucket, prefix=prefix, client=client)
+            transport = "direct" if self.name.endswith("-direct") else "boto3"
+            saver: Any = cls(bucket=bucket, prefix=prefix, client=client, transport=transport)
+            if saver._store.direct is not None:
+                self.counter.attach_direct(saver._store.direct)
             if self.is_async:
                 self.run(saver.setup())
             else:
@@ -369,6 +389,7 @@ def w_supersteps(b: Bench, p: dict[str, Any]) -> dict[str, Any]:
             "per_step_ms": statistics.median(times) / steps * 1000,
             "total_s": statistics.median(times),
             "requests_per_step": per(counts[len(counts) // 2], steps),
+            "one_node_step": one_node_step_requests(b, steps, mode),
             "samples": len(times),
         }
         write_partial(b, "supersteps", {**out, "running": True})
@@ -387,6 +408,20 @@ def w_supersteps(b: Bench, p: dict[str, Any]) -> dict[str, Any]:
         pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
         out["profile_cumulative"] = buf.getvalue()
     return out
+
+
+def one_node_step_requests(b: Bench, steps: int, mode: str) -> dict[str, int] | None:
+    """Requests of one more one-node superstep: a run of ``steps + 1`` steps minus a run of ``steps``."""
+    if b.counter is None:
+        return None
+    totals = []
+    for n in (steps, steps + 1):
+        graph = build_loop_graph(n, fan_at=steps // 2).compile(checkpointer=b.make(f"marginal-{mode}-{n}"))
+        b.reset()
+        config = {"configurable": {"thread_id": f"marginal-{n}"}, "recursion_limit": n * 3}
+        b.invoke(graph, {"step": 0, "data": "", "fan": []}, config, durability=mode)
+        totals.append(b.counts() or {})
+    return {k: totals[1][k] - totals[0].get(k, 0) for k in totals[1]}
 
 
 def grow_thread(b: Bench, saver: Any, thread: str, start: int, stop: int, parent: str | None) -> str | None:

@@ -72,3 +72,22 @@ class TargetThreadExistsError(S3CheckpointError):
 
 class SaverMisuseError(S3CheckpointError, RuntimeError):
     """A method was called in a context where it cannot work (e.g. a blocking call on the event loop)."""
+
+
+ACCESS_DENIED_CODES = frozenset(
+    {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+)
+
+
+def error_for_code(code: str, bucket: str, request: str, detail: str) -> S3CheckpointError:
+    """The error for an S3 error ``code`` that retries did not cure; ``request`` names what was asked."""
+    if code == "NoSuchBucket":
+        return BucketNotFoundError(
+            f"Bucket {bucket!r} does not exist. Create it or call setup() with create_bucket=True."
+        )
+    if code in ACCESS_DENIED_CODES:
+        return S3AccessError(
+            f"The S3 server refused {request} on bucket {bucket!r} ({code}). "
+            "Check the credentials and that they allow this action (see docs/operations.md, IAM)."
+        )
+    return S3RequestError(f"{request} failed: {detail}")

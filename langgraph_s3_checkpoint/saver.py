@@ -36,6 +36,7 @@ from .errors import InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .requests import Plan
 from .store import S3Store
+from .transport import DirectTransport, sse_headers
 
 T = TypeVar("T")
 SaverT = TypeVar("SaverT", bound="BaseS3Saver")
@@ -122,11 +123,14 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         sse_kms_key_id: str | None = None,
         sse_customer_key: str | None = None,
         ttl_days: int | None = None,
+        transport: str = "boto3",
         **client_options: Any,
     ) -> None:
         super().__init__(serde=serde)
         if not bucket:
             raise InvalidConfigError("bucket is required")
+        if transport not in ("boto3", "direct"):
+            raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
         if ttl_days is not None and ttl_days < 1:
             raise InvalidConfigError(f"ttl_days must be a whole number of days >= 1, got {ttl_days!r}")
         if client is None:
@@ -161,6 +165,16 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             get_args=get_args,
             copy_args=copy_args,
             expiry_tag=EXPIRY_TAG if ttl_days else None,
+            direct=DirectTransport(
+                client,
+                bucket,
+                put_headers=sse_headers(put_args),
+                get_headers=sse_headers(get_args),
+                expiry_tag=EXPIRY_TAG if ttl_days else None,
+                max_connections=max_concurrency * 2,
+            )
+            if transport == "direct"
+            else None,
         )
         self._core = Core(
             layout=Layout(self.prefix),

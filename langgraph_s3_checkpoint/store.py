@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from .errors import BucketNotFoundError, S3AccessError, S3RequestError
+from .errors import S3RequestError, error_for_code
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -37,19 +37,12 @@ from .requests import (
     Request,
     Stored,
 )
+from .transport import DirectTransport
 
 T = TypeVar("T")
 
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
-_ACCESS_CODES = {
-    "AccessDenied",
-    "403",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-}
 
 
 def _code(exc: ClientError) -> str:
@@ -71,6 +64,8 @@ class S3Store:
     """Extra CopyObject arguments (SSE-C needs the key for the source as well as the target)."""
     expiry_tag: str | None = None
     """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
+    direct: DirectTransport | None = field(default=None, repr=False)
+    """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``)."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -83,24 +78,20 @@ class S3Store:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self.direct is not None:
+            self.direct.close()
 
     # -- one request ----------------------------------------------------------------------------
     def execute(self, request: Request) -> Any:
+        if self.direct is not None and isinstance(request, (Get, Put, ListKeys)):
+            return self.direct.execute(request)
         try:
             return self._execute(request)
         except ClientError as exc:
             code = _code(exc)
-            if code == "NoSuchBucket":
-                raise BucketNotFoundError(
-                    f"Bucket {self.bucket!r} does not exist. Create it or call setup() with create_bucket=True."
-                ) from None
-            if code in _ACCESS_CODES:
-                raise S3AccessError(
-                    f"The S3 server refused {type(request).__name__} on bucket {self.bucket!r} ({code}). "
-                    "Check the credentials and that they allow this action (see docs/operations.md, IAM)."
-                ) from None
             where = getattr(request, "key", None) or getattr(request, "prefix", None) or self.bucket
-            raise S3RequestError(f"{type(request).__name__} {where!r} failed: {code or exc}") from exc
+            error = error_for_code(code, self.bucket, f"{type(request).__name__} {where!r}", code or str(exc))
+            raise error from (exc if isinstance(error, S3RequestError) else None)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
             raise S3RequestError(f"Cannot reach the S3 endpoint: {exc}") from exc

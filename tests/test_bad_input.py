@@ -28,8 +28,6 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 MB = 1024 * 1024
 
 
-
-
 @pytest.fixture
 def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Saver]:
     s = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())

@@ -3,7 +3,8 @@
 The suite only calls the async methods and detects capabilities by which of them a class overrides.
 ``S3Saver``'s sync paths are therefore run through :class:`SyncPathSaver`, whose async methods call
 the sync ones and nothing else. The counts are asserted, not only ``passed_all()``, so a saver that is
-detected with fewer capabilities, or runs fewer tests, fails here.
+detected with fewer capabilities, or runs fewer tests, fails here. Both transports (boto3 and the
+direct HTTP one) run the whole suite.
 """
 
 from __future__ import annotations
@@ -90,21 +91,23 @@ class SyncPathSaver(BaseCheckpointSaver[str]):
         return self.inner.get_next_version(current, channel)
 
 
-def _saver_kwargs(server: LocalS3Server, bucket: str) -> dict[str, Any]:
-    return {"bucket": bucket, "prefix": f"conformance/{uuid4().hex[:12]}", "client": server.client()}
+def _saver_kwargs(server: LocalS3Server, bucket: str, transport: str) -> dict[str, Any]:
+    prefix = f"conformance/{uuid4().hex[:12]}"
+    return {"bucket": bucket, "prefix": prefix, "client": server.client(), "transport": transport}
 
 
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
 @pytest.mark.parametrize("path", ["async", "sync"])
-async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: str, path: str) -> None:
-    @checkpointer_test(name=f"S3Saver-{path}-{s3_server.kind}")
+async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: str, path: str, transport: str) -> None:
+    @checkpointer_test(name=f"S3Saver-{path}-{transport}-{s3_server.kind}")
     async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
         if path == "async":
-            saver: Any = AsyncS3Saver(**_saver_kwargs(s3_server, bucket))
+            saver: Any = AsyncS3Saver(**_saver_kwargs(s3_server, bucket, transport))
             await saver.setup()
             yield saver
             saver.close()
         else:
-            inner = S3Saver(**_saver_kwargs(s3_server, bucket))
+            inner = S3Saver(**_saver_kwargs(s3_server, bucket, transport))
             inner.setup()
             yield SyncPathSaver(inner)
             inner.close()

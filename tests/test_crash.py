@@ -58,8 +58,6 @@ SIGKILLED = -9
 BUCKET = "lgs3-test"
 
 
-
-
 @pytest.fixture
 def weed(seaweedfs_server: LocalS3Server, prefix: str) -> Iterator[tuple[LocalS3Server, S3Saver]]:
     seaweedfs_server.create_bucket(BUCKET)
@@ -270,9 +268,7 @@ def test_sigkill_inside_maintenance_operations(
             assert set(snapshot(reader, victim)) == {cid for cid, _ in before_heads.values()}
         reader.close()
     assert kills >= OPS_ITERATIONS // 2
-    print(
-        f"\n[crash {op}] seed={SEED} {requests_per_op} requests/op, {kills} kills of {OPS_ITERATIONS}"
-    )
+    print(f"\n[crash {op}] seed={SEED} {requests_per_op} requests/op, {kills} kills of {OPS_ITERATIONS}")
 
 
 # -- known defects, shown by tests that fail until they are fixed ------------------------------------

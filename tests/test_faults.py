@@ -3,7 +3,7 @@
 Requests go through :class:`faultproxy.FaultProxy`, an HTTP proxy in front of the real server that
 forwards requests unchanged (signatures still verify) and injects faults at random or on demand. The
 saver's own client is used as configured by ``make_client`` (standard retries, 5 attempts), so what is
-tested is the saver's behaviour under the retries it ships with. The most interesting fault is
+tested is the saver's behaviour under the retries it ships with, with each transport. The most interesting fault is
 ``lost``: the server applies a PUT but the answer never arrives, so the retry meets the new state (412
 for a conditional PUT) and the saver must recognise its own commit.
 
@@ -35,8 +35,6 @@ RUNNERS = 10
 SEED = int(os.environ.get("LGS3_FAULT_SEED", random.randrange(1 << 30)))
 
 
-
-
 @pytest.fixture
 def proxy(seaweedfs_server: LocalS3Server) -> Iterator[FaultProxy]:
     seaweedfs_server.create_bucket(BUCKET)
@@ -44,16 +42,20 @@ def proxy(seaweedfs_server: LocalS3Server) -> Iterator[FaultProxy]:
         yield p
 
 
-@pytest.fixture
-def savers(seaweedfs_server: LocalS3Server, proxy: FaultProxy, prefix: str) -> Iterator[tuple[S3Saver, S3Saver]]:
-    """(saver behind the fault proxy, saver talking to the server directly) on the same prefix."""
+@pytest.fixture(params=["boto3", "direct"])
+def savers(
+    seaweedfs_server: LocalS3Server, proxy: FaultProxy, prefix: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[S3Saver, S3Saver]]:
+    """(saver behind the fault proxy, saver talking to the server directly) on the same prefix.
+
+    The saver behind the proxy uses each transport in turn: both must retry the same faults."""
     client = make_client(
         endpoint_url=proxy.url,
         region_name=seaweedfs_server.region,
         aws_access_key_id=seaweedfs_server.access_key,
         aws_secret_access_key=seaweedfs_server.secret_key,
     )
-    faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client)
+    faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client, transport=request.param)
     direct = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
     yield faulty, direct
     faulty.close()

@@ -26,8 +26,6 @@ COMMITS_PER_WORKER = 6
 ATTEMPTS_PER_WORKER = 60
 
 
-
-
 @pytest.fixture
 def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Any]:
     """``make_saver()`` opens another saver (another "worker") on the same bucket and prefix."""

@@ -84,9 +84,9 @@ def test_delete_thread_a_leaves_a_slash_b(saver: S3Saver, s3_server: LocalS3Serv
         assert saver.get_tuple({"configurable": {"thread_id": survivor}}) is not None
     keys = [
         o["Key"]
-        for o in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=saver._core.layout.thread("a")).get(
-            "Contents", []
-        )
+        for o in s3_server.client()
+        .list_objects_v2(Bucket=bucket, Prefix=saver._core.layout.thread("a"))
+        .get("Contents", [])
     ]
     assert keys == []
 

@@ -1,0 +1,277 @@
+"""The direct transport: GET, PUT and LIST sent as plain signed HTTP requests, without botocore's pipeline.
+
+Why it exists. A checkpoint step is three small requests, and on a fast local S3 server the client's
+CPU, not the network, sets the pace: on the benchmark machine (2 cores, SeaweedFS on localhost) one boto3
+``PutObject`` of 1 KiB costs 1.3-1.6 ms of CPU in the calling process, against 0.4-0.5 ms for the same
+request signed here and sent with urllib3 (``benchmarks/README.md`` has the measurement). Under the GIL that
+CPU is also what caps the async saver's throughput. botocore spends it on its event hooks, parameter
+validation, the flexible-checksum and ``Expect: 100-continue`` handshakes and generic XML parsing, none of
+which a checkpoint's small, single-shot objects need.
+
+What it keeps from the boto3 client it is built from: credentials (refreshable ones are re-read for every
+request), region, endpoint, addressing style, timeouts, the retry budget (botocore's standard mode: 5xx,
+throttling and connection errors, with the same exponential backoff) and the CA bundle. Everything
+other than the three hot requests (deletes, copies, bucket and lifecycle calls) still goes through boto3.
+
+What it gives up, which is why it is opt-in (``transport="direct"``): event hooks registered on the client
+do not see these requests, and clients it cannot faithfully imitate (proxies, unsigned or non-SigV4
+signing, S3 access-point or Outposts ARNs) are refused with :class:`InvalidConfigError` rather than
+half-supported.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import random
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote, unquote_plus, urlsplit
+
+import urllib3
+
+from .errors import InvalidConfigError, S3RequestError, error_for_code
+from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Put, Stored
+
+_RETRY_STATUS = {500, 502, 503, 504}
+_THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
+_RETRY_CODES = _THROTTLING_CODES | {"RequestTimeout", "RequestTimeoutException", "InternalError"}
+_OPERATION = {"GET": "GetObject", "PUT": "PutObject"}
+_MAX_BACKOFF = 20.0
+_ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+
+SSE_HEADERS = {
+    "ServerSideEncryption": "x-amz-server-side-encryption",
+    "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
+    "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
+}
+
+
+def sse_headers(args: Mapping[str, Any]) -> dict[str, str]:
+    """The HTTP headers for boto3-style server-side-encryption arguments (as the saver builds them)."""
+    headers: dict[str, str] = {}
+    for name, value in args.items():
+        if name in SSE_HEADERS:
+            headers[SSE_HEADERS[name]] = str(value)
+        elif name == "SSECustomerKey":
+            key = value.encode() if isinstance(value, str) else bytes(value)
+            headers["x-amz-server-side-encryption-customer-key"] = base64.b64encode(key).decode()
+            headers["x-amz-server-side-encryption-customer-key-md5"] = base64.b64encode(
+                hashlib.md5(key).digest()
+            ).decode()
+        else:
+            raise InvalidConfigError(f"transport='direct' does not support the request argument {name!r}")
+    return headers
+
+
+class _Failure(Exception):
+    """One attempt failed; ``retryable`` says whether another attempt may succeed."""
+
+    def __init__(self, detail: str, *, retryable: bool, code: str = "", status: int = 0) -> None:
+        super().__init__(detail)
+        self.retryable = retryable
+        self.code = code
+        self.status = status
+
+
+class DirectTransport:
+    """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` for one bucket as signed HTTP requests."""
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        *,
+        put_headers: Mapping[str, str] | None = None,
+        get_headers: Mapping[str, str] | None = None,
+        expiry_tag: str | None = None,
+        max_connections: int = 64,
+    ) -> None:
+        config = client.meta.config
+        if config.proxies:
+            raise InvalidConfigError("transport='direct' does not support proxies; use transport='boto3'")
+        if config.signature_version not in (None, "s3v4", "v4"):
+            raise InvalidConfigError(
+                f"transport='direct' signs with SigV4 only, the client uses {config.signature_version!r}"
+            )
+        if bucket.startswith("arn:"):
+            raise InvalidConfigError("transport='direct' does not support bucket ARNs; use transport='boto3'")
+        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        if credentials is None:
+            raise InvalidConfigError("transport='direct' needs credentials; the client has none")
+        self._credentials: Any = credentials
+        endpoint = urlsplit(client.meta.endpoint_url)
+        style = (config.s3 or {}).get("addressing_style") or "auto"
+        virtual = style == "virtual" or (
+            style == "auto" and (endpoint.hostname or "").endswith("amazonaws.com") and _dns_compatible(bucket)
+        )
+        hostname = f"{bucket}.{endpoint.hostname}" if virtual else str(endpoint.hostname)
+        self._host = hostname if endpoint.port is None else f"{hostname}:{endpoint.port}"
+        self._path = endpoint.path.rstrip("/") + ("" if virtual else "/" + quote(bucket, safe=""))
+        self._region = client.meta.region_name or "us-east-1"
+        self._https = endpoint.scheme == "https"
+        self._attempts = int((config.retries or {}).get("total_max_attempts") or 3)
+        verify = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        ca_certs = getattr(verify, "_verify", None)
+        pool_kwargs: dict[str, Any] = {
+            "maxsize": max(config.max_pool_connections or 10, max_connections),
+            "timeout": urllib3.Timeout(connect=config.connect_timeout, read=config.read_timeout),
+            "retries": False,
+        }
+        if self._https:
+            if ca_certs is False:
+                pool_kwargs["cert_reqs"] = "CERT_NONE"
+            elif isinstance(ca_certs, str):
+                pool_kwargs["ca_certs"] = ca_certs
+        self._pool = urllib3.connectionpool.connection_from_url(f"{endpoint.scheme}://{self._host}", **pool_kwargs)
+        self._put_headers = dict(put_headers or {})
+        self._get_headers = dict(get_headers or {})
+        self.expiry_tag = expiry_tag
+        self._bucket = bucket
+        self._signing_keys: dict[tuple[str, str], bytes] = {}
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def execute(self, request: Get | Put | ListKeys) -> Any:
+        if isinstance(request, Get):
+            return self._get(request)
+        if isinstance(request, Put):
+            return self._put(request)
+        return self._list(request)
+
+    # -- the three requests ---------------------------------------------------------------------
+    def _get(self, request: Get) -> Obj | None:
+        status, headers, body = self._send("GET", request.key, {}, b"", dict(self._get_headers))
+        if status == 404:
+            return None
+        modified = headers.get("last-modified")
+        return Obj(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
+
+    def _put(self, request: Put) -> Any:
+        headers = dict(self._put_headers)
+        if request.if_none_match:
+            headers["if-none-match"] = "*"
+        if request.if_match is not None:
+            headers["if-match"] = request.if_match
+        if self.expiry_tag and request.expires:
+            headers["x-amz-tagging"] = self.expiry_tag
+        status, reply, _ = self._send("PUT", request.key, {}, request.body, headers)
+        # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
+        if status in (409, 412) or (status == 404 and request.if_match is not None):
+            return PRECONDITION_FAILED
+        return Stored(reply["etag"])
+
+    def _list(self, request: ListKeys) -> Page:
+        query = {"list-type": "2", "prefix": request.prefix, "max-keys": str(request.max_keys), "encoding-type": "url"}
+        if request.delimiter:
+            query["delimiter"] = request.delimiter
+        if request.token:
+            query["continuation-token"] = request.token
+        elif request.start_after:
+            query["start-after"] = request.start_after
+        _, _, body = self._send("GET", None, query, b"", {})
+        root = ET.fromstring(body)
+        keys: list[str] = []
+        modified: list[datetime] = []
+        for item in root.iterfind("{*}Contents"):
+            keys.append(unquote_plus(item.findtext("{*}Key", "")))
+            modified.append(_iso_time(item.findtext("{*}LastModified", "")))
+        prefixes = [unquote_plus(p.findtext("{*}Prefix", "")) for p in root.iterfind("{*}CommonPrefixes")]
+        truncated = root.findtext("{*}IsTruncated", "false").strip().lower() == "true"
+        token = root.findtext("{*}NextContinuationToken") if truncated else None
+        return Page(keys=keys, prefixes=prefixes, token=token, modified=modified)
+
+    # -- one HTTP exchange, retried -------------------------------------------------------------
+    def _send(
+        self, method: str, key: str | None, query: dict[str, str], body: bytes, headers: dict[str, str]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        path = self._path + ("" if key is None else "/" + quote(key, safe="/~"))
+        what = f"{_OPERATION[method] if key is not None else 'ListObjectsV2'} {key or query.get('prefix', '')!r}"
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return self._attempt(method, path, query, body, dict(headers))
+            except _Failure as failure:
+                if not failure.retryable or attempt == self._attempts:
+                    if not failure.code:
+                        raise S3RequestError(f"Cannot reach the S3 endpoint ({what}): {failure}") from None
+                    raise error_for_code(failure.code, self._bucket, what, str(failure)) from None
+                # botocore's standard mode: full jitter, 1 s scale when throttled, 50 ms otherwise.
+                scale = 1.0 if failure.code in _THROTTLING_CODES or failure.status == 429 else 0.05
+                time.sleep(random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF))
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
+        self._sign(method, path, query_string, headers, body)
+        url = path + ("?" + query_string if query_string else "")
+        try:
+            response = self._pool.urlopen(
+                method, url, body=body or None, headers=headers, retries=False, redirect=False
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise _Failure(str(exc), retryable=True) from exc
+        status, data = response.status, response.data
+        match = _ERROR_CODE.search(data or b"") if status >= 300 else None
+        code = match.group(1).decode() if match else str(status)
+        if status < 300 or _is_answer(status, code):
+            return status, response.headers, data
+        retryable = status in _RETRY_STATUS or status == 429 or code in _RETRY_CODES
+        raise _Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
+
+    def _sign(self, method: str, path: str, query_string: str, headers: dict[str, str], body: bytes) -> None:
+        credentials = self._credentials.get_frozen_credentials()
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        day = stamp[:8]
+        payload = "UNSIGNED-PAYLOAD" if self._https else hashlib.sha256(body).hexdigest()
+        headers.update({"host": self._host, "x-amz-date": stamp, "x-amz-content-sha256": payload})
+        if credentials.token:
+            headers["x-amz-security-token"] = credentials.token
+        names = sorted(headers)
+        canonical = "\n".join(
+            (
+                method,
+                path,
+                query_string,
+                "".join(f"{name}:{str(headers[name]).strip()}\n" for name in names),
+                ";".join(names),
+                payload,
+            )
+        )
+        scope = f"{day}/{self._region}/s3/aws4_request"
+        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        signature = hmac.new(self._signing_key(credentials.secret_key, day), to_sign.encode(), hashlib.sha256)
+        headers["authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+            f"SignedHeaders={';'.join(names)}, Signature={signature.hexdigest()}"
+        )
+
+    def _signing_key(self, secret: str, day: str) -> bytes:
+        key = self._signing_keys.get((secret, day))
+        if key is None:
+            key = hmac.new(("AWS4" + secret).encode(), day.encode(), hashlib.sha256).digest()
+            for part in (self._region, "s3", "aws4_request"):
+                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+            self._signing_keys = {(secret, day): key}  # only the current day and secret are ever needed
+        return key
+
+
+def _is_answer(status: int, code: str) -> bool:
+    """A missing object and a failed condition are answers to the request, not failures."""
+    return (status == 404 and code != "NoSuchBucket") or status == 412 or code == "ConditionalRequestConflict"
+
+
+def _iso_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+
+
+def _dns_compatible(bucket: str) -> bool:
+    return bool(re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", bucket))

@@ -1,0 +1,248 @@
+"""The direct transport (``transport="direct"``): same behaviour as boto3, on real servers.
+
+The conformance suite and the fault suite run with both transports (test_conformance.py,
+test_faults.py). This module covers what those do not: server-side encryption headers, the retention
+tag, keys that need percent-encoding, request counts equal to the boto3 path's (counted by a proxy in
+front of the server, since these requests do not pass through botocore's hooks), and the errors for
+clients the transport cannot imitate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections import Counter
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from faultproxy import FaultProxy
+from helpers import cfg
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    BucketNotFoundError,
+    InvalidConfigError,
+    S3AccessError,
+    S3RequestError,
+    S3Saver,
+    make_client,
+)
+from langgraph_s3_checkpoint.local import LocalS3Server
+
+SSE_KEY = "0123456789abcdef0123456789abcdef"
+BUCKET = "lgs3-test"
+
+
+class State(TypedDict):
+    n: int
+    log: Annotated[list[str], operator.add]
+
+
+def _graph(saver: Any) -> Any:
+    def step(state: State) -> dict[str, Any]:
+        # Large enough that the log is stored as its own object after a few steps.
+        return {"n": state["n"] + 1, "log": [f"step {state['n']} " + "x" * 2000]}
+
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    return builder.compile(checkpointer=saver)
+
+
+def _keys(server: LocalS3Server, bucket: str, prefix: str) -> list[str]:
+    client = server.client()
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+    return [o["Key"] for page in pages for o in page.get("Contents", ())]
+
+
+def test_graph_state_and_history_match_the_boto3_transport(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    states = {}
+    for transport in ("boto3", "direct"):
+        with contextlib.closing(
+            S3Saver(bucket=bucket, prefix=f"{prefix}/{transport}", client=s3_server.client(), transport=transport)
+        ) as saver:
+            graph = _graph(saver)
+            config = {"configurable": {"thread_id": "t"}}
+            graph.invoke({"n": 0, "log": []}, config, durability="sync")
+            history = [s.values for s in graph.get_state_history(config)]
+            states[transport] = (graph.get_state(config).values, history)
+    assert states["direct"] == states["boto3"]
+    assert states["direct"][0]["n"] == 5 and len(states["direct"][1]) == 7
+    # Both transports write the same objects (ids and versions are random, so compare their kinds).
+    assert _shapes(s3_server, bucket, f"{prefix}/direct") == _shapes(s3_server, bucket, f"{prefix}/boto3")
+
+
+def _shapes(server: LocalS3Server, bucket: str, prefix: str) -> Counter[str]:
+    fixed = {"threads", "ns", "head", "c", "w", "b", "checkpoint", "name", "r", "runs"}
+    keys = [k[len(prefix) + 1 :] for k in _keys(server, bucket, prefix)]
+    return Counter("/".join(p if p in fixed else "*" for p in k.split("/")) for k in keys)
+
+
+async def test_async_saver_with_the_direct_transport(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
+    try:
+        graph = _graph(saver)
+        config = {"configurable": {"thread_id": "async"}}
+        result = await graph.ainvoke({"n": 0, "log": []}, config)
+        assert result["n"] == 5
+        assert len([s async for s in graph.aget_state_history(config)]) == 7
+    finally:
+        saver.close()
+
+
+@pytest.mark.parametrize(
+    "thread_id", ["plain", "with space+plus&amp=eq", "ünïcødé/slash?query#hash", "%41 percent", "~tilde"]
+)
+def test_keys_that_need_percent_encoding(s3_server: LocalS3Server, bucket: str, thread_id: str) -> None:
+    prefix = "direct odd+prefix/ü"
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")) as s:
+        s.delete_thread(thread_id)
+        first = s.put(cfg(thread_id), empty_checkpoint(), {"step": 0}, {})
+        s.put_writes(first, [("ch", "value")], "task")
+        second = s.put(first, empty_checkpoint(), {"step": 1}, {})
+        latest = s.get_tuple(cfg(thread_id))
+        assert latest is not None and latest.config == second
+        assert [t.config for t in s.list(cfg(thread_id))] == [second, first]
+        assert s.get_tuple(first).pending_writes == [("task", "ch", "value")]  # type: ignore[union-attr]
+        s.delete_thread(thread_id)
+        assert s.get_tuple(cfg(thread_id)) is None
+
+
+@pytest.fixture
+def counting_proxy(seaweedfs_server: LocalS3Server) -> Iterator[FaultProxy]:
+    seaweedfs_server.create_bucket(BUCKET)
+    with FaultProxy(seaweedfs_server.endpoint_url) as proxy:
+        yield proxy
+
+
+def test_request_counts_equal_the_boto3_transport(
+    seaweedfs_server: LocalS3Server, prefix: str, counting_proxy: FaultProxy
+) -> None:
+    """Counted at the HTTP level by a proxy, so both transports are measured the same way."""
+    client = make_client(
+        endpoint_url=counting_proxy.url,
+        region_name=seaweedfs_server.region,
+        aws_access_key_id=seaweedfs_server.access_key,
+        aws_secret_access_key=seaweedfs_server.secret_key,
+    )
+    counts: dict[str, list[int]] = {}
+    for transport in ("boto3", "direct"):
+        with contextlib.closing(
+            S3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
+        ) as saver:
+            graph = _graph(saver)
+            config = {"configurable": {"thread_id": "t"}}
+            steps = []
+            for action in ("invoke", "get_state", "list"):
+                before = counting_proxy.snapshot()["requests"]
+                if action == "invoke":
+                    graph.invoke({"n": 0, "log": []}, config, durability="sync")
+                elif action == "get_state":
+                    graph.get_state(config)
+                else:
+                    list(saver.list(cfg("t"), limit=3))
+                steps.append(counting_proxy.snapshot()["requests"] - before)
+            counts[transport] = steps
+    assert counts["direct"] == counts["boto3"], counts
+    assert counts["direct"][1] == 3  # get_state: head, the checkpoint's folder, the large log value
+
+
+@pytest.mark.parametrize("sse", ["AES256", "customer-key"])
+def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, bucket: str, prefix: str, sse: str) -> None:
+    options: dict[str, Any] = {"server_side_encryption": "AES256"} if sse == "AES256" else {"sse_customer_key": SSE_KEY}
+    with contextlib.closing(
+        S3Saver(bucket=bucket, prefix=prefix, client=seaweedfs_server.client(), transport="direct", **options)
+    ) as saver:
+        graph = _graph(saver)
+        config = {"configurable": {"thread_id": "sse"}}
+        graph.invoke({"n": 0, "log": []}, config)
+        assert graph.get_state(config).values["n"] == 5
+    client = seaweedfs_server.client()
+    keys = _keys(seaweedfs_server, bucket, prefix)
+    assert keys
+    for key in keys:
+        if sse == "AES256":
+            assert client.head_object(Bucket=bucket, Key=key).get("ServerSideEncryption") == "AES256", key
+        else:
+            # Only readable with the customer key: the transport sent it, and the server enforced it.
+            with pytest.raises(client.exceptions.ClientError):
+                client.get_object(Bucket=bucket, Key=key)
+            client.get_object(Bucket=bucket, Key=key, SSECustomerAlgorithm="AES256", SSECustomerKey=SSE_KEY)
+
+
+def test_retention_tag_is_sent(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    with contextlib.closing(
+        S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct", ttl_days=30)
+    ) as saver:
+        saver.put(cfg("ttl"), empty_checkpoint(), {"step": 0}, {})
+    client = s3_server.client()
+    for key in _keys(s3_server, bucket, prefix):
+        tags = client.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
+        assert tags == [{"Key": "langgraph-s3-ttl", "Value": "1"}], key
+
+
+def test_wrong_credentials(seaweedfs_server: LocalS3Server) -> None:
+    """SeaweedFS checks signatures (moto accepts any), so a wrong secret must surface as S3AccessError."""
+    seaweedfs_server.create_bucket(BUCKET)
+    client = make_client(
+        endpoint_url=seaweedfs_server.endpoint_url,
+        region_name=seaweedfs_server.region,
+        aws_access_key_id=seaweedfs_server.access_key,
+        aws_secret_access_key="not-the-secret",
+    )
+    with contextlib.closing(S3Saver(bucket=BUCKET, client=client, transport="direct")) as saver:
+        with pytest.raises(S3AccessError, match=r"SignatureDoesNotMatch|AccessDenied") as raised:
+            saver.get_tuple(cfg("t"))
+        assert "not-the-secret" not in str(raised.value)
+
+
+def test_missing_bucket(s3_server: LocalS3Server) -> None:
+    with contextlib.closing(S3Saver(bucket="lgs3-no-such-bucket", client=s3_server.client(), transport="direct")) as s:
+        with pytest.raises(BucketNotFoundError, match="lgs3-no-such-bucket"):
+            s.get_tuple(cfg("t"))
+        with pytest.raises(BucketNotFoundError):
+            s.put(cfg("t"), empty_checkpoint(), {"step": 0}, {})
+
+
+def test_unreachable_endpoint() -> None:
+    client = make_client(
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="AKIA",
+        aws_secret_access_key="secret",
+        max_attempts=2,
+    )
+    saver = S3Saver(bucket="b", client=client, transport="direct")
+    with contextlib.closing(saver), pytest.raises(S3RequestError, match="Cannot reach the S3 endpoint"):
+        saver.get_tuple(cfg("t"))
+
+
+def test_unsupported_settings_are_refused() -> None:
+    with pytest.raises(InvalidConfigError, match="transport must be 'boto3' or 'direct'"):
+        S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", transport="http")
+    proxied = make_client(
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="AKIA",
+        aws_secret_access_key="secret",
+    )
+    proxied.meta.config.proxies = {"http": "http://proxy:3128"}
+    with pytest.raises(InvalidConfigError, match="proxies"):
+        S3Saver(bucket="b", client=proxied, transport="direct")
+
+
+def test_url_option(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    with S3Saver.from_conn_string(
+        f"s3://{bucket}/{prefix}?transport=direct",
+        endpoint_url=s3_server.endpoint_url,
+        region_name=s3_server.region,
+        aws_access_key_id=s3_server.access_key,
+        aws_secret_access_key=s3_server.secret_key,
+    ) as saver:
+        assert saver._store.direct is not None
+        saver.put(cfg("url"), empty_checkpoint(), {"step": 0}, {})
+        assert saver.get_tuple(cfg("url")) is not None
