@@ -56,6 +56,7 @@ from .requests import (
     Copy,
     CreateBucket,
     Delete,
+    DeleteIfMatch,
     Emit,
     EnsureExpiryRule,
     Get,
@@ -956,10 +957,12 @@ class Core:
         if not doomed:
             return
         if head is not None and head_id in doomed_ids:
+            # Both are conditional on the head read above: a writer that committed on top of the run
+            # meanwhile must not lose its checkpoint to the rollback.
             if survivor is not None:
                 reply = yield from _one(Put(head_key, survivor.body, if_match=head.etag))
             else:
-                reply = yield from _one(Delete((head_key,)))
+                reply = yield from _one(DeleteIfMatch(head_key, head.etag))
             if reply is PRECONDITION_FAILED:
                 # A retried PUT whose first attempt was applied (answer lost) also fails its
                 # condition: that is success if the head now holds the survivor.

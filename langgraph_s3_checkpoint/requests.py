@@ -49,6 +49,16 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class DeleteIfMatch:
+    """Delete one object only if its ETag is still ``etag``; :data:`PRECONDITION_FAILED` otherwise.
+
+    A missing object replies ``None`` like a deleted one (a retry after a lost answer finds it gone)."""
+
+    key: str
+    etag: str
+
+
+@dataclass(frozen=True)
 class Copy:
     source: str
     target: str
@@ -73,7 +83,7 @@ class EnsureExpiryRule:
     days: int
 
 
-Request = Get | Put | ListKeys | Delete | Copy | BucketExists | CreateBucket | EnsureExpiryRule
+Request = Get | Put | ListKeys | Delete | DeleteIfMatch | Copy | BucketExists | CreateBucket | EnsureExpiryRule
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from .requests import (
     Copy,
     CreateBucket,
     Delete,
+    DeleteIfMatch,
     Emit,
     EnsureExpiryRule,
     Get,
@@ -151,6 +152,16 @@ class S3Store:
                 raise S3RequestError(
                     f"DeleteObjects failed for {len(errors)} key(s), e.g. {first.get('Key')!r}: {first.get('Code')}"
                 )
+            return None
+        if isinstance(request, DeleteIfMatch):
+            try:
+                c.delete_object(Bucket=self.bucket, Key=request.key, IfMatch=request.etag)
+            except ClientError as exc:
+                if _code(exc) in _PRECONDITION_CODES:
+                    return PRECONDITION_FAILED
+                if _code(exc) in _MISSING_CODES:
+                    return None
+                raise
             return None
         if isinstance(request, Copy):
             try:

@@ -278,3 +278,33 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
         straggler.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
     head = make_saver().get_tuple(cfg("evicted"))
     assert head is not None and head.config == winner
+
+
+@pytest.mark.parametrize("earlier_run", [False, True], ids=["head-deleted", "head-moved-back"])
+def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any, earlier_run: bool) -> None:
+    """delete_for_runs reads the head, then moves it back (or deletes it, when the run was the thread's
+    first). If another writer commits on top of the run in between, the rollback must lose, loudly,
+    rather than silently dropping that writer's checkpoint."""
+    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
+
+    roller, writer = make_saver(), make_saver()
+    parent: RunnableConfig = cfg("rolled")
+    if earlier_run:
+        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
+    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    plan = roller._core.delete_for_runs(["run-1"])
+    reply: Any = None
+    committed: RunnableConfig | None = None
+    with pytest.raises(CheckpointConflictError, match="rolled"):
+        while True:
+            step = plan.send(reply)
+            if committed is None and any(
+                isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
+            ):
+                # The moment between reading the head and moving it: another writer commits.
+                committed = writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
+            reply = roller._store._batch(step)
+    assert committed is not None
+    latest = writer.get_tuple(cfg("rolled"))
+    assert latest is not None and latest.config == committed
+    assert [t.metadata["step"] for t in writer.list(cfg("rolled"))] == ([2, 1, 0] if earlier_run else [2, 1])
