@@ -71,6 +71,8 @@ from .requests import (
 
 DELETE_BATCH = 1000
 """Keys per DeleteObjects request (the S3 maximum)."""
+MAX_PAGE = 1000
+"""Keys per LIST request (the S3 maximum)."""
 READ_BATCH = 32
 """Records fetched in parallel while streaming ``list``."""
 PRUNE_GRACE = timedelta(minutes=10)
@@ -319,7 +321,7 @@ class _NsCursor:
     prefix: str
     start_after: str | None
     page_size: int
-    buffer: list[tuple[str, list[str]]] = field(default_factory=list)
+    buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
     expect: str | None = None
@@ -346,19 +348,22 @@ class _NsCursor:
         return True
 
     def accept(self, page: Page) -> None:
+        # Start small and double: a walk that stops early (a page of history, the writes since the
+        # last DeltaChannel snapshot) lists and parses only a little more than it uses.
+        self.page_size = min(MAX_PAGE, self.page_size * 2)
         self.token = page.token
         # Without a head nothing in the namespace is committed.
         self.exhausted = page.token is None or self.head_id is None
         if self.head_id is None:
             return
-        for key in page.keys:
-            if Layout.is_record(key):
+        for read in page.reads():
+            if Layout.is_record(read.key):
                 # Records newer than the head are leftovers of uncommitted puts.
-                self._skipping = Layout.checkpoint_id_of(key) > self.head_id
+                self._skipping = Layout.checkpoint_id_of(read.key) > self.head_id
                 if not self._skipping:
-                    self.buffer.append((key, []))
+                    self.buffer.append((read, []))
             elif not self._skipping and self.buffer:
-                self.buffer[-1][1].append(key)
+                self.buffer[-1][1].append(read)
 
     def ready(self) -> int:
         """How many buffered records are complete (their writes fully listed)."""
@@ -417,25 +422,25 @@ class Core:
                 # The head was committed but its record was not (a crash between the two parallel
                 # PUTs): restore the record from the head, which is a copy of it.
                 repair.append(Put(key, obj.body, if_none_match=True))
-        write_keys = [k for k in listing.keys if k != key]
+        write_reads = [r for r in listing.reads() if r.key != key]
         if listing.token is not None:
-            write_keys += [k for k in (yield from _list_all(folder, listing.token)) if k != key]
+            write_reads += [Get(k) for k in (yield from _list_all(folder, listing.token)) if k != key]
         self.memory.add_blobs(thread_id, ns, record.blobs)
-        tuples = yield from self._assemble(thread_id, [(ns, record, write_keys)], repair)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
 
     def _assemble(
-        self, thread_id: str, items: Sequence[tuple[str, Record, list[str]]], extra: Sequence[Request] = ()
+        self, thread_id: str, items: Sequence[tuple[str, Record, list[Get]]], extra: Sequence[Request] = ()
     ) -> Plan[list[CheckpointTuple]]:
-        """Fetch the blobs and writes of several records (ns, record, writes keys) in one parallel batch."""
+        """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch."""
         requests: list[Request] = []
-        for ns, record, write_keys in items:
+        for ns, record, write_reads in items:
             requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
-            requests.extend(Get(k) for k in write_keys)
+            requests.extend(write_reads)
         requests.extend(extra)
         replies = iter((yield requests) if requests else [])
         tuples = []
-        for ns, record, write_keys in items:
+        for ns, record, write_reads in items:
             values = dict(record.inline)
             for ch, version in record.blobs.items():
                 key = self.layout.blob(thread_id, ns, ch, version)
@@ -445,10 +450,10 @@ class Core:
                 values[ch] = self.codec.decode_blob(key, blob.body)
                 self.memory.add_blobs(thread_id, ns, {ch: version}, blob.modified)
             batches = []
-            for key in write_keys:
+            for read in write_reads:
                 obj = next(replies)
                 if obj is not None:
-                    batches.append(self.codec.decode_writes(key, obj.body))
+                    batches.append(self.codec.decode_writes(read.key, obj.body))
             tuples.append(self._tuple(thread_id, ns, record, values, batches))
         return tuples
 
@@ -538,8 +543,7 @@ class Core:
                         return
             return
         # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
-        unbounded = filter or budget.remaining is None
-        page_size = 1000 if unbounded else min(1000, max(100, 10 * (budget.remaining or 0) + 10))
+        page_size = min(MAX_PAGE, max(100, 10 * (budget.remaining or 0) + 10))
         cursors = [
             _NsCursor(
                 checkpoint_ns=name,
@@ -572,18 +576,21 @@ class Core:
                         self.layout.record(thread_id, c.checkpoint_ns, before_id), below.body
                     )
             c.accept(page)
+        # The cursors keep what they need of the first pages: drop the replies, or each namespace's
+        # first page (up to 1,000 keys with their stamps) stays alive for the whole listing.
+        del replies, head, page
         while not budget.done:
             batch = yield from self._next_batch(cursors, budget, filter)
             if not batch:
                 return
-            objs = yield [Get(key) for _, key, _ in batch]
-            chosen: list[tuple[_NsCursor, Record, list[str]]] = []
-            for (cursor, key, write_keys), obj in zip(batch, objs, strict=True):
+            objs = yield [read for _, read, _ in batch]
+            chosen: list[tuple[_NsCursor, Record, list[Get]]] = []
+            for (cursor, read, write_reads), obj in zip(batch, objs, strict=True):
                 if obj is None:  # deleted between the listing and the read
                     continue
-                record = self.codec.decode_record(key, obj.body)
+                record = self.codec.decode_record(read.key, obj.body)
                 if cursor.admit(record) and matches(record.metadata, filter):
-                    chosen.append((cursor, record, write_keys))
+                    chosen.append((cursor, record, write_reads))
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
             # One parallel round trip for the values and writes of every chosen record.
@@ -594,10 +601,10 @@ class Core:
 
     def _next_batch(
         self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
-    ) -> Plan[list[tuple[_NsCursor, str, list[str]]]]:
-        """Up to READ_BATCH complete records (key and writes keys), merged newest first across namespaces."""
+    ) -> Plan[list[tuple[_NsCursor, Get, list[Get]]]]:
+        """Up to READ_BATCH complete records (record and writes reads), merged newest first across namespaces."""
         want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
-        batch: list[tuple[_NsCursor, str, list[str]]] = []
+        batch: list[tuple[_NsCursor, Get, list[Get]]] = []
         while len(batch) < want:
             starving = [c for c in cursors if not c.ready() and not c.exhausted]
             if starving:
@@ -609,9 +616,9 @@ class Core:
             if not live:
                 break
             # Inverted ids: the smallest key is the newest checkpoint.
-            best = min(live, key=lambda c: c.buffer[0][0][len(c.prefix) :])
-            key, write_keys = best.buffer.pop(0)
-            batch.append((best, key, write_keys))
+            best = min(live, key=lambda c: c.buffer[0][0].key[len(c.prefix) :])
+            read, write_reads = best.buffer.pop(0)
+            batch.append((best, read, write_reads))
         return batch
 
     # -- writing ------------------------------------------------------------------------------------
@@ -1008,22 +1015,15 @@ class Core:
         seeds: dict[str, Any] = {}
         remaining = set(channels)
         cursor = target.parent_config if target is not None else None
-        while cursor is not None and remaining:
+        if cursor is not None:
             t = parse_config(cursor)
-            assert t.checkpoint_id is not None and target is not None
-            # Prefetch the ancestors newest first; on a linear history they are exactly the chain.
-            found: list[CheckpointTuple] = []
-            ancestors = self._list_thread(
-                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(READ_BATCH)
-            )
-            yield from collect(ancestors, found)
-            progressed = False
-            for tup in found:
-                if cursor is None or not remaining:
-                    break
-                if tup.checkpoint["id"] != cursor["configurable"]["checkpoint_id"]:
-                    continue
-                progressed = True
+            assert t.checkpoint_id is not None
+
+            def visit(tup: CheckpointTuple) -> Plan[bool]:
+                """Take one ancestor's writes (or its value as the seed); False once nothing is left."""
+                nonlocal cursor
+                if cursor is None or tup.checkpoint["id"] != cursor["configurable"]["checkpoint_id"]:
+                    return True  # a record of another branch: not an ancestor
                 for write in reversed(tup.pending_writes or []):
                     if write[1] in remaining:
                         collected[write[1]].append(write)
@@ -1032,8 +1032,15 @@ class Core:
                         seeds[ch] = tup.checkpoint["channel_values"][ch]
                         remaining.discard(ch)
                 cursor = tup.parent_config
-            if not progressed:
-                break
+                return cursor is not None and bool(remaining)
+                yield  # a plan that needs no request of its own
+
+            # One newest-first stream from the parent down, stopped at the last seed: ancestors come
+            # in batches, and bodies already read (listed with the same ETag) are not read again.
+            ancestors = self._list_thread(
+                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(None)
+            )
+            yield from each(ancestors, visit)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}

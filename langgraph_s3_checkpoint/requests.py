@@ -19,6 +19,9 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Get:
     key: str
+    etag: str | None = None
+    """The ETag a listing just showed for ``key``: the store may answer from its cache of bodies
+    when it holds ``key`` with exactly this ETag (the object has not changed since it was read)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,14 @@ class Page:
     """Continuation token, ``None`` on the last page."""
     modified: list[datetime] = field(default_factory=list)
     """LastModified of each key, in the order of ``keys``."""
+    etags: list[str] = field(default_factory=list)
+    """ETag of each key, in the order of ``keys``."""
+
+    def reads(self) -> list[Get]:
+        """A :class:`Get` for each listed key, carrying the ETag it was listed with."""
+        if len(self.etags) != len(self.keys):
+            return [Get(key) for key in self.keys]
+        return [Get(key, etag) for key, etag in zip(self.keys, self.etags, strict=True)]
 
 
 @dataclass(frozen=True)

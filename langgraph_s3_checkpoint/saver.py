@@ -35,7 +35,7 @@ from .core import Core
 from .errors import InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .requests import Plan
-from .store import S3Store
+from .store import BodyCache, S3Store
 from .transport import DirectTransport, sse_headers
 
 T = TypeVar("T")
@@ -43,8 +43,16 @@ SaverT = TypeVar("SaverT", bound="BaseS3Saver")
 
 DEFAULT_INLINE_THRESHOLD = 4096
 DEFAULT_COMPRESS_THRESHOLD = 64 * 1024
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 
-_INT_OPTIONS = ("inline_threshold", "compress_threshold", "max_concurrency", "max_attempts", "ttl_days")
+_INT_OPTIONS = (
+    "inline_threshold",
+    "compress_threshold",
+    "max_concurrency",
+    "max_attempts",
+    "ttl_days",
+    "cache_bytes",
+)
 EXPIRY_TAG = "langgraph-s3-ttl=1"
 """Object tag matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
 _BOOL_OPTIONS = ("create_bucket", "require_conditional_writes")
@@ -124,11 +132,14 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         sse_customer_key: str | None = None,
         ttl_days: int | None = None,
         transport: str = "boto3",
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
         **client_options: Any,
     ) -> None:
         super().__init__(serde=serde)
         if not bucket:
             raise InvalidConfigError("bucket is required")
+        if cache_bytes < 0:
+            raise InvalidConfigError(f"cache_bytes must be >= 0 (0 disables the cache), got {cache_bytes!r}")
         if transport not in ("boto3", "direct"):
             raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
         if ttl_days is not None and ttl_days < 1:
@@ -175,6 +186,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             )
             if transport == "direct"
             else None,
+            cache=BodyCache(cache_bytes) if cache_bytes else None,
         )
         self._core = Core(
             layout=Layout(self.prefix),

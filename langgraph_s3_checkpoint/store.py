@@ -11,6 +11,8 @@ boto3 clients are thread-safe, so one client and one connection pool serve every
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +44,53 @@ from .transport import DirectTransport
 
 T = TypeVar("T")
 
+
+def same_etag(a: str, b: str) -> bool:
+    """Listings and reads may quote ETags differently."""
+    return a.strip('"') == b.strip('"')
+
+
+class BodyCache:
+    """Least-recently-used bodies of objects, valid only for the ETag they were read with.
+
+    A plan offers an ETag only when a listing has just shown it, so a hit is an object that has not
+    changed since (a rewritten object has a new ETag, a deleted one is not listed). Bounded in bytes.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, Obj] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str, etag: str) -> Obj | None:
+        with self._lock:
+            obj = self._entries.get(key)
+            if obj is None or not same_etag(obj.etag, etag):
+                return None
+            self._entries.move_to_end(key)
+            return obj
+
+    def offer(self, key: str, listed_etag: str, obj: Obj) -> None:
+        """Keep ``obj`` if it is still the version the listing showed."""
+        if same_etag(obj.etag, listed_etag):
+            self.put(key, obj)
+
+    def put(self, key: str, obj: Obj) -> None:
+        size = len(obj.body)
+        if size > self.max_bytes // 8:
+            return  # one large object must not flush the cache
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)
+            self._entries[key] = obj
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= len(evicted.body)
+
+
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
 
@@ -67,6 +116,8 @@ class S3Store:
     """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
     direct: DirectTransport | None = field(default=None, repr=False)
     """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``)."""
+    cache: BodyCache | None = field(default=None, repr=False)
+    """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -84,6 +135,24 @@ class S3Store:
 
     # -- one request ----------------------------------------------------------------------------
     def execute(self, request: Request) -> Any:
+        cached = self._cached(request)
+        return self._fetch(request) if cached is _MISS else cached
+
+    def _cached(self, request: Request) -> Any:
+        """The cached reply to a listed :class:`Get`, or ``_MISS``."""
+        if isinstance(request, Get) and request.etag and self.cache is not None:
+            obj = self.cache.get(request.key, request.etag)
+            if obj is not None:
+                return obj
+        return _MISS
+
+    def _fetch(self, request: Request) -> Any:
+        reply = self._send(request)
+        if self.cache is not None and isinstance(request, Get) and request.etag and reply is not None:
+            self.cache.offer(request.key, request.etag, reply)
+        return reply
+
+    def _send(self, request: Request) -> Any:
         if self.direct is not None and isinstance(request, (Get, Put, ListKeys)):
             return self.direct.execute(request)
         try:
@@ -139,6 +208,7 @@ class S3Store:
                 prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
                 token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
                 modified=[o["LastModified"] for o in contents],
+                etags=[o.get("ETag", "") for o in contents],
             )
         if isinstance(request, Delete):
             if not request.keys:
@@ -212,13 +282,26 @@ class S3Store:
 
     # -- drivers --------------------------------------------------------------------------------
     def _batch(self, requests: list[Request]) -> list[Any]:
-        if len(requests) == 1:
-            return [self.execute(requests[0])]
-        return list(self.pool.map(self.execute, requests))
+        replies = [self._cached(r) for r in requests]
+        missing = [i for i, reply in enumerate(replies) if reply is _MISS]
+        if len(missing) == 1:
+            replies[missing[0]] = self._fetch(requests[missing[0]])
+        elif missing:
+            for i, reply in zip(missing, self.pool.map(self._fetch, [requests[i] for i in missing]), strict=True):
+                replies[i] = reply
+        return replies
 
     async def _abatch(self, requests: list[Request]) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        return list(await asyncio.gather(*(loop.run_in_executor(self.pool, self.execute, r) for r in requests)))
+        replies = [self._cached(r) for r in requests]
+        missing = [i for i, reply in enumerate(replies) if reply is _MISS]
+        if missing:
+            loop = asyncio.get_running_loop()
+            fetched = await asyncio.gather(
+                *(loop.run_in_executor(self.pool, self._fetch, requests[i]) for i in missing)
+            )
+            for i, reply in zip(missing, fetched, strict=True):
+                replies[i] = reply
+        return replies
 
     def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
         """Run a streaming plan, yielding what it emits."""
@@ -249,6 +332,7 @@ class S3Store:
 
 
 _DONE = object()
+_MISS = object()
 
 
 def _advance(plan: Plan[Any], reply: Any) -> Any:

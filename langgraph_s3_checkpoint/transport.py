@@ -180,13 +180,15 @@ class DirectTransport:
         root = ET.fromstring(body)
         keys: list[str] = []
         modified: list[datetime] = []
+        etags: list[str] = []
         for item in root.iterfind("{*}Contents"):
             keys.append(unquote_plus(item.findtext("{*}Key", "")))
             modified.append(_iso_time(item.findtext("{*}LastModified", "")))
+            etags.append(item.findtext("{*}ETag", ""))
         prefixes = [unquote_plus(p.findtext("{*}Prefix", "")) for p in root.iterfind("{*}CommonPrefixes")]
         truncated = root.findtext("{*}IsTruncated", "false").strip().lower() == "true"
         token = root.findtext("{*}NextContinuationToken") if truncated else None
-        return Page(keys=keys, prefixes=prefixes, token=token, modified=modified)
+        return Page(keys=keys, prefixes=prefixes, token=token, modified=modified, etags=etags)
 
     # -- one HTTP exchange, retried -------------------------------------------------------------
     def _send(

@@ -6,12 +6,14 @@ HTTP attempts per S3 operation, as S3 bills them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
 from helpers import RequestCounter
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
@@ -125,6 +127,14 @@ class _S(TypedDict):
     n: int
 
 
+def _concat(state: list[str] | None, writes: Sequence[list[str]]) -> list[str]:
+    return [*(state or []), *itertools.chain.from_iterable(writes)]
+
+
+class _Chat(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat)]
+
+
 def test_one_node_superstep_cost(counted: Counted) -> None:
     """A one-node step under durability="sync": the node's writes, then the checkpoint (2 PUTs)."""
     saver, counter = counted
@@ -157,3 +167,71 @@ def test_head_without_record_is_repaired_on_read(counted: Counted, s3_server: Lo
     assert latest is not None and latest.config == config
     s3_server.client().head_object(Bucket=bucket, Key=record_key)  # restored
     assert [t.config for t in saver.list({"configurable": {"thread_id": thread}}, limit=1)] == [config]
+
+
+def test_rereading_history_costs_its_listing_only(counted: Counted) -> None:
+    """Records and writes are read once; a second walk finds them listed with the same ETag."""
+    saver, counter = counted
+    thread = f"t-{uuid4().hex}"
+    config = _chain(saver, thread, 50)
+    saver.put_writes(config, [("ch0", "pending")], "task-1")
+    counter.reset()
+    first = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    assert counter.snapshot() == {"GetObject": 52, "ListObjectsV2": 1}  # head, 50 records, 1 writes object
+    counter.reset()
+    second = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    assert counter.snapshot() == {"GetObject": 1, "ListObjectsV2": 1}  # the head, the listing
+    assert [t.checkpoint for t in second] == [t.checkpoint for t in first]
+    assert second[0].pending_writes == [("task-1", "ch0", "pending")]
+
+
+def test_the_read_cache_never_serves_a_replaced_object(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """An interrupt write is replaced in place (same key, new ETag): readers must see the new one."""
+    from langgraph.checkpoint.base import INTERRUPT
+
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    thread = f"t-{uuid4().hex}"
+    config = _chain(saver, thread, 2)
+    saver.put_writes(config, [(INTERRUPT, "first")], "task-1")
+    assert next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})).pending_writes == [
+        ("task-1", INTERRUPT, "first")
+    ]
+    saver.put_writes(config, [(INTERRUPT, "second")], "task-1")
+    listed = next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    assert listed.pending_writes == [("task-1", INTERRUPT, "second")]
+    saver.delete_thread(thread)
+    assert list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})) == []
+    saver.close()
+
+
+def test_read_cache_can_be_disabled(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> None:
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client, cache_bytes=0)
+    thread = f"t-{uuid4().hex}"
+    _chain(saver, thread, 5)
+    counter = count_requests(client)
+    for _ in range(2):
+        counter.reset()
+        assert len(list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))) == 5
+        assert counter.snapshot() == {"GetObject": 6, "ListObjectsV2": 1}
+    saver.close()
+
+
+def test_delta_channel_load_reads_only_new_ancestors(counted: Counted) -> None:
+    """Loading a DeltaChannel thread replays the writes since its last snapshot; ancestors read by an
+    earlier load are not fetched again, so the GETs per turn do not grow with the thread."""
+    saver, counter = counted
+    builder = StateGraph(_Chat)
+    builder.add_node("reply", lambda s: {"log": [f"reply {len(s['log'])}"]})
+    builder.add_edge(START, "reply")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
+    gets = {}
+    for turn in range(1, 31):
+        counter.reset()
+        state = graph.invoke({"log": [f"turn {turn}"]}, config)
+        gets[turn] = counter.snapshot().get("GetObject", 0)
+    assert len(state["log"]) == 60
+    assert gets[30] == gets[10], gets
