@@ -67,7 +67,7 @@ class Codec:
     """Encodes and decodes every object the saver stores. Pure: no I/O."""
 
     serde: SerializerProtocol
-    compress_threshold: int | None = 64 * 1024
+    compress_threshold: int | None = 4096
     """Frames at least this large are zlib-compressed; ``None`` disables compression."""
 
     # -- framing --------------------------------------------------------------------------------
