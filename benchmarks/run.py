@@ -155,8 +155,29 @@ def bare_latency(server: Any) -> dict[str, float]:
         for op in ("put", "get"):
             out[f"{op}_ms{suffix}"] = statistics.median(walls[op]) * 1000
             out[f"{op}_cpu_ms{suffix}"] = cpu[op] / 180 * 1000
+    # The server's own CPU per request: it shares the machine's cores with the savers.
+    pid = getattr(getattr(server, "_process", None), "pid", None)
+    if pid is not None:
+        for op, send in (("put", senders["direct"][0]), ("get", senders["direct"][1])):
+            before = process_cpu_s(pid)
+            for i in range(500):
+                send(f"bare/server/{i}")
+            out[f"server_{op}_cpu_ms"] = (process_cpu_s(pid) - before) / 500 * 1000
     direct.close()
     return out
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children so far (Linux /proc)."""
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(c) for c in children.read_text().split()]
+    total = 0
+    for p in pids:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def prefix_bytes(client: Any, prefix: str) -> tuple[int, int]:
@@ -262,7 +283,13 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
             f"Bare SeaweedFS round trip (1 KiB, median of 180; client CPU per request in brackets): boto3 PutObject "
             f"{bare['put_ms']:.2f} ms ({bare['put_cpu_ms']:.2f}), GetObject {bare['get_ms']:.2f} ms "
             f"({bare['get_cpu_ms']:.2f}); direct transport PutObject {bare['put_ms_direct']:.2f} ms "
-            f"({bare['put_cpu_ms_direct']:.2f}), GetObject {bare['get_ms_direct']:.2f} ms ({bare['get_cpu_ms_direct']:.2f}).\n"
+            f"({bare['put_cpu_ms_direct']:.2f}), GetObject {bare['get_ms_direct']:.2f} ms ({bare['get_cpu_ms_direct']:.2f})."
+            + (
+                f" SeaweedFS's own CPU per request (same cores): PutObject {bare['server_put_cpu_ms']:.2f} ms, "
+                f"GetObject {bare['server_get_cpu_ms']:.2f} ms.\n"
+                if "server_put_cpu_ms" in bare
+                else "\n"
+            )
         )
     # failures up front
     fails = [(s, r) for s, r in results.items() if r.get("fatal") or r.get("errors")]
@@ -393,17 +420,27 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
 
     # 5. throughput
     L.append("## 5. Throughput: AsyncS3Saver, concurrent vs sequential\n")
-    L.append("| saver | threads × steps | sequential steps/s | concurrent (asyncio.gather) steps/s | speedup |")
-    L.append("|---|---|---:|---:|---:|")
+    L.append(
+        "| saver | threads × steps | sequential steps/s | concurrent (asyncio.gather) steps/s | speedup "
+        "| CPU per step, saver process + S3 server | CPU ceiling, steps/s (speedup) |"
+    )
+    L.append("|---|---|---:|---:|---:|---:|---:|")
     for s in ("ours-async", "ours-async-direct"):
         tp = wl(results.get(s, {}), "throughput")
         if tp:
+            cpu = tp.get("cpu_ms_per_step")
+            bound = (
+                f" | {cpu['client']:.2f} + {cpu['server']:.2f} ms | {fmt(tp['cpu_ceiling_steps_per_s'])} "
+                f"({tp['cpu_ceiling_speedup']:.2f}×)"
+                if cpu and cpu.get("server")
+                else " | n/a | n/a"
+            )
             L.append(
                 f"| {LABELS[s]} | {tp['threads']} × {tp['steps']} | {fmt(tp['sequential_steps_per_s'])} | "
-                f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}× |"
+                f"{fmt(tp['concurrent_steps_per_s'])} | {tp['speedup']:.2f}×{bound} |"
             )
         else:
-            L.append(f"| {LABELS[s]} | {err(results.get(s, {}), 'throughput')} | | | |")
+            L.append(f"| {LABELS[s]} | {err(results.get(s, {}), 'throughput')} | | | | | |")
     L.append("")
 
     # 6. memory
@@ -537,7 +574,14 @@ def check_targets(
             "async throughput at 100 concurrent threads ≥ 5× sequential",
             tp["speedup"] >= 5,
             f"{tp['sequential_steps_per_s']:.0f} → {tp['concurrent_steps_per_s']:.0f} steps/s = {tp['speedup']:.2f}× "
-            f"on {meta['nproc']} cores",
+            f"on {meta['nproc']} cores"
+            + (
+                f"; bound: {tp['cpu_ms_per_step']['client']:.2f} ms of saver-process CPU + "
+                f"{tp['cpu_ms_per_step']['server']:.2f} ms of SeaweedFS CPU per step on the same cores cap it at "
+                f"{tp['cpu_ceiling_steps_per_s']:.0f} steps/s ({tp['cpu_ceiling_speedup']:.2f}× the sequential rate)"
+                if tp.get("cpu_ms_per_step", {}).get("server")
+                else ""
+            ),
         )
     return out
 
@@ -659,6 +703,7 @@ def main() -> None:
                 "secret_key": server.secret_key,
                 "region": server.region,
                 "bucket": BUCKET,
+                "server_pid": getattr(getattr(server, "_process", None), "pid", None),
             },
             "postgres_dsn": pg.dsn if pg else None,
             "tmp_dir": tmp,

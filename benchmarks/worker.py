@@ -592,9 +592,23 @@ def w_throughput(b: Bench, p: dict[str, Any]) -> dict[str, Any]:
     async def concurrent() -> None:
         await asyncio.gather(*(graph.ainvoke(inp, cfg("con", i)) for i in range(threads)))
 
-    seq = timed(lambda: b.run(sequential()))
-    con = timed(lambda: b.run(concurrent()))
+    server_pid = b.spec.get("s3", {}).get("server_pid")
+    cpu: dict[str, dict[str, float]] = {}
+
+    def measured(name: str, run: Callable[[], Any]) -> float:
+        client0, server0 = time.process_time(), process_cpu_s(server_pid)
+        elapsed = timed(run)
+        cpu[name] = {"client_s": time.process_time() - client0, "server_s": process_cpu_s(server_pid) - server0}
+        return elapsed
+
+    seq = measured("sequential", lambda: b.run(sequential()))
+    con = measured("concurrent", lambda: b.run(concurrent()))
     total_steps = threads * steps
+    # CPU per step, in this process and in the S3 server, which share the machine's cores: the rate that
+    # no amount of overlap can exceed is cores / (CPU per step), and the client part runs under one GIL.
+    per_step = {k: v / total_steps * 1000 for k, v in cpu["concurrent"].items()}
+    cores = os.cpu_count() or 1
+    ceiling = min(cores / ((per_step["client_s"] + per_step["server_s"]) / 1000), 1000 / per_step["client_s"])
     return {
         "threads": threads,
         "steps": steps,
@@ -603,7 +617,28 @@ def w_throughput(b: Bench, p: dict[str, Any]) -> dict[str, Any]:
         "sequential_steps_per_s": total_steps / seq,
         "concurrent_steps_per_s": total_steps / con,
         "speedup": seq / con,
+        "cpu_ms_per_step": {"client": per_step["client_s"], "server": per_step["server_s"]},
+        "cpu_ceiling_steps_per_s": ceiling,
+        "cpu_ceiling_speedup": ceiling / (total_steps / seq),
     }
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process and its children so far (Linux /proc); 0 if unknown."""
+    if pid is None:
+        return 0.0
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids += [int(c) for c in f.read().split()]
+        total = 0
+        for p in pids:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    except OSError:
+        return 0.0
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 WORKLOADS: dict[str, Callable[[Bench, dict[str, Any]], dict[str, Any]]] = {

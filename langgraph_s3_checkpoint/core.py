@@ -321,6 +321,8 @@ class _NsCursor:
     prefix: str
     start_after: str | None
     page_size: int
+    reuse: bool = True
+    """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
     buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
@@ -356,7 +358,7 @@ class _NsCursor:
         self.exhausted = page.token is None or self.head_id is None
         if self.head_id is None:
             return
-        for read in page.reads():
+        for read in page.reads() if self.reuse else [Get(key) for key in page.keys]:
             if Layout.is_record(read.key):
                 # Records newer than the head are leftovers of uncommitted puts.
                 self._skipping = Layout.checkpoint_id_of(read.key) > self.head_id
@@ -527,7 +529,14 @@ class Core:
         filter: dict[str, Any] | None,
         before_id: str | None,
         budget: _Limit,
+        reuse: bool | None = None,
     ) -> Plan[None]:
+        """Stream a thread's committed tuples newest first.
+
+        ``reuse`` says whether the records read may be served from and kept in the read cache; by
+        default only bounded listings use it: a walk over a whole history is a scan, which would
+        evict what is worth keeping and make the listing's memory grow with the history.
+        """
         namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
         if checkpoint_id is not None:
             for name in namespaces:
@@ -551,6 +560,7 @@ class Core:
                 prefix=self.layout.records(thread_id, name),
                 start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
                 page_size=page_size,
+                reuse=budget.remaining is not None if reuse is None else reuse,
             )
             for name in namespaces
         ]
@@ -1038,7 +1048,7 @@ class Core:
             # One newest-first stream from the parent down, stopped at the last seed: ancestors come
             # in batches, and bodies already read (listed with the same ETag) are not read again.
             ancestors = self._list_thread(
-                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(None)
+                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(None), reuse=True
             )
             yield from each(ancestors, visit)
         result: dict[str, DeltaChannelHistory] = {}

@@ -175,14 +175,31 @@ def test_rereading_history_costs_its_listing_only(counted: Counted) -> None:
     thread = f"t-{uuid4().hex}"
     config = _chain(saver, thread, 50)
     saver.put_writes(config, [("ch0", "pending")], "task-1")
+    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     counter.reset()
-    first = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    first = list(saver.list(latest, limit=50))
     assert counter.snapshot() == {"GetObject": 52, "ListObjectsV2": 1}  # head, 50 records, 1 writes object
     counter.reset()
-    second = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    second = list(saver.list(latest, limit=50))
     assert counter.snapshot() == {"GetObject": 1, "ListObjectsV2": 1}  # the head, the listing
     assert [t.checkpoint for t in second] == [t.checkpoint for t in first]
     assert second[0].pending_writes == [("task-1", "ch0", "pending")]
+
+
+def test_a_scan_of_the_whole_history_bypasses_the_read_cache(counted: Counted) -> None:
+    """list() without a limit is a scan: it must not fill the cache (its memory would grow with the
+    history, and it would evict what bounded reads keep)."""
+    saver, counter = counted
+    thread = f"t-{uuid4().hex}"
+    _chain(saver, thread, 20)
+    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    for _ in range(2):
+        counter.reset()
+        assert len(list(saver.list(latest))) == 20
+        assert counter.snapshot() == {"GetObject": 21, "ListObjectsV2": 1}
+    counter.reset()
+    assert len(list(saver.list(latest, limit=20))) == 20
+    assert counter.snapshot() == {"GetObject": 21, "ListObjectsV2": 1}  # nothing was kept by the scans
 
 
 def test_the_read_cache_never_serves_a_replaced_object(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
@@ -193,11 +210,11 @@ def test_the_read_cache_never_serves_a_replaced_object(s3_server: LocalS3Server,
     thread = f"t-{uuid4().hex}"
     config = _chain(saver, thread, 2)
     saver.put_writes(config, [(INTERRUPT, "first")], "task-1")
-    assert next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})).pending_writes == [
+    assert next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, limit=1)).pending_writes == [
         ("task-1", INTERRUPT, "first")
     ]
     saver.put_writes(config, [(INTERRUPT, "second")], "task-1")
-    listed = next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    listed = next(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, limit=1))
     assert listed.pending_writes == [("task-1", INTERRUPT, "second")]
     saver.delete_thread(thread)
     assert list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})) == []
@@ -214,7 +231,7 @@ def test_read_cache_can_be_disabled(
     counter = count_requests(client)
     for _ in range(2):
         counter.reset()
-        assert len(list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))) == 5
+        assert len(list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, limit=5))) == 5
         assert counter.snapshot() == {"GetObject": 6, "ListObjectsV2": 1}
     saver.close()
 
