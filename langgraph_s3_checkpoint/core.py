@@ -351,7 +351,8 @@ class _NsCursor:
 
     def accept(self, page: Page) -> None:
         # Start small and double: a walk that stops early (a page of history, the writes since the
-        # last DeltaChannel snapshot) lists and parses only a little more than it uses.
+        # last DeltaChannel snapshot) lists and parses only a little more than it uses. Scans start
+        # at the full page size.
         self.page_size = min(MAX_PAGE, self.page_size * 2)
         self.token = page.token
         # Without a head nothing in the namespace is committed.
@@ -530,12 +531,14 @@ class Core:
         before_id: str | None,
         budget: _Limit,
         reuse: bool | None = None,
+        first_page: int | None = None,
     ) -> Plan[None]:
         """Stream a thread's committed tuples newest first.
 
         ``reuse`` says whether the records read may be served from and kept in the read cache; by
         default only bounded listings use it: a walk over a whole history is a scan, which would
         evict what is worth keeping and make the listing's memory grow with the history.
+        ``first_page`` starts a walk that will probably stop early with a small page (pages double).
         """
         namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
         if checkpoint_id is not None:
@@ -552,7 +555,12 @@ class Core:
                         return
             return
         # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
-        page_size = min(MAX_PAGE, max(100, 10 * (budget.remaining or 0) + 10))
+        if first_page is not None:
+            page_size = first_page
+        elif budget.remaining is None or filter:
+            page_size = MAX_PAGE  # a scan: full pages, so its peak memory is the same at any length
+        else:
+            page_size = min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
         cursors = [
             _NsCursor(
                 checkpoint_ns=name,
@@ -1048,7 +1056,14 @@ class Core:
             # One newest-first stream from the parent down, stopped at the last seed: ancestors come
             # in batches, and bodies already read (listed with the same ETag) are not read again.
             ancestors = self._list_thread(
-                t.thread_id, t.checkpoint_ns, None, None, _after(t.checkpoint_id), _Limit(None), reuse=True
+                t.thread_id,
+                t.checkpoint_ns,
+                None,
+                None,
+                _after(t.checkpoint_id),
+                _Limit(None),
+                reuse=True,
+                first_page=100,
             )
             yield from each(ancestors, visit)
         result: dict[str, DeltaChannelHistory] = {}
