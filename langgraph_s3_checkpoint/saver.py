@@ -36,7 +36,7 @@ from .errors import InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .requests import Plan
 from .store import BodyCache, S3Store
-from .transport import DirectTransport, sse_headers
+from .transport import DirectTransport
 
 T = TypeVar("T")
 SaverT = TypeVar("SaverT", bound="BaseS3Saver")
@@ -179,8 +179,8 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             direct=DirectTransport(
                 client,
                 bucket,
-                put_headers=sse_headers(put_args),
-                get_headers=sse_headers(get_args),
+                put_args=put_args,
+                get_args=get_args,
                 expiry_tag=EXPIRY_TAG if ttl_days else None,
                 max_connections=max_concurrency * 2,
             )

@@ -40,7 +40,7 @@ from .requests import (
     Request,
     Stored,
 )
-from .transport import DirectTransport
+from .transport import DirectTransport, list_arguments, put_arguments
 
 T = TypeVar("T")
 
@@ -177,13 +177,7 @@ class S3Store:
                 raise
             return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
         if isinstance(request, Put):
-            kwargs: dict[str, Any] = dict(self.put_args)
-            if request.if_none_match:
-                kwargs["IfNoneMatch"] = "*"
-            if request.if_match is not None:
-                kwargs["IfMatch"] = request.if_match
-            if self.expiry_tag and request.expires:
-                kwargs["Tagging"] = self.expiry_tag
+            kwargs = put_arguments(request, self.put_args, self.expiry_tag)
             try:
                 reply = c.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
             except ClientError as exc:
@@ -194,14 +188,7 @@ class S3Store:
                 raise
             return Stored(reply["ETag"])
         if isinstance(request, ListKeys):
-            kwargs = {"Bucket": self.bucket, "Prefix": request.prefix, "MaxKeys": request.max_keys}
-            if request.delimiter:
-                kwargs["Delimiter"] = request.delimiter
-            if request.token:
-                kwargs["ContinuationToken"] = request.token
-            elif request.start_after:
-                kwargs["StartAfter"] = request.start_after
-            reply = c.list_objects_v2(**kwargs)
+            reply = c.list_objects_v2(Bucket=self.bucket, **list_arguments(request))
             contents = reply.get("Contents", ())
             return Page(
                 keys=[o["Key"] for o in contents],

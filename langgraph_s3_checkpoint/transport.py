@@ -46,20 +46,57 @@ _OPERATION = {"GET": "GetObject", "PUT": "PutObject"}
 _MAX_BACKOFF = 20.0
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 
-SSE_HEADERS = {
+_HEADER_OF = {
+    "IfNoneMatch": "if-none-match",
+    "IfMatch": "if-match",
+    "Tagging": "x-amz-tagging",
     "ServerSideEncryption": "x-amz-server-side-encryption",
     "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
     "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
 }
 
 
-def sse_headers(args: Mapping[str, Any]) -> dict[str, str]:
-    """The HTTP headers for boto3-style server-side-encryption arguments (as the saver builds them)."""
+def put_arguments(request: Put, extra: Mapping[str, Any], expiry_tag: str | None) -> dict[str, Any]:
+    """PutObject arguments (boto3 names) beyond bucket, key and body; both transports send these."""
+    args = dict(extra)
+    if request.if_none_match:
+        args["IfNoneMatch"] = "*"
+    if request.if_match is not None:
+        args["IfMatch"] = request.if_match
+    if expiry_tag and request.expires:
+        args["Tagging"] = expiry_tag
+    return args
+
+
+_QUERY_OF = {
+    "Prefix": "prefix",
+    "MaxKeys": "max-keys",
+    "Delimiter": "delimiter",
+    "ContinuationToken": "continuation-token",
+    "StartAfter": "start-after",
+}
+
+
+def list_arguments(request: ListKeys) -> dict[str, Any]:
+    """ListObjectsV2 arguments (boto3 names) beyond the bucket; both transports send these."""
+    args: dict[str, Any] = {"Prefix": request.prefix, "MaxKeys": request.max_keys}
+    if request.delimiter:
+        args["Delimiter"] = request.delimiter
+    if request.token:
+        args["ContinuationToken"] = request.token
+    elif request.start_after:
+        args["StartAfter"] = request.start_after
+    return args
+
+
+def headers_for(args: Mapping[str, Any]) -> dict[str, str]:
+    """The HTTP headers for boto3-style request arguments (conditions, tagging, server-side encryption)."""
     headers: dict[str, str] = {}
     for name, value in args.items():
-        if name in SSE_HEADERS:
-            headers[SSE_HEADERS[name]] = str(value)
+        if name in _HEADER_OF:
+            headers[_HEADER_OF[name]] = str(value)
         elif name == "SSECustomerKey":
+            # boto3 does this for its callers: the key travels base64-encoded, with its MD5.
             key = value.encode() if isinstance(value, str) else bytes(value)
             headers["x-amz-server-side-encryption-customer-key"] = base64.b64encode(key).decode()
             headers["x-amz-server-side-encryption-customer-key-md5"] = base64.b64encode(
@@ -88,8 +125,8 @@ class DirectTransport:
         client: Any,
         bucket: str,
         *,
-        put_headers: Mapping[str, str] | None = None,
-        get_headers: Mapping[str, str] | None = None,
+        put_args: Mapping[str, Any] | None = None,
+        get_args: Mapping[str, Any] | None = None,
         expiry_tag: str | None = None,
         max_connections: int = 64,
     ) -> None:
@@ -130,8 +167,9 @@ class DirectTransport:
             elif isinstance(ca_certs, str):
                 pool_kwargs["ca_certs"] = ca_certs
         self._pool = urllib3.connectionpool.connection_from_url(f"{endpoint.scheme}://{self._host}", **pool_kwargs)
-        self._put_headers = dict(put_headers or {})
-        self._get_headers = dict(get_headers or {})
+        self._put_args = dict(put_args or {})
+        self._get_headers = headers_for(get_args or {})
+        headers_for(self._put_args)  # refuse unsupported arguments now, not at the first put
         self.expiry_tag = expiry_tag
         self._bucket = bucket
         self._signing_keys: dict[tuple[str, str], bytes] = {}
@@ -155,13 +193,7 @@ class DirectTransport:
         return Obj(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
 
     def _put(self, request: Put) -> Any:
-        headers = dict(self._put_headers)
-        if request.if_none_match:
-            headers["if-none-match"] = "*"
-        if request.if_match is not None:
-            headers["if-match"] = request.if_match
-        if self.expiry_tag and request.expires:
-            headers["x-amz-tagging"] = self.expiry_tag
+        headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
         status, reply, _ = self._send("PUT", request.key, {}, request.body, headers)
         # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
         if status in (409, 412) or (status == 404 and request.if_match is not None):
@@ -169,13 +201,8 @@ class DirectTransport:
         return Stored(reply["etag"])
 
     def _list(self, request: ListKeys) -> Page:
-        query = {"list-type": "2", "prefix": request.prefix, "max-keys": str(request.max_keys), "encoding-type": "url"}
-        if request.delimiter:
-            query["delimiter"] = request.delimiter
-        if request.token:
-            query["continuation-token"] = request.token
-        elif request.start_after:
-            query["start-after"] = request.start_after
+        query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
+        query.update({"list-type": "2", "encoding-type": "url"})
         _, _, body = self._send("GET", None, query, b"", {})
         root = ET.fromstring(body)
         keys: list[str] = []

@@ -90,3 +90,13 @@ def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = Non
     if checkpoint_id:
         conf["checkpoint_id"] = checkpoint_id
     return {"configurable": conf}
+
+
+def client_options(server: Any, endpoint_url: str | None = None) -> dict[str, Any]:
+    """boto3 client settings for a local server (``endpoint_url`` overrides, e.g. a proxy in front of it)."""
+    return {
+        "endpoint_url": endpoint_url or server.endpoint_url,
+        "region_name": server.region,
+        "aws_access_key_id": server.access_key,
+        "aws_secret_access_key": server.secret_key,
+    }

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg
+from helpers import cfg, client_options
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
@@ -123,12 +123,7 @@ def test_request_counts_equal_the_boto3_transport(
     seaweedfs_server: LocalS3Server, prefix: str, counting_proxy: FaultProxy
 ) -> None:
     """Counted at the HTTP level by a proxy, so both transports are measured the same way."""
-    client = make_client(
-        endpoint_url=counting_proxy.url,
-        region_name=seaweedfs_server.region,
-        aws_access_key_id=seaweedfs_server.access_key,
-        aws_secret_access_key=seaweedfs_server.secret_key,
-    )
+    client = make_client(**client_options(seaweedfs_server, counting_proxy.url))
     counts: dict[str, list[int]] = {}
     for transport in ("boto3", "direct"):
         with contextlib.closing(
@@ -236,13 +231,7 @@ def test_unsupported_settings_are_refused() -> None:
 
 
 def test_url_option(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    with S3Saver.from_conn_string(
-        f"s3://{bucket}/{prefix}?transport=direct",
-        endpoint_url=s3_server.endpoint_url,
-        region_name=s3_server.region,
-        aws_access_key_id=s3_server.access_key,
-        aws_secret_access_key=s3_server.secret_key,
-    ) as saver:
+    with S3Saver.from_conn_string(f"s3://{bucket}/{prefix}?transport=direct", **client_options(s3_server)) as saver:
         assert saver._store.direct is not None
         saver.put(cfg("url"), empty_checkpoint(), {"step": 0}, {})
         assert saver.get_tuple(cfg("url")) is not None

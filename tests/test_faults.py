@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg
+from helpers import cfg, client_options
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import crash_graph, crash_input, crash_markers, fence_graph
@@ -49,12 +49,7 @@ def savers(
     """(saver behind the fault proxy, saver talking to the server directly) on the same prefix.
 
     The saver behind the proxy uses each transport in turn: both must retry the same faults."""
-    client = make_client(
-        endpoint_url=proxy.url,
-        region_name=seaweedfs_server.region,
-        aws_access_key_id=seaweedfs_server.access_key,
-        aws_secret_access_key=seaweedfs_server.secret_key,
-    )
+    client = make_client(**client_options(seaweedfs_server, proxy.url))
     faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client, transport=request.param)
     direct = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
     yield faulty, direct

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from uuid import uuid4
 
 import pytest
+from helpers import client_options
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
@@ -75,13 +76,7 @@ def test_interrupt_and_resume_with_command(saver: S3Saver, durability: Durabilit
 
 
 async def test_async_interrupt_resume_and_history(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    async with AsyncS3Saver.from_conn_string(
-        f"s3://{bucket}/{prefix}",
-        endpoint_url=s3_server.endpoint_url,
-        region_name=s3_server.region,
-        aws_access_key_id=s3_server.access_key,
-        aws_secret_access_key=s3_server.secret_key,
-    ) as saver:
+    async with AsyncS3Saver.from_conn_string(f"s3://{bucket}/{prefix}", **client_options(s3_server)) as saver:
         await saver.setup()
         graph = _approval_graph(saver)
         config = _config()
