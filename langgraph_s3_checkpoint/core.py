@@ -73,6 +73,8 @@ DELETE_BATCH = 1000
 """Keys per DeleteObjects request (the S3 maximum)."""
 MAX_PAGE = 1000
 """Keys per LIST request (the S3 maximum)."""
+ROLLBACK_ATTEMPTS = 5
+"""How often ``delete_for_runs`` starts over when the run it deletes commits again meanwhile."""
 READ_BATCH = 32
 """Records fetched in parallel while streaming ``list``."""
 PRUNE_GRACE = timedelta(minutes=10)
@@ -948,6 +950,18 @@ class Core:
                 yield [Delete((key, self.layout.thread_run_entry(run_id, thread_id, ns)))]
 
     def _delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[None]:
+        # A run being cancelled may still commit a checkpoint while its rollback runs (the Agent Server
+        # cancels and rolls back concurrently); that checkpoint is the run's too, so start over.
+        for _ in range(ROLLBACK_ATTEMPTS):
+            if (yield from self._try_delete_run_in_ns(run_id, thread_id, ns, first_id)):
+                return
+        raise CheckpointConflictError(thread_id, ns, f" while run {run_id!r} was being deleted (it kept committing)")
+
+    def _run_of(self, key: str, obj: Obj) -> Any:
+        return self.codec.peek_record(key, obj.body)[0].get("run_id")
+
+    def _try_delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[bool]:
+        """Delete one namespace's checkpoints of a run; False if the run itself moved the head meanwhile."""
         records = self.layout.records(thread_id, ns)
         head_key = self.layout.head(thread_id, ns)
         head = yield from _one(Get(head_key))
@@ -980,7 +994,7 @@ class Core:
             token = page.token
             done = done or token is None
         if not doomed:
-            return
+            return True
         if head is not None and head_id in doomed_ids:
             # Both are conditional on the head read above: a writer that committed on top of the run
             # meanwhile must not lose its checkpoint to the rollback.
@@ -989,13 +1003,16 @@ class Core:
             else:
                 reply = yield from _one(DeleteIfMatch(head_key, head.etag))
             if reply is PRECONDITION_FAILED:
-                # A retried PUT whose first attempt was applied (answer lost) also fails its
-                # condition: that is success if the head now holds the survivor.
+                # The head moved since it was read. A retried PUT whose first attempt was applied
+                # (answer lost) is one reason; then the head holds the survivor. If the run itself
+                # committed again, start over to take that checkpoint too. Another run's checkpoint
+                # stays the head, and the run's own records still go.
                 now = yield from _one(Get(head_key))
                 moved_back = now is not None and survivor is not None and now.body == survivor.body
-                if not moved_back:
-                    raise CheckpointConflictError(thread_id, ns, " while its run was being deleted")
+                if not moved_back and now is not None and self._run_of(head_key, now) == run_id:
+                    return False
         yield _deletes(doomed)
+        return True
 
     # -- retention ------------------------------------------------------------------------------------
     def expire_threads(self, cutoff: datetime, *, dry_run: bool) -> Plan[None]:

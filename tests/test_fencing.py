@@ -7,6 +7,7 @@ the heads it saw, exactly like separate processes.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,8 +284,9 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
 @pytest.mark.parametrize("earlier_run", [False, True], ids=["head-deleted", "head-moved-back"])
 def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any, earlier_run: bool) -> None:
     """delete_for_runs reads the head, then moves it back (or deletes it, when the run was the thread's
-    first). If another writer commits on top of the run in between, the rollback must lose, loudly,
-    rather than silently dropping that writer's checkpoint."""
+    first). If another run commits on top of the doomed one in between (the Agent Server starts the
+    next run while it rolls back the cancelled one), that checkpoint stays the head; the doomed run's
+    records still go."""
     from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
 
     roller, writer = make_saver(), make_saver()
@@ -295,16 +297,47 @@ def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any
     plan = roller._core.delete_for_runs(["run-1"])
     reply: Any = None
     committed: RunnableConfig | None = None
-    with pytest.raises(CheckpointConflictError, match="rolled"):
+    with contextlib.suppress(StopIteration):
         while True:
             step = plan.send(reply)
             if committed is None and any(
                 isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
             ):
-                # The moment between reading the head and moving it: another writer commits.
+                # The moment between reading the head and moving it: another run commits.
                 committed = writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
             reply = roller._store._batch(step)
     assert committed is not None
     latest = writer.get_tuple(cfg("rolled"))
     assert latest is not None and latest.config == committed
-    assert [t.metadata["step"] for t in writer.list(cfg("rolled"))] == ([2, 1, 0] if earlier_run else [2, 1])
+    assert writer.get_tuple(doomed) is None
+    assert [t.metadata["step"] for t in writer.list(cfg("rolled"))] == ([2, 0] if earlier_run else [2])
+
+
+@pytest.mark.parametrize("earlier_run", [False, True], ids=["head-deleted", "head-moved-back"])
+def test_rollback_also_removes_what_the_cancelled_run_commits_meanwhile(make_saver: Any, earlier_run: bool) -> None:
+    """A run being cancelled may still commit once while its rollback runs (the Agent Server cancels
+    and rolls back concurrently). That checkpoint is the run's too: the rollback starts over and
+    removes it, instead of failing or leaving it behind."""
+    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
+
+    roller, writer = make_saver(), make_saver()
+    parent: RunnableConfig = cfg("cancelled")
+    if earlier_run:
+        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
+    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    plan = roller._core.delete_for_runs(["run-1"])
+    reply: Any = None
+    late: RunnableConfig | None = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            step = plan.send(reply)
+            if late is None and any(
+                isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
+            ):
+                late = writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-1"}, {})
+            reply = roller._store._batch(step)
+    assert late is not None
+    remaining = [t.metadata["step"] for t in writer.list(cfg("cancelled"))]
+    assert remaining == ([0] if earlier_run else [])
+    latest = writer.get_tuple(cfg("cancelled"))
+    assert (latest.config if latest else None) == (parent if earlier_run else None)
