@@ -287,26 +287,14 @@ def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any
     first). If another run commits on top of the doomed one in between (the Agent Server starts the
     next run while it rolls back the cancelled one), that checkpoint stays the head; the doomed run's
     records still go."""
-    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
-
     roller, writer = make_saver(), make_saver()
     parent: RunnableConfig = cfg("rolled")
     if earlier_run:
         parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
     doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
-    plan = roller._core.delete_for_runs(["run-1"])
-    reply: Any = None
-    committed: RunnableConfig | None = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            step = plan.send(reply)
-            if committed is None and any(
-                isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
-            ):
-                # The moment between reading the head and moving it: another run commits.
-                committed = writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
-            reply = roller._store._batch(step)
-    assert committed is not None
+    committed = _roll_back_while(
+        roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
+    )
     latest = writer.get_tuple(cfg("rolled"))
     assert latest is not None and latest.config == committed
     assert writer.get_tuple(doomed) is None
@@ -318,26 +306,37 @@ def test_rollback_also_removes_what_the_cancelled_run_commits_meanwhile(make_sav
     """A run being cancelled may still commit once while its rollback runs (the Agent Server cancels
     and rolls back concurrently). That checkpoint is the run's too: the rollback starts over and
     removes it, instead of failing or leaving it behind."""
-    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
-
     roller, writer = make_saver(), make_saver()
     parent: RunnableConfig = cfg("cancelled")
     if earlier_run:
         parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
     doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
-    plan = roller._core.delete_for_runs(["run-1"])
-    reply: Any = None
-    late: RunnableConfig | None = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            step = plan.send(reply)
-            if late is None and any(
-                isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
-            ):
-                late = writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-1"}, {})
-            reply = roller._store._batch(step)
-    assert late is not None
+    late = _roll_back_while(
+        roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-1"}, {})
+    )
+    assert writer.get_tuple(late) is None
     remaining = [t.metadata["step"] for t in writer.list(cfg("cancelled"))]
     assert remaining == ([0] if earlier_run else [])
     latest = writer.get_tuple(cfg("cancelled"))
     assert (latest.config if latest else None) == (parent if earlier_run else None)
+
+
+def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
+    """Run ``roller.delete_for_runs([run_id])`` step by step and call ``commit()`` once, at the moment
+    between reading the head and moving it; returns what ``commit`` returned."""
+    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
+
+    plan = roller._core.delete_for_runs([run_id])
+    reply: Any = None
+    committed: Any = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            step = plan.send(reply)
+            moves_head = any(
+                isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
+            )
+            if committed is None and moves_head:
+                committed = commit()
+            reply = roller._store._batch(step)
+    assert committed is not None, "the rollback never moved the head"
+    return committed
