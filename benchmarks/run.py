@@ -125,6 +125,8 @@ def bare_latency(server: Any) -> dict[str, float]:
     The floor any S3 saver pays per request, and what the client itself costs: boto3's full pipeline
     against our direct transport (SigV4 + urllib3) sending the same requests to the same server.
     """
+    from worker import process_cpu_s
+
     from langgraph_s3_checkpoint.requests import Get, Put
     from langgraph_s3_checkpoint.transport import DirectTransport
 
@@ -165,19 +167,6 @@ def bare_latency(server: Any) -> dict[str, float]:
             out[f"server_{op}_cpu_ms"] = (process_cpu_s(pid) - before) / 500 * 1000
     direct.close()
     return out
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children so far (Linux /proc)."""
-    pids = [pid]
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        pids += [int(c) for c in children.read_text().split()]
-    total = 0
-    for p in pids:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def prefix_bytes(client: Any, prefix: str) -> tuple[int, int]:

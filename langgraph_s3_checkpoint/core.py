@@ -361,7 +361,7 @@ class _NsCursor:
         self.exhausted = page.token is None or self.head_id is None
         if self.head_id is None:
             return
-        for read in page.reads() if self.reuse else [Get(key) for key in page.keys]:
+        for read in page.reads(with_etags=self.reuse):
             if Layout.is_record(read.key):
                 # Records newer than the head are leftovers of uncommitted puts.
                 self._skipping = Layout.checkpoint_id_of(read.key) > self.head_id

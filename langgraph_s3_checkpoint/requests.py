@@ -127,9 +127,9 @@ class Page:
     etags: list[str] = field(default_factory=list)
     """ETag of each key, in the order of ``keys``."""
 
-    def reads(self) -> list[Get]:
-        """A :class:`Get` for each listed key, carrying the ETag it was listed with."""
-        if len(self.etags) != len(self.keys):
+    def reads(self, with_etags: bool = True) -> list[Get]:
+        """A :class:`Get` for each listed key, carrying the ETag it was listed with if asked (and known)."""
+        if not with_etags or len(self.etags) != len(self.keys):
             return [Get(key) for key in self.keys]
         return [Get(key, etag) for key, etag in zip(self.keys, self.etags, strict=True)]
 

@@ -269,26 +269,21 @@ class S3Store:
 
     # -- drivers --------------------------------------------------------------------------------
     def _batch(self, requests: list[Request]) -> list[Any]:
-        replies = [self._cached(r) for r in requests]
-        missing = [i for i, reply in enumerate(replies) if reply is _MISS]
+        replies, missing = self._split(requests)
         if len(missing) == 1:
-            replies[missing[0]] = self._fetch(requests[missing[0]])
-        elif missing:
-            for i, reply in zip(missing, self.pool.map(self._fetch, [requests[i] for i in missing]), strict=True):
-                replies[i] = reply
-        return replies
+            return _fill(replies, [self._fetch(missing[0])])
+        return _fill(replies, list(self.pool.map(self._fetch, missing)))
 
     async def _abatch(self, requests: list[Request]) -> list[Any]:
+        replies, missing = self._split(requests)
+        loop = asyncio.get_running_loop()
+        fetched = await asyncio.gather(*(loop.run_in_executor(self.pool, self._fetch, r) for r in missing))
+        return _fill(replies, fetched)
+
+    def _split(self, requests: list[Request]) -> tuple[list[Any], list[Request]]:
+        """Replies answered from the cache (``_MISS`` elsewhere), and the requests still to send."""
         replies = [self._cached(r) for r in requests]
-        missing = [i for i, reply in enumerate(replies) if reply is _MISS]
-        if missing:
-            loop = asyncio.get_running_loop()
-            fetched = await asyncio.gather(
-                *(loop.run_in_executor(self.pool, self._fetch, requests[i]) for i in missing)
-            )
-            for i, reply in zip(missing, fetched, strict=True):
-                replies[i] = reply
-        return replies
+        return replies, [r for r, reply in zip(requests, replies, strict=True) if reply is _MISS]
 
     def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
         """Run a streaming plan, yielding what it emits."""
@@ -320,6 +315,12 @@ class S3Store:
 
 _DONE = object()
 _MISS = object()
+
+
+def _fill(replies: list[Any], fetched: list[Any]) -> list[Any]:
+    """Put the fetched replies, in order, where the cache had none."""
+    answers = iter(fetched)
+    return [next(answers) if reply is _MISS else reply for reply in replies]
 
 
 def _advance(plan: Plan[Any], reply: Any) -> Any:
