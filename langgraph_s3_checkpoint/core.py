@@ -958,6 +958,7 @@ class Core:
         raise CheckpointConflictError(thread_id, ns, f" while run {run_id!r} was being deleted (it kept committing)")
 
     def _run_of(self, key: str, obj: Obj) -> Any:
+        """The run id a record (or head) was written by."""
         return self.codec.peek_record(key, obj.body)[0].get("run_id")
 
     def _try_delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[bool]:
@@ -981,8 +982,7 @@ class Core:
                 if obj is None:
                     continue
                 cid = Layout.checkpoint_id_of(key)
-                md, _, _ = self.codec.peek_record(key, obj.body)
-                if md.get("run_id") == run_id:
+                if self._run_of(key, obj) == run_id:
                     doomed_ids.add(cid)
                 elif head_id is not None and cid <= head_id and survivor is None:
                     survivor = obj
@@ -1003,13 +1003,12 @@ class Core:
             else:
                 reply = yield from _one(DeleteIfMatch(head_key, head.etag))
             if reply is PRECONDITION_FAILED:
-                # The head moved since it was read. A retried PUT whose first attempt was applied
-                # (answer lost) is one reason; then the head holds the survivor. If the run itself
-                # committed again, start over to take that checkpoint too. Another run's checkpoint
-                # stays the head, and the run's own records still go.
+                # The head moved since it was read: to the survivor (a retried PUT whose first attempt
+                # was applied, answer lost), or to another run's checkpoint, which stays the head; the
+                # run's own records go either way. If the run itself committed again, start over to
+                # take that checkpoint too.
                 now = yield from _one(Get(head_key))
-                moved_back = now is not None and survivor is not None and now.body == survivor.body
-                if not moved_back and now is not None and self._run_of(head_key, now) == run_id:
+                if now is not None and self._run_of(head_key, now) == run_id:
                     return False
         yield _deletes(doomed)
         return True
