@@ -17,6 +17,7 @@ newer format version fails with a clear error instead of guessing.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ _PLAIN = 0
 _ZLIB = 1
 
 Typed = tuple[str, bytes]
+RawWrite = tuple[int, str, list[Any]]
+"""One pending write as stored: (idx, channel, [serde type tag, bytes]), not deserialized."""
 
 
 @dataclass
@@ -172,6 +175,13 @@ class Codec:
         except (KeyError, TypeError) as exc:
             raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
 
+    def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
+        """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
+        frame = self._unframe(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise CorruptObjectError(key, "record has no checkpoint id")
+        return frame.get("previous_head"), bool(frame.get("detached", False))
+
     def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
         """Metadata, parent id and blob references, without decoding channel values."""
         frame = self._unframe(key, data)
@@ -181,14 +191,17 @@ class Codec:
             raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
 
     # -- writes and blobs -----------------------------------------------------------------------
-    def encode_writes(self, task_id: str, task_path: str, writes: list[tuple[int, str, Any]]) -> bytes:
-        return self._frame(
-            {
-                "task": task_id,
-                "path": task_path,
-                "writes": [[idx, ch, *self.dump(f"the write to channel {ch!r}", v)] for idx, ch, v in writes],
-            }
-        )
+    def encode_task_writes(self, task_id: str, task_path: str, writes: Sequence[RawWrite]) -> bytes:
+        """One task's writes, values already encoded with :meth:`dump`."""
+        return self._frame({"task": task_id, "path": task_path, "writes": [[i, ch, *typed] for i, ch, typed in writes]})
+
+    def peek_task_writes(self, key: str, data: bytes) -> list[RawWrite]:
+        """A task's stored writes, values left encoded (to merge a later call into them)."""
+        frame = self._unframe(key, data)
+        try:
+            return [(int(idx), str(ch), [tag, raw]) for idx, ch, tag, raw in frame["writes"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptObjectError(key, f"writes object is missing a field ({exc})") from exc
 
     def decode_writes(self, key: str, data: bytes) -> WriteBatch:
         frame = self._unframe(key, data)

@@ -20,11 +20,13 @@ A crash before step 2 leaves only unreachable objects; a crash after it leaves a
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import Enum
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -40,10 +42,12 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from .codec import Codec, Record, WriteBatch
+from .chain import Chain, Standing
+from .codec import Codec, RawWrite, Record, WriteBatch
 from .errors import (
     BucketNotFoundError,
     CheckpointConflictError,
+    ClockSkewError,
     ConditionalWritesUnsupportedError,
     CorruptObjectError,
     InvalidConfigError,
@@ -79,11 +83,15 @@ READ_BATCH = 32
 """Records fetched in parallel while streaming ``list``."""
 PRUNE_GRACE = timedelta(minutes=10)
 """prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
+WRITE_ATTEMPTS = 8
+"""How often ``put_writes`` merges into a task's writes object that another call changed meanwhile."""
 JOIN_ATTEMPTS = 5
 """How often an unfenced ``put`` re-reads a head that moved under it before giving up."""
 
 ABSENT = "<absent>"
-"""Head observation meaning "this saver saw no head for the namespace"."""
+"""Key of the observation "this saver saw no head for the namespace" (a parentless put's parent)."""
+SUPERSEDED = "<superseded>"
+"""ETag of a head this saver committed that another writer has already continued: its next put loses."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -127,13 +135,50 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
 # ------------------------------------------------------------------------------------------------
 # What a saver remembers between calls (bounded; guarded by a lock, never held across I/O)
 # ------------------------------------------------------------------------------------------------
-class SaverMemory:
-    """Head ETags this saver observed (the basis of fencing) and blobs it knows exist.
+@dataclass(frozen=True)
+class HeadSeen:
+    """What this saver knows of a head it observed: enough to continue it without reading anything."""
 
-    ``heads[(thread, ns)]`` maps a checkpoint id to the head ETag at the moment the head pointed at that
-    checkpoint. A ``put`` whose parent is such a checkpoint is *fenced*: it commits only if the head
-    still has that ETag. A ``put`` whose parent this saver never saw at the head (a fork from an older
-    checkpoint, or a fresh saver) *joins*: it reads the current head and commits on its ETag.
+    etag: str
+    blobs: Mapping[str, str]
+    """Large values (channel -> version) the head's record references: they exist while it is the head."""
+    run_id: str | None
+    """The run that wrote it: a put of the same run needs no new run-index entry."""
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """The put continues a head this saver observed: commit only if it still has this ETag."""
+
+    seen: HeadSeen
+
+
+@dataclass(frozen=True)
+class NewThread:
+    """This saver observed that the namespace has no head: commit only if there still is none."""
+
+
+@dataclass(frozen=True)
+class Join:
+    """Read the head and commit on top of it: a fork or replay from a checkpoint this saver read
+    explicitly (``fork``), or a parent this saver knows nothing of (a fresh saver, an evicted memory)."""
+
+    fork: bool = False
+
+
+Fence = Fenced | NewThread | Join
+
+
+class SaverMemory:
+    r"""The heads this saver observed (the basis of fencing), and when it last wrote large values.
+
+    ``heads[(thread, ns)]`` maps a checkpoint id to the :class:`HeadSeen` at the moment the head
+    pointed at that checkpoint (``None`` for "saw no head"). A ``put`` whose parent is such a
+    checkpoint is :class:`Fenced`; reading a checkpoint explicitly (by id, or below a ``before``
+    bound) is how LangGraph starts a replay or a fork, so it forgets that checkpoint's observation and
+    a put on top of it :class:`Join`\ s instead. Everything else the saver might remember (that a
+    large value or a ``name`` object exists, that a run is indexed) is derived from the observed head,
+    so it is only trusted while the fence holds: nothing here can outlive what it describes.
     """
 
     def __init__(self, max_threads: int = 10_000, per_thread: int = 16, blobs_per_namespace: int = 256) -> None:
@@ -141,10 +186,9 @@ class SaverMemory:
         self._blobs_per_namespace = blobs_per_namespace
         self._max_threads = max_threads
         self._per_thread = per_thread
-        self._heads: OrderedDict[tuple[str, str], OrderedDict[str, str]] = OrderedDict()
-        self._blobs: OrderedDict[tuple[str, str], dict[tuple[str, str], datetime | None]] = OrderedDict()
-        self._runs: OrderedDict[tuple[str, str, str], None] = OrderedDict()
-        self._names: OrderedDict[str, None] = OrderedDict()
+        self._heads: OrderedDict[tuple[str, str], OrderedDict[str, HeadSeen | None]] = OrderedDict()
+        self._written: OrderedDict[tuple[str, str], dict[tuple[str, str], datetime]] = OrderedDict()
+        self._forks: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     def _touch(self, table: OrderedDict[Any, Any], key: Any, default: Any) -> Any:
         entry = table.get(key)
@@ -156,64 +200,65 @@ class SaverMemory:
             table.move_to_end(key)
         return entry
 
-    def saw_head(self, thread_id: str, ns: str, checkpoint_id: str | None, etag: str | None) -> None:
+    def saw_head(self, thread_id: str, ns: str, checkpoint_id: str | None, seen: HeadSeen | None) -> None:
         with self._lock:
-            seen = self._touch(self._heads, (thread_id, ns), OrderedDict())
-            seen[checkpoint_id or ABSENT] = etag or ABSENT
-            seen.move_to_end(checkpoint_id or ABSENT)
-            while len(seen) > self._per_thread:
-                seen.popitem(last=False)
+            heads = self._touch(self._heads, (thread_id, ns), OrderedDict())
+            heads[checkpoint_id or ABSENT] = seen
+            heads.move_to_end(checkpoint_id or ABSENT)
+            while len(heads) > self._per_thread:
+                heads.popitem(last=False)
 
-    def expected_head(self, thread_id: str, ns: str, parent_id: str | None) -> str | None:
-        """The head ETag (or :data:`ABSENT`) a put with this parent must find, or ``None`` to join."""
+    def fence(self, thread_id: str, ns: str, parent_id: str | None) -> Fence:
+        """How a put with this parent commits."""
         with self._lock:
-            seen = self._heads.get((thread_id, ns))
-            return None if seen is None else seen.get(parent_id or ABSENT)
+            if parent_id is not None and (thread_id, ns, parent_id) in self._forks:
+                return Join(fork=True)
+            heads = self._heads.get((thread_id, ns))
+            key = parent_id or ABSENT
+            if heads is None or key not in heads:
+                return Join()
+            seen = heads[key]
+            return NewThread() if seen is None else Fenced(seen)
 
-    def forget_head(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        with self._lock:
-            seen = self._heads.get((thread_id, ns))
-            if seen is not None:
-                seen.pop(checkpoint_id, None)
+    def read_explicitly(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """A checkpoint was read by id or below a bound: how LangGraph starts a replay or a fork.
 
-    def add_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str], written: datetime | None = None) -> None:
-        """Remember that these (channel -> version) blobs exist, and when they were written if known."""
+        A put on top of it joins the current head instead of being fenced on an old observation, and
+        is not taken for a straggler when the head has moved on.
+        """
         with self._lock:
-            known = self._touch(self._blobs, (thread_id, ns), {})
-            for ref in refs.items():
-                when = written if written is not None else known.pop(ref, None)
-                known[ref] = when  # re-inserted: the most recently referenced blobs are kept
-            while len(known) > self._blobs_per_namespace:
-                del known[next(iter(known))]
+            heads = self._heads.get((thread_id, ns))
+            if heads is not None:
+                heads.pop(checkpoint_id, None)
+            self._touch(self._forks, (thread_id, ns, checkpoint_id), None)
 
-    def blob_known(self, thread_id: str, ns: str, channel: str, version: str) -> tuple[bool, datetime | None]:
-        """Whether the blob is known to exist, and when it was last written (``None``: unknown)."""
+    def forget_namespace(self, thread_id: str, ns: str) -> None:
+        """After a surprise (a conflict, a rollback): the next put reads the head again."""
         with self._lock:
-            known = self._blobs.get((thread_id, ns), {})
-            ref = (channel, version)
-            return ref in known, known.get(ref)
-
-    def run_recorded(self, run_id: str, thread_id: str, ns: str) -> bool:
-        with self._lock:
-            return (run_id, thread_id, ns) in self._runs
-
-    def record_run(self, run_id: str, thread_id: str, ns: str) -> None:
-        with self._lock:
-            self._touch(self._runs, (run_id, thread_id, ns), None)
-
-    def name_recorded(self, key: str) -> bool:
-        with self._lock:
-            return key in self._names
-
-    def record_name(self, key: str) -> None:
-        with self._lock:
-            self._touch(self._names, key, None)
+            self._heads.pop((thread_id, ns), None)
 
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
-            for table in (self._heads, self._blobs):
+            tables: tuple[OrderedDict[Any, Any], ...] = (self._heads, self._written, self._forks)
+            for table in tables:
                 for key in [k for k in table if k[0] == thread_id]:
                     del table[key]
+
+    def wrote_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str], when: datetime | None) -> None:
+        """Remember when these (channel -> version) values were written, for lifecycle renewal."""
+        if when is None:
+            return
+        with self._lock:
+            known = self._touch(self._written, (thread_id, ns), {})
+            for ref in refs.items():
+                known.pop(ref, None)
+                known[ref] = when  # re-inserted: the most recently referenced values are kept
+            while len(known) > self._blobs_per_namespace:
+                del known[next(iter(known))]
+
+    def blob_written(self, thread_id: str, ns: str, channel: str, version: str) -> datetime | None:
+        with self._lock:
+            return self._written.get((thread_id, ns), {}).get((channel, version))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -316,40 +361,30 @@ class _NsCursor:
 
     One LIST of ``c/`` returns every record followed by the keys of its pending writes, so the cursor
     groups them as they come; a record is complete once the next record (or the end) has been seen.
+    Which records are committed is the :class:`~langgraph_s3_checkpoint.chain.Chain`'s decision.
     """
 
     checkpoint_ns: str
-    head_id: str | None
     prefix: str
     start_after: str | None
     page_size: int
     reuse: bool = True
     """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
+    chain: Chain = field(default_factory=lambda: Chain(None, None))
     buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
-    expect: str | None = None
-    """The next older committed checkpoint id on the commit chain (``previous_head`` links)."""
-    chain_lost: bool = False
-    """A chain link was deleted (delete_for_runs, prune) or unknown: fall back to "not newer than the head"."""
-    _skipping: bool = False
+    _current: str | None = None
+    """Checkpoint id of the record the writes being listed belong to (``None``: skip them)."""
+
+    def restart(self) -> None:
+        """List from the newest record: the chain must be walked from the head."""
+        self.start_after, self.token, self.exhausted, self._current = None, None, False, None
+        self.buffer.clear()
 
     def admit(self, record: Record) -> bool:
-        """Whether a record (met in newest-first order) was committed, following the commit chain.
-
-        A put that died between its record and its head left a record the chain skips: it is
-        hidden even once a later commit makes the head newer than it.
-        """
-        cid = record.checkpoint["id"]
-        if cid == self.head_id or record.detached or self.chain_lost:
-            return True
-        if self.expect is None or cid > self.expect:
-            return False
-        if cid < self.expect:
-            self.chain_lost = True
-            return True
-        self.expect = record.previous_head
-        return True
+        """Whether a record (met in newest-first order) was committed."""
+        return self.chain.standing(record.checkpoint["id"], record.previous_head, record.detached) is Standing.COMMITTED
 
     def accept(self, page: Page) -> None:
         # Start small and double: a walk that stops early (a page of history, the writes since the
@@ -357,17 +392,23 @@ class _NsCursor:
         # at the full page size.
         self.page_size = min(MAX_PAGE, self.page_size * 2)
         self.token = page.token
+        head_id = self.chain.head_id
         # Without a head nothing in the namespace is committed.
-        self.exhausted = page.token is None or self.head_id is None
-        if self.head_id is None:
+        self.exhausted = page.token is None or head_id is None
+        if head_id is None:
             return
         for read in page.reads(with_etags=self.reuse):
-            if Layout.is_record(read.key):
-                # Records newer than the head are leftovers of uncommitted puts.
-                self._skipping = Layout.checkpoint_id_of(read.key) > self.head_id
-                if not self._skipping:
+            parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
+            if parsed is None:
+                continue  # not ours (a folder marker, a foreign object)
+            if parsed.is_record:
+                # Records newer than the head are puts in flight (or dead): never visible.
+                self._current = parsed.checkpoint_id if parsed.checkpoint_id <= head_id else None
+                if self._current is not None:
                     self.buffer.append((read, []))
-            elif not self._skipping and self.buffer:
+            elif parsed.checkpoint_id == self._current:
+                # Writes belong to the record listed just before them, and only to it: writes whose
+                # record is missing (a cancelled run's, a loser's) are nobody's.
                 self.buffer[-1][1].append(read)
 
     def ready(self) -> int:
@@ -400,39 +441,113 @@ class Core:
     # -- reading ------------------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
         t = parse_config(config)
-        thread_id, ns = t.thread_id, t.checkpoint_ns
-        repair: list[Request] = []
-        if t.checkpoint_id is not None:
-            key = self.layout.record(thread_id, ns, t.checkpoint_id)
-            folder = self.layout.checkpoint_dir(thread_id, ns, t.checkpoint_id)
-            obj, listing = yield [Get(key), ListKeys(folder)]
-            if obj is None:
-                return None
-            # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
-            # fork (joins the current head), never a fenced continuation.
-            self.memory.forget_head(thread_id, ns, t.checkpoint_id)
-            record = self.codec.decode_record(key, obj.body)
-        else:
-            head_key = self.layout.head(thread_id, ns)
-            obj = yield from _one(Get(head_key))
-            if obj is None:
-                self.memory.saw_head(thread_id, ns, None, None)
-                return None
-            record = self.codec.decode_record(head_key, obj.body)
-            key = self.layout.record(thread_id, ns, record.checkpoint["id"])
-            folder = self.layout.checkpoint_dir(thread_id, ns, record.checkpoint["id"])
-            self.memory.saw_head(thread_id, ns, record.checkpoint["id"], obj.etag)
-            listing = yield from _one(ListKeys(folder))
-            if key not in listing.keys:
-                # The head was committed but its record was not (a crash between the two parallel
-                # PUTs): restore the record from the head, which is a copy of it.
-                repair.append(Put(key, obj.body, if_none_match=True))
-        write_reads = [r for r in listing.reads() if r.key != key]
-        if listing.token is not None:
-            write_reads += [Get(k) for k in (yield from _list_all(folder, listing.token)) if k != key]
-        self.memory.add_blobs(thread_id, ns, record.blobs)
+        if t.checkpoint_id is None:
+            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns))
+        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id))
+
+    def _get_latest(self, thread_id: str, ns: str) -> Plan[CheckpointTuple | None]:
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from _one(Get(head_key))
+        if head is None:
+            self.memory.saw_head(thread_id, ns, None, None)
+            return None
+        record = self.codec.decode_record(head_key, head.body)
+        checkpoint_id = record.checkpoint["id"]
+        self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
+        folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
+        listing = yield from _one(ListKeys(folder))
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        # The head was committed but its record was not (a crash between the two parallel PUTs):
+        # restore the record from the head, which is a copy of it.
+        repair = [] if key in listing.keys else [Put(key, head.body, if_none_match=True)]
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
+
+    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str) -> Plan[CheckpointTuple | None]:
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        head_key = self.layout.head(thread_id, ns)
+        obj, listing, head = yield [
+            Get(key),
+            ListKeys(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)),
+            Get(head_key),
+        ]
+        repair: list[Request] = []
+        if obj is None:
+            if head is None or self.codec.peek_head_id(head_key, head.body) != checkpoint_id:
+                return None
+            # A head-only commit (see _get_latest): the head holds the record.
+            obj, key = head, head_key
+            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, if_none_match=True))
+        record = self.codec.decode_record(key, obj.body)
+        if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
+            return None  # a put that never committed (or has not yet): not part of the thread
+        # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
+        # fork (joins the current head), never a fenced continuation.
+        self.memory.read_explicitly(thread_id, ns, checkpoint_id)
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        return tuples[0]
+
+    def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[list[Get]]:
+        """Reads of a checkpoint's writes objects, from the listing of its folder (and its next pages)."""
+        prefix = self.layout.records(thread_id, ns)
+        keys = list(listing.keys)
+        if listing.token is not None:
+            keys += yield from _list_all(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id), listing.token)
+        reads = []
+        for key in keys:
+            parsed = Layout.parse_checkpoint_key(prefix, key)
+            if parsed is not None and not parsed.is_record and parsed.checkpoint_id == checkpoint_id:
+                reads.append(Get(key))
+        return reads
+
+    def _standing(self, thread_id: str, ns: str, record: Record, head: Obj | None) -> Plan[Standing]:
+        """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
+        if head is None:
+            return Standing.PENDING
+        try:
+            head_id, head_previous = self.codec.peek_chain(self.layout.head(thread_id, ns), head.body)
+        except CorruptObjectError:
+            # A damaged head fails the latest read, which names it; what was committed below it cannot
+            # be judged, so a record read by id is trusted rather than the whole history hidden.
+            return Standing.COMMITTED
+        chain = Chain.from_head(head_id, head_previous)
+        checkpoint_id = record.checkpoint["id"]
+        if not record.detached and (known := chain.decided(checkpoint_id)) is not None:
+            return known
+        if record.detached:
+            return chain.standing(checkpoint_id, record.previous_head, True)
+        # Walk the records between the head and this one: each names the head it replaced.
+        prefix = self.layout.records(thread_id, ns)
+        start_after: str | None = self.layout.record(thread_id, ns, head_id)
+        token: str | None = None
+        page_size = 100
+        while True:
+            page: Page = yield from _one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
+            page_size = min(MAX_PAGE, page_size * 2)
+            reads = []
+            for read in page.reads():
+                parsed = Layout.parse_checkpoint_key(prefix, read.key)
+                if parsed is not None and parsed.is_record and checkpoint_id <= parsed.checkpoint_id < head_id:
+                    reads.append((parsed.checkpoint_id, read))
+            for chunk in _chunks(reads, READ_BATCH):
+                objs = yield [read for _, read in chunk]
+                for (cid, read), obj in zip(chunk, objs, strict=True):
+                    if cid == checkpoint_id:
+                        return chain.standing(cid, record.previous_head, record.detached)
+                    try:
+                        if obj is None:
+                            continue  # deleted since the listing: a missing link
+                        previous, detached = self.codec.peek_link(read.key, obj.body)
+                    except CorruptObjectError:
+                        continue  # a damaged record is reported when read itself; here, a missing link
+                    chain.standing(cid, previous, detached)
+                    if (known := chain.decided(checkpoint_id)) is not None:
+                        return known
+            if page.token is None:
+                return chain.standing(checkpoint_id, record.previous_head, record.detached)
+            start_after, token = None, page.token
 
     def _assemble(
         self, thread_id: str, items: Sequence[tuple[str, Record, list[Get]]], extra: Sequence[Request] = ()
@@ -453,7 +568,7 @@ class Core:
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
                 values[ch] = self.codec.decode_blob(key, blob.body)
-                self.memory.add_blobs(thread_id, ns, {ch: version}, blob.modified)
+                self.memory.wrote_blobs(thread_id, ns, {ch: version}, blob.modified)
             batches = []
             for read in write_reads:
                 obj = next(replies)
@@ -566,7 +681,6 @@ class Core:
         cursors = [
             _NsCursor(
                 checkpoint_ns=name,
-                head_id=None,
                 prefix=self.layout.records(thread_id, name),
                 start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
                 page_size=page_size,
@@ -585,16 +699,21 @@ class Core:
         replies = iter((yield first))
         for c in cursors:
             head, page = next(replies), next(replies)
-            if head is not None:
-                c.head_id, c.expect = self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
+            head_id, head_previous = (
+                self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
+                if head is not None
+                else (None, None)
+            )
+            c.chain = Chain.from_head(head_id, head_previous)
             if before_id:
                 below = next(replies)
-                if below is None:
-                    c.chain_lost = True
-                else:
-                    _, c.expect = self.codec.peek_chain(
-                        self.layout.record(thread_id, c.checkpoint_ns, before_id), below.body
-                    )
+                link = None if below is None else self.codec.peek_link(c.start_after or "", below.body)
+                if link is None or link[1] or head_id is None or before_id > head_id:
+                    # The bound is not a record on this namespace's chain (another namespace's id,
+                    # a detached or deleted checkpoint): walk the chain from the head instead.
+                    c.restart()
+                    continue
+                c.chain = Chain.below(head_id, link[0])
             c.accept(page)
         # The cursors keep what they need of the first pages: drop the replies, or each namespace's
         # first page (up to 1,000 keys with their stamps) stays alive for the whole listing.
@@ -609,13 +728,22 @@ class Core:
                 if obj is None:  # deleted between the listing and the read
                     continue
                 record = self.codec.decode_record(read.key, obj.body)
-                if cursor.admit(record) and matches(record.metadata, filter):
+                if (
+                    cursor.admit(record)
+                    and (before_id is None or record.checkpoint["id"] < before_id)
+                    and matches(record.metadata, filter)
+                ):
                     chosen.append((cursor, record, write_reads))
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
             # One parallel round trip for the values and writes of every chosen record.
             tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
             for tup in tuples:
+                if before_id is not None:
+                    # Reading below a bound is how LangGraph finds a subgraph's state for a replay:
+                    # a put on top of what it returns is a fork, not a continuation.
+                    found_in = tup.config["configurable"]["checkpoint_ns"]
+                    self.memory.read_explicitly(thread_id, found_in, tup.checkpoint["id"])
                 yield Emit(tup)
                 budget.take()
 
@@ -649,133 +777,213 @@ class Core:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Plan[RunnableConfig]:
+        """Commit one checkpoint.
+
+        1. *Prerequisites*, in parallel: large values the new record references that are not known
+           to exist, run-index entries on a run's first put in the namespace, ``name`` objects for
+           ids too long to be key segments, and — for a :class:`Join` — a GET of the head.
+        2. *Commit*: the record ``c/{R}/checkpoint`` and the head are sent together. The head is a full
+           copy of the record, replaced conditionally (the :data:`Fence`): ``If-Match`` on the ETag
+           this saver observed at the parent, ``If-None-Match: *`` for a new thread, or ``If-Match`` on
+           the ETag just read for a join. That conditional PUT is the commit and the point where a
+           second writer loses. The record names the head it replaces (``previous_head``), which is
+           what makes the committed records a chain (see :mod:`langgraph_s3_checkpoint.chain`).
+        3. *Outcome* of a refused head PUT (:func:`refused_outcome`): the saver reads the head, and if
+           this checkpoint is the head or on its chain, an earlier attempt was applied and only its
+           answer was lost — committed. Otherwise a join retries on the new head, and a fenced put
+           deletes its record (provably never committed) and raises :class:`CheckpointConflictError`.
+        """
         t = parse_config(config)
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
         checkpoint_id = checkpoint["id"]
         stored_metadata = get_checkpoint_metadata(config, metadata)
-
-        values = checkpoint["channel_values"]
-        inline: dict[str, list[Any]] = {}
-        blobs: dict[str, str] = {}
-        prerequisites: list[Request] = []
-        renewed: dict[str, str] = {}
+        run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
+        fence = self.memory.fence(thread_id, ns, parent_id)
+        if isinstance(fence, Fenced):
+            if fence.seen.etag == SUPERSEDED:
+                raise CheckpointConflictError(thread_id, ns)
+            if parent_id is not None and checkpoint_id <= parent_id:
+                raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id)
         now = datetime.now(timezone.utc)
+        values = self._split_values(thread_id, ns, checkpoint, new_versions, fence, now)
+        prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, fence)]
+        if not isinstance(fence, Fenced):
+            prerequisites += self._names(thread_id, ns)  # a fenced parent's head proves they exist
+        head_key = self.layout.head(thread_id, ns)
+        record_key = self.layout.record(thread_id, ns, checkpoint_id)
+        joining = isinstance(fence, Join)
+        head_now: Obj | None = None
+        if prerequisites or joining:
+            replies = yield [*prerequisites, *([Get(head_key)] if joining else [])]
+            head_now = replies[-1] if joining else None
+
+        def record(previous_head: str | None, *, detached: bool = False) -> bytes:
+            return self.codec.encode_record(
+                checkpoint,
+                stored_metadata,
+                parent_id,
+                values.inline,
+                values.blobs,
+                previous_head=previous_head,
+                detached=detached,
+            )
+
+        committed_etag: str | None = None
+        for _ in range(JOIN_ATTEMPTS):
+            extra: list[Request] = []
+            if isinstance(fence, Fenced):
+                previous, head_put = parent_id, Put(head_key, b"", if_match=fence.seen.etag)
+            elif head_now is None:
+                previous, head_put = None, Put(head_key, b"", if_none_match=True)
+            else:
+                head_id = self.codec.peek_head_id(head_key, head_now.body)
+                if head_id == checkpoint_id:
+                    committed_etag = head_now.etag  # this very put already committed (a retry)
+                    break
+                straggler = isinstance(fence, Join) and not fence.fork and stored_metadata.get("source") == "loop"
+                if straggler and parent_id not in (None, head_id):
+                    # A step continues its parent, which must still be the head: this is a straggler
+                    # whose saver no longer remembers the head it read (the memory is bounded), not a
+                    # replay (those read their starting checkpoint explicitly, which marks it a fork).
+                    raise CheckpointConflictError(thread_id, ns)
+                if checkpoint_id < head_id:
+                    if parent_id == head_id:
+                        raise ClockSkewError(thread_id, ns, checkpoint_id, head_id)
+                    # An older id than the head's (a fork that lost a race with a newer one): it does
+                    # not move the head, exactly as "latest" is the newest id for every LangGraph
+                    # saver. Its record alone is the commit.
+                    yield [Put(record_key, record(None, detached=True))]
+                    break
+                previous, head_put = head_id, Put(head_key, b"", if_match=head_now.etag)
+                # The head may be a head-only commit (its record PUT failed): make sure its record
+                # exists before the head moves on, or it would be lost from history.
+                extra.append(Put(self.layout.record(thread_id, ns, head_id), head_now.body, if_none_match=True))
+            body = record(previous)
+            replies = yield [Put(record_key, body), dataclasses.replace(head_put, body=body), *extra]
+            if isinstance(replies[1], Stored):
+                committed_etag = replies[1].etag
+                break
+            head_now = yield from _one(Get(head_key))
+            ours = Standing.PENDING
+            if head_now is not None:
+                ours = yield from self._standing(thread_id, ns, self.codec.decode_record(record_key, body), head_now)
+            outcome = refused_outcome(fence, head_now, checkpoint_id, ours, self.codec.peek_head_id, head_key)
+            if outcome is Outcome.COMMITTED:
+                if head_now is not None and self.codec.peek_head_id(head_key, head_now.body) == checkpoint_id:
+                    committed_etag = head_now.etag
+                else:
+                    committed_etag = SUPERSEDED  # committed, and another writer has continued it
+                break
+            if outcome is Outcome.CONFLICT:
+                yield [Delete((record_key,))]  # never committed, and never can be
+                self.memory.forget_namespace(thread_id, ns)
+                raise CheckpointConflictError(thread_id, ns)
+        else:
+            yield [Delete((record_key,))]
+            self.memory.forget_namespace(thread_id, ns)
+            raise CheckpointConflictError(thread_id, ns, f" ({JOIN_ATTEMPTS} attempts to join the moving head)")
+        if committed_etag is not None:
+            seen = HeadSeen(committed_etag, dict(values.blobs), run_id)
+            self.memory.saw_head(thread_id, ns, checkpoint_id, seen)
+        self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def _split_values(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+        fence: Fence,
+        now: datetime,
+    ) -> _Values:
+        """Inline the small channel values; store the large ones once per (channel, version).
+
+        A large value is sent unless the fenced parent references the same version (its head is
+        still there, so its values are). Anything else is offered with ``If-None-Match``, which the
+        server refuses without storing if it exists. With a lifecycle TTL, values are rewritten once
+        they are older than half of it: the rule expires objects by their own age, and a live
+        thread must not lose a value it still references.
+        """
+        values = checkpoint["channel_values"]
+        result = _Values()
         for channel, version in checkpoint["channel_versions"].items():
             if channel not in values:
                 continue
             typed = self.codec.encode_value(channel, values[channel])
             if len(typed[1]) <= self.inline_threshold:
-                inline[channel] = typed
+                result.inline[channel] = typed
                 continue
-            blobs[channel] = str(version)
-            blob_key = self.layout.blob(thread_id, ns, channel, str(version))
-            known, written = self.memory.blob_known(thread_id, ns, channel, str(version))
-            if channel in new_versions or (not known and self.ttl is None):
-                prerequisites.append(Put(blob_key, self.codec.encode_blob(typed), if_none_match=True))
-                renewed[channel] = str(version)
-            elif self.ttl is not None and (written is None or now - written > self.ttl / 2):
-                # An expiry rule deletes objects by their own age: rewrite a value this checkpoint
-                # still references before it gets old, or a live thread would lose it.
-                prerequisites.append(Put(blob_key, self.codec.encode_blob(typed)))
-                renewed[channel] = str(version)
-        record_key = self.layout.record(thread_id, ns, checkpoint_id)
+            version = str(version)
+            result.blobs[channel] = version
+            key = self.layout.blob(thread_id, ns, channel, version)
+            vouched = isinstance(fence, Fenced) and fence.seen.blobs.get(channel) == version
+            if self.ttl is None:
+                if not vouched:
+                    result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
+                continue
+            written = self.memory.blob_written(thread_id, ns, channel, version)
+            if not vouched or written is None or now - written > self.ttl / 2:
+                result.puts.append(Put(key, self.codec.encode_blob(typed)))
+                result.renewed[channel] = version
+        return result
 
-        def encode(previous_head: str | None, *, detached: bool = False) -> bytes:
-            return self.codec.encode_record(
-                checkpoint, stored_metadata, parent_id, inline, blobs, previous_head=previous_head, detached=detached
-            )
-
-        prerequisites.extend(self._names(thread_id, ns))
-        run_id = stored_metadata.get("run_id")
-        if run_id is not None and not self.memory.run_recorded(str(run_id), thread_id, ns):
-            marker = checkpoint_id.encode()
-            prerequisites.append(Put(self.layout.run_entry(str(run_id), thread_id, ns), marker, if_none_match=True))
-            prerequisites.append(
-                Put(self.layout.thread_run_entry(str(run_id), thread_id, ns), marker, if_none_match=True)
-            )
-
-        head_key = self.layout.head(thread_id, ns)
-        expected = self.memory.expected_head(thread_id, ns, parent_id)
-        if expected is not None and parent_id is not None and checkpoint_id <= parent_id:
-            expected = None  # not a descendant by id order: treat like a fork
-        fenced = expected is not None
-        head_obj: Obj | None = None
-        if prerequisites or not fenced:
-            replies = yield [*prerequisites] + ([] if fenced else [Get(head_key)])
-            head_obj = None if fenced else replies[-1]
-
-        for attempt in range(JOIN_ATTEMPTS):
-            previous = parent_id if expected not in (None, ABSENT) else None
-            if not fenced:
-                previous, expected = None, ABSENT
-                if head_obj is not None:
-                    previous = self.codec.peek_head_id(head_key, head_obj.body)
-                    if stored_metadata.get("source") == "loop" and parent_id is not None and previous != parent_id:
-                        # A step continues its parent, which must still be the head: this is a
-                        # straggler whose saver no longer remembers the head it read (the memory
-                        # is bounded), not a fork (forks are "update", "fork" or "input").
-                        raise CheckpointConflictError(thread_id, ns)
-                    if checkpoint_id < previous:
-                        # An older checkpoint does not move the head: its record alone is the commit.
-                        yield [Put(record_key, encode(None, detached=True))]
-                        break
-                    expected = head_obj.etag
-            # The record names the head it replaces, so readers can tell committed records (a chain
-            # from the head) from records of puts that died before their head PUT. The head is a
-            # full copy of the record, so both go out together: if only the head lands, the next
-            # read restores the record from it (see get_tuple).
-            body = encode(previous)
-            assert expected is not None
-            _, reply = yield [Put(record_key, body), _head_put(head_key, body, expected)]
-            if isinstance(reply, Stored):
-                self.memory.saw_head(thread_id, ns, checkpoint_id, reply.etag)
-                break
-            # The condition failed. If the head now holds this very checkpoint, an earlier attempt of
-            # this request was applied and only its response was lost: that is success.
-            head_obj = yield from _one(Get(head_key))
-            if head_obj is not None and self.codec.peek_head_id(head_key, head_obj.body) == checkpoint_id:
-                self.memory.saw_head(thread_id, ns, checkpoint_id, head_obj.etag)
-                break
-            if fenced or attempt == JOIN_ATTEMPTS - 1:
-                yield [Delete((record_key,))]
-                raise CheckpointConflictError(thread_id, ns)
-        self.memory.add_blobs(thread_id, ns, blobs)
-        self.memory.add_blobs(thread_id, ns, renewed, now)
-        if run_id is not None:
-            self.memory.record_run(str(run_id), thread_id, ns)
-        return checkpoint_config(thread_id, ns, checkpoint_id)
+    def _run_entries(
+        self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence
+    ) -> list[Request]:
+        """Run-index entries (the run's first checkpoint id here), unless the fenced parent is the run's."""
+        if run_id is None or (isinstance(fence, Fenced) and fence.seen.run_id == run_id):
+            return []
+        marker = checkpoint_id.encode()
+        return [
+            Put(self.layout.run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+        ]
 
     def _names(self, thread_id: str, ns: str) -> list[Request]:
-        """``name`` objects for ids too long to be key segments (written once per saver)."""
-        puts: list[Request] = []
-        for value, key in ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns))):
-            if is_digest(escape(value)) and not self.memory.name_recorded(key):
-                puts.append(Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False))
-                self.memory.record_name(key)
-        return puts
+        """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
+        named = ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns)))
+        return [
+            Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False)
+            for value, key in named
+            if is_digest(escape(value))
+        ]
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> Plan[None]:
+        """Store a task's writes with InMemorySaver's rule, per (task, idx): the first write of a regular
+        channel wins, a special channel (error, interrupt, resume, scheduled) replaces.
+
+        One object per task holds all its writes. The first call creates it (``If-None-Match``: one
+        PUT, and a retried PUT changes nothing). A later call for the same task — a node that
+        interrupts and then completes, a task retried after a crash — reads it and replaces it with the
+        merge, conditional on the ETag it read, so concurrent calls cannot drop each other's writes.
+        """
         t = parse_config(config, need_checkpoint_id=True)
         assert t.checkpoint_id is not None
         if not writes:
             return
-        indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
-        if all(ch in WRITES_IDX_MAP for ch, _ in writes):
-            # Special channels (errors, interrupts, resume values) replace what is stored.
-            puts: list[Request] = [
-                Put(
-                    self.layout.write(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id, idx),
-                    self.codec.encode_writes(task_id, task_path, [(idx, ch, value)]),
-                )
-                for idx, ch, value in indexed
-            ]
-        else:
-            # Regular writes: the first call for a task wins; retries are no-ops (If-None-Match).
-            key = self.layout.write(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id, indexed[0][0])
-            puts = [Put(key, self.codec.encode_writes(task_id, task_path, indexed), if_none_match=True)]
-        yield puts
+        new = [
+            (WRITES_IDX_MAP.get(channel, i), channel, self.codec.dump(f"the write to channel {channel!r}", value))
+            for i, (channel, value) in enumerate(writes)
+        ]
+        key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
+        put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
+        for _ in range(WRITE_ATTEMPTS):
+            if isinstance((yield from _one(put)), Stored):
+                return
+            stored = yield from _one(Get(key))
+            if stored is None:
+                put = dataclasses.replace(put, if_match=None, if_none_match=True)
+                continue  # deleted meanwhile (a rollback): create it again
+            merged = merge_task_writes(self.codec.peek_task_writes(key, stored.body), new)
+            if merged is None:
+                return  # nothing new: a retry, or writes that lost to earlier ones
+            put = Put(key, self.codec.encode_task_writes(task_id, task_path, merged), if_match=stored.etag)
+        raise CheckpointConflictError(
+            t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
+        )
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
@@ -893,35 +1101,32 @@ class Core:
                 keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in kept.blobs.items())
         # A put still in flight writes its blobs and its record (newer than the head) before its head;
         # such objects are spared while younger than the grace period, or the checkpoint it is about
-        # to commit would lose them. Superseded records and their writes go whatever their age.
-        young = datetime.now(timezone.utc) - PRUNE_GRACE
+        # to commit would lose them. Any unreferenced large value may be one (a fork numbers its
+        # versions from an older checkpoint, so a version below the head's proves nothing). Records
+        # not newer than the head can never commit again (see chain.py) and go whatever their age.
+        # Age is judged by the server's clock (the listing's Date), never by this machine's.
         head_id = record.checkpoint["id"] if head is not None else None
         records_prefix = self.layout.records(thread_id, ns)
-
         blobs_prefix = self.layout.blobs(thread_id, ns)
-        head_versions = (
-            {ch: _version_order(str(v)) for ch, v in record.checkpoint["channel_versions"].items()}
-            if head is not None
-            else {}
-        )
 
-        def in_flight(key: str) -> bool:
+        def standing(key: str) -> Standing | None:
+            """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
             if key.startswith(records_prefix):
-                return head_id is None or Layout.checkpoint_id_of(key) > head_id
-            if key.startswith(blobs_prefix):
-                channel, version = Layout.blob_of(key)
-                current = head_versions.get(channel)
-                return current is None or _version_order(version) > current
-            return True
+                parsed = Layout.parse_checkpoint_key(records_prefix, key)
+                if parsed is None:
+                    return None
+                return Standing.PENDING if head_id is None or parsed.checkpoint_id > head_id else Standing.ORPHAN
+            return Standing.PENDING if Layout.is_blob(blobs_prefix, key) else None
 
         def prune_page(page: Page) -> Plan[None]:
-            victims = [
-                k
-                for k, modified in zip(page.keys, page.modified, strict=True)
-                if k not in keep
-                and not any(k.startswith(p) for p in keep_prefixes)
-                and not (modified > young and in_flight(k))
-            ]
+            young = (page.served or datetime.now(timezone.utc)) - PRUNE_GRACE
+            victims = []
+            for key, modified in zip(page.keys, page.modified, strict=True):
+                if key in keep or any(key.startswith(p) for p in keep_prefixes):
+                    continue
+                found = standing(key)
+                if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
+                    victims.append(key)
             if victims:
                 yield _deletes(victims)
 
@@ -929,6 +1134,7 @@ class Core:
         # blobs are gone, which list() would fail on until the prune runs again.
         for part in (records_prefix, blobs_prefix):
             yield from each(_pages(part), prune_page)
+        self.memory.forget_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
@@ -962,42 +1168,64 @@ class Core:
         return self.codec.peek_record(key, obj.body)[0].get("run_id")
 
     def _try_delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[bool]:
-        """Delete one namespace's checkpoints of a run; False if the run itself moved the head meanwhile."""
+        """Delete one namespace's checkpoints of a run; False if the run itself moved the head meanwhile.
+
+        The records are walked newest first down to the run's first checkpoint and on to the next
+        committed record below it, classified by the commit chain. The run's records all go, committed
+        or not. If the head is the run's, it moves back to the newest committed record of another run
+        (the *survivor*: a record on the chain, never a leftover that was never committed). Orphans met
+        on the way are deleted first, so the gap the run leaves in the chain opens onto a committed
+        record (see :mod:`langgraph_s3_checkpoint.chain`).
+        """
         records = self.layout.records(thread_id, ns)
         head_key = self.layout.head(thread_id, ns)
         head = yield from _one(Get(head_key))
-        head_id = self.codec.peek_head_id(head_key, head.body) if head is not None else None
-        # Checkpoints of the run are no older than its first one: walk the newest-first listing
-        # down to it (a rollback of the latest run reads only that run's records).
-        doomed: list[str] = []
+        chain = Chain(None, None)
+        head_is_run = False
+        if head is not None:
+            chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
+            # Counted from the head itself: a head-only commit of the run has no record to find.
+            head_is_run = self._run_of(head_key, head) == run_id
         doomed_ids: set[str] = set()
+        orphan_ids: set[str] = set()
+        doomed: list[str] = []
+        orphans: list[str] = []
         survivor: Obj | None = None
+        reached_below = False  # met a committed record older than the run's first checkpoint
         token: str | None = None
-        done = False
-        while not done:
+        while True:
             page: Page = yield from _one(ListKeys(records, token=token))
-            record_keys = [k for k in page.keys if Layout.is_record(k)]
-            objs = yield [Get(k) for k in record_keys]
-            for key, obj in zip(record_keys, objs, strict=True):
-                if obj is None:
+            parsed = [(key, Layout.parse_checkpoint_key(records, key)) for key in page.keys]
+            record_keys = [(key, p.checkpoint_id) for key, p in parsed if p is not None and p.is_record]
+            objs = yield [Get(key) for key, _ in record_keys]
+            for (key, cid), obj in zip(record_keys, objs, strict=True):
+                if obj is None or reached_below:
                     continue
-                cid = Layout.checkpoint_id_of(key)
+                previous, detached = self.codec.peek_link(key, obj.body)
+                standing = chain.standing(cid, previous, detached)
                 if self._run_of(key, obj) == run_id:
                     doomed_ids.add(cid)
-                elif head_id is not None and cid <= head_id and survivor is None:
-                    survivor = obj
-                if cid < first_id and survivor is not None:
-                    done = True
-                    break
-            # A record's writes follow it in the listing; they go with it.
-            doomed += [k for k in page.keys if Layout.checkpoint_id_of(k) in doomed_ids]
+                elif standing is Standing.ORPHAN:
+                    orphan_ids.add(cid)
+                elif standing is Standing.COMMITTED:
+                    if survivor is None and head_is_run:
+                        survivor = obj
+                    reached_below = cid < first_id
+            for key, p in parsed:
+                if p is not None and p.checkpoint_id in doomed_ids:
+                    doomed.append(key)
+                elif p is not None and p.checkpoint_id in orphan_ids:
+                    orphans.append(key)
             token = page.token
-            done = done or token is None
-        if not doomed:
+            if token is None or reached_below:
+                break
+        if not doomed_ids and not head_is_run:
             return True
-        if head is not None and head_id in doomed_ids:
-            # Both are conditional on the head read above: a writer that committed on top of the run
-            # meanwhile must not lose its checkpoint to the rollback.
+        if orphans:
+            yield _deletes(orphans)
+        if head is not None and head_is_run:
+            # Conditional on the head read above: a writer that committed on top of the run meanwhile
+            # must not lose its checkpoint to the rollback.
             if survivor is not None:
                 reply = yield from _one(Put(head_key, survivor.body, if_match=head.etag))
             else:
@@ -1010,7 +1238,9 @@ class Core:
                 now = yield from _one(Get(head_key))
                 if now is not None and self._run_of(head_key, now) == run_id:
                     return False
-        yield _deletes(doomed)
+        if doomed:
+            yield _deletes(doomed)
+        self.memory.forget_namespace(thread_id, ns)
         return True
 
     # -- retention ------------------------------------------------------------------------------------
@@ -1115,19 +1345,53 @@ class Core:
             )
 
 
-def _version_order(version: str) -> tuple[int, str]:
-    """Order of channel versions: LangGraph's ``{n:032}.{random}`` strings and plain numbers alike."""
-    counter, _, rest = version.partition(".")
-    try:
-        return int(counter), rest
-    except ValueError:
-        return -1, version
+class Outcome(Enum):
+    COMMITTED = "committed"
+    """The checkpoint is the head, or on the head's chain: an earlier attempt landed, its answer was lost."""
+    RETRY = "retry"
+    """A join found a newer head: commit on top of it."""
+    CONFLICT = "conflict"
+    """Another writer moved the head this put was fenced on: it loses."""
 
 
-def _head_put(head_key: str, body: bytes, expected: str | None) -> Put:
-    if expected == ABSENT:
-        return Put(head_key, body, if_none_match=True)
-    return Put(head_key, body, if_match=expected)
+def refused_outcome(
+    fence: Fence,
+    head_now: Obj | None,
+    checkpoint_id: str,
+    ours: Standing,
+    head_id_of: Callable[[str, bytes], str],
+    head_key: str,
+) -> Outcome:
+    """What a refused head PUT means, given the head read right after it and this checkpoint's standing.
+
+    ====================================  ===========  =========
+    head now                              fence        outcome
+    ====================================  ===========  =========
+    this checkpoint, or a descendant      any          COMMITTED
+    another writer's, or gone             Join         RETRY
+    another writer's, or gone             Fenced/New   CONFLICT
+    ====================================  ===========  =========
+    """
+    if head_now is not None and (head_id_of(head_key, head_now.body) == checkpoint_id or ours is Standing.COMMITTED):
+        return Outcome.COMMITTED
+    return Outcome.RETRY if isinstance(fence, Join) else Outcome.CONFLICT
+
+
+@dataclass
+class _Values:
+    """A checkpoint's channel values as ``put`` stores them."""
+
+    inline: dict[str, list[Any]] = field(default_factory=dict)
+    blobs: dict[str, str] = field(default_factory=dict)
+    puts: list[Request] = field(default_factory=list)
+    """Large values to store before the commit."""
+    renewed: dict[str, str] = field(default_factory=dict)
+    """Large values rewritten now (their age restarts, for the lifecycle rule)."""
+
+
+def _seen(head: Obj, record: Record) -> HeadSeen:
+    run_id = record.metadata.get("run_id")
+    return HeadSeen(head.etag, dict(record.blobs), None if run_id is None else str(run_id))
 
 
 def _after(checkpoint_id: str) -> str:
@@ -1137,6 +1401,24 @@ def _after(checkpoint_id: str) -> str:
 
 def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+def merge_task_writes(stored: Sequence[RawWrite], new: Sequence[RawWrite]) -> list[RawWrite] | None:
+    """InMemorySaver's rule for a later ``put_writes`` call of a task; ``None`` when nothing changes.
+
+    For each (idx, channel, value) of the call: a regular write (idx >= 0) is dropped if that index
+    is already stored; a special one (negative idx) replaces it.
+    """
+    merged = {write[0]: write for write in stored}
+    changed = False
+    for write in new:
+        idx = write[0]
+        if idx >= 0 and idx in merged:
+            continue
+        if merged.get(idx) != write:
+            merged[idx] = write
+            changed = True
+    return list(merged.values()) if changed else None
 
 
 def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:

@@ -35,6 +35,27 @@ class CheckpointConflictError(S3CheckpointError):
         )
 
 
+class ClockSkewError(S3CheckpointError):
+    """A checkpoint continuing the head has an id older than the head's: the writers' clocks disagree.
+
+    LangGraph's checkpoint ids are uuid6 values that carry the time of the machine that made them, and
+    "latest" means "newest id" for every LangGraph saver. A worker whose clock is behind the one that
+    wrote the head would create a child that sorts before its parent, so it is refused instead of
+    being committed where no reader would look for it. Nothing was committed.
+    """
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, head_id: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        where = f"thread {thread_id!r}" + (f", namespace {checkpoint_ns!r}" if checkpoint_ns else "")
+        super().__init__(
+            f"Checkpoint {checkpoint_id!r} continues {where}, but its id is older than the head "
+            f"{head_id!r}: the clock of this machine is behind the clock of the machine that wrote the "
+            "head (checkpoint ids carry the time). Nothing was committed. Synchronize the clocks (NTP) "
+            "and retry."
+        )
+
+
 class ConditionalWritesUnsupportedError(S3CheckpointError):
     """The S3 server ignores If-None-Match / If-Match, so single-writer guarantees cannot hold."""
 

@@ -233,11 +233,11 @@ class _Collector:
         for obj in objs:
             if not obj.key.startswith(records_root):
                 continue
-            try:
-                checkpoint_id = Layout.checkpoint_id_of(obj.key)
-            except (ValueError, IndexError):
+            parsed = Layout.parse_checkpoint_key(records_root, obj.key)
+            if parsed is None:
                 continue  # not ours: leave it alone
-            if not Layout.is_record(obj.key):
+            checkpoint_id = parsed.checkpoint_id
+            if not parsed.is_record:
                 writes.append((obj, checkpoint_id))
             elif checkpoint_id > head_id:
                 uncommitted.add(checkpoint_id)
@@ -246,7 +246,7 @@ class _Collector:
                 committed.append(obj.key)
         # The head counts even if its record is missing: a crash between the parallel record and head
         # PUTs leaves exactly that, and the next read restores the record from the head.
-        known = {head_id, *(Layout.checkpoint_id_of(key) for key in committed)}
+        known = {head_id, *(Layout.parse_checkpoint_key(records_root, key).checkpoint_id for key in committed)}  # type: ignore[union-attr]
         for obj, checkpoint_id in writes:
             if checkpoint_id in uncommitted:
                 self.doom(obj, "uncommitted_record", now)

@@ -21,7 +21,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
     threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
     threads/{T}/ns/{N}/c/{R}/checkpoint       checkpoint record (R = invert_id(checkpoint_id))
-    threads/{T}/ns/{N}/c/{R}/w/{task}/{idx}   pending writes of one put_writes call
+    threads/{T}/ns/{N}/c/{R}/w/{task}         pending writes of one task (every put_writes call merged)
     threads/{T}/ns/{N}/b/{channel}/{version}  a channel value too large to inline
     runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
 """
@@ -89,12 +89,23 @@ def invert_id(checkpoint_id: str) -> str:
 
 
 def revert_id(segment: str) -> str:
-    """Inverse of :func:`invert_id`."""
-    if not segment.endswith("~"):
-        raise ValueError(f"{segment!r} is not an inverted checkpoint id")
+    """Inverse of :func:`invert_id`; ``ValueError`` for a segment it did not make."""
     hexpart = segment[:-1]
+    if not segment.endswith("~") or not hexpart or len(hexpart) % 2 or hexpart.strip(_LOWER_HEX):
+        raise ValueError(f"{segment!r} is not an inverted checkpoint id")
     raw = bytes(255 - int(hexpart[i : i + 2], 16) for i in range(0, len(hexpart), 2))
     return raw.decode("utf-8", "surrogatepass")
+
+
+_LOWER_HEX = "0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class CheckpointKey:
+    """What a key under a namespace's ``c/`` is: a checkpoint's record, or one task's writes."""
+
+    checkpoint_id: str
+    is_record: bool
 
 
 @dataclass(frozen=True)
@@ -142,8 +153,8 @@ class Layout:
     def writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
         return f"{self.checkpoint_dir(thread_id, checkpoint_ns, checkpoint_id)}w/"
 
-    def write(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
-        return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}/{idx}"
+    def task_writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str) -> str:
+        return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}"
 
     def blobs(self, thread_id: str, checkpoint_ns: str) -> str:
         return f"{self.ns(thread_id, checkpoint_ns)}b/"
@@ -173,15 +184,32 @@ class Layout:
 
     # -- parsers --------------------------------------------------------------------------------
     @staticmethod
-    def is_record(key: str) -> bool:
-        """Whether a key under ``c/`` is a record (the rest are its writes)."""
-        return key.endswith(f"~/{RECORD}")
+    def parse_checkpoint_key(records_prefix: str, key: str) -> CheckpointKey | None:
+        """What ``key`` (listed under ``records_prefix``, a namespace's ``c/``) is, or ``None`` if it is
+        not ours: folder markers (``.../``) that consoles and sync tools create, and foreign objects, are
+        skipped by every reader and tool rather than failing them.
+
+        Writes are ``w/{task}`` (one object per task); ``w/{task}/{idx}`` objects of earlier releases
+        are read too.
+        """
+        rest = key[len(records_prefix) :].split("/") if key.startswith(records_prefix) else []
+        if len(rest) < 2 or not all(rest):
+            return None
+        try:
+            checkpoint_id = revert_id(rest[0])
+        except ValueError:
+            return None
+        if rest[1:] == [RECORD]:
+            return CheckpointKey(checkpoint_id, is_record=True)
+        if rest[1] == "w" and len(rest) in (3, 4):
+            return CheckpointKey(checkpoint_id, is_record=False)
+        return None
 
     @staticmethod
-    def checkpoint_id_of(key: str) -> str:
-        """Checkpoint id of a record key or of one of its writes keys."""
-        parts = key.split("/")
-        return revert_id(parts[-2] if parts[-1] == RECORD else parts[-4])
+    def is_blob(blobs_prefix: str, key: str) -> bool:
+        """Whether ``key`` (listed under a namespace's ``b/``) is a large value of ours."""
+        rest = key[len(blobs_prefix) :].split("/") if key.startswith(blobs_prefix) else []
+        return len(rest) == 2 and all(rest)
 
     def segment_after(self, key: str, root: str) -> str:
         """The first segment of ``key`` after ``root`` (e.g. a thread segment after threads_root)."""

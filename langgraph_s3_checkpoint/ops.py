@@ -171,10 +171,11 @@ def classify(relative: str) -> str:
         return NS_NAME
     if tail == ["head"]:
         return HEAD
-    if len(tail) == 3 and tail[0] == "c" and Layout.is_record(relative):
-        return RECORD
-    if len(tail) == 5 and tail[0] == "c" and tail[2] == "w":
-        return WRITE
+    if tail[0] == "c":
+        parsed = Layout.parse_checkpoint_key("c/", "/".join(tail))
+        if parsed is None:
+            return UNKNOWN
+        return RECORD if parsed.is_record else WRITE
     if len(tail) == 3 and tail[0] == "b":
         return BLOB
     return UNKNOWN

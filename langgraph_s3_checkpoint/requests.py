@@ -126,6 +126,11 @@ class Page:
     """LastModified of each key, in the order of ``keys``."""
     etags: list[str] = field(default_factory=list)
     """ETag of each key, in the order of ``keys``."""
+    sizes: list[int] = field(default_factory=list)
+    """Size in bytes of each key, in the order of ``keys``."""
+    served: datetime | None = None
+    """The server's clock when it answered (its ``Date`` header): ages are judged by it, never by
+    the local clock, so a machine whose clock is off cannot mistake a put in flight for garbage."""
 
     def reads(self, with_etags: bool = True) -> list[Get]:
         """A :class:`Get` for each listed key, carrying the ETag it was listed with if asked (and known)."""

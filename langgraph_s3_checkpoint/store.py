@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, HTTPClientError
@@ -93,6 +95,12 @@ class BodyCache:
 
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+
+
+def _served(reply: Mapping[str, Any]) -> datetime | None:
+    """The server's clock at the time of a reply (its ``Date`` header)."""
+    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    return parsedate_to_datetime(date) if date else None
 
 
 def _code(exc: ClientError) -> str:
@@ -196,6 +204,8 @@ class S3Store:
                 token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
                 modified=[o["LastModified"] for o in contents],
                 etags=[o.get("ETag", "") for o in contents],
+                sizes=[int(o.get("Size", 0)) for o in contents],
+                served=_served(reply),
             )
         if isinstance(request, Delete):
             if not request.keys:

@@ -203,19 +203,30 @@ class DirectTransport:
     def _list(self, request: ListKeys) -> Page:
         query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
         query.update({"list-type": "2", "encoding-type": "url"})
-        _, _, body = self._send("GET", None, query, b"", {})
+        _, headers, body = self._send("GET", None, query, b"", {})
         root = ET.fromstring(body)
         keys: list[str] = []
         modified: list[datetime] = []
         etags: list[str] = []
+        sizes: list[int] = []
         for item in root.iterfind("{*}Contents"):
             keys.append(unquote_plus(item.findtext("{*}Key", "")))
             modified.append(_iso_time(item.findtext("{*}LastModified", "")))
             etags.append(item.findtext("{*}ETag", ""))
+            sizes.append(int(item.findtext("{*}Size", "0") or 0))
         prefixes = [unquote_plus(p.findtext("{*}Prefix", "")) for p in root.iterfind("{*}CommonPrefixes")]
         truncated = root.findtext("{*}IsTruncated", "false").strip().lower() == "true"
         token = root.findtext("{*}NextContinuationToken") if truncated else None
-        return Page(keys=keys, prefixes=prefixes, token=token, modified=modified, etags=etags)
+        date = headers.get("date")
+        return Page(
+            keys=keys,
+            prefixes=prefixes,
+            token=token,
+            modified=modified,
+            etags=etags,
+            sizes=sizes,
+            served=parsedate_to_datetime(date) if date else None,
+        )
 
     # -- one HTTP exchange, retried -------------------------------------------------------------
     def _send(

@@ -100,3 +100,16 @@ def client_options(server: Any, endpoint_url: str | None = None) -> dict[str, An
         "aws_access_key_id": server.access_key,
         "aws_secret_access_key": server.secret_key,
     }
+
+
+def is_record_key(key: str) -> bool:
+    """Whether a listed key is a checkpoint record (``.../c/{R}~/checkpoint``)."""
+    return key.endswith("~/checkpoint")
+
+
+def checkpoint_id_of(key: str) -> str:
+    """The checkpoint id of a record or writes key."""
+    from langgraph_s3_checkpoint.keys import revert_id
+
+    parts = key.split("/")
+    return revert_id(parts[parts.index("c") + 1])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from helpers import is_record_key
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -387,7 +388,7 @@ def test_verify_finds_damaged_objects(env: Env) -> None:
     assert env.run("verify", "v").stdout.strip().endswith(": OK")
 
     keys = env.keys("v")
-    record = sorted(k for k in keys if env.layout.is_record(k) and f"/ns/{'~'}/c/" in k)[-1]
+    record = sorted(k for k in keys if is_record_key(k) and f"/ns/{'~'}/c/" in k)[-1]
     body = env.client.get_object(Bucket=CLI_BUCKET, Key=record)["Body"].read()
     env.client.put_object(Bucket=CLI_BUCKET, Key=record, Body=body[: len(body) // 2])
     blob = next(k for k in keys if "/b/" in k)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RequestCounter, cfg
+from helpers import RequestCounter, cfg, checkpoint_id_of, is_record_key
 from langgraph.checkpoint.base import empty_checkpoint
 from workers.common import (
     crash_graph,
@@ -43,7 +43,7 @@ from langgraph_s3_checkpoint import (
     core,
 )
 from langgraph_s3_checkpoint.gc import gc
-from langgraph_s3_checkpoint.keys import Layout, escape
+from langgraph_s3_checkpoint.keys import escape
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 ITERATIONS = int(os.environ.get("LGS3_CRASH_ITERATIONS", "10"))
@@ -448,7 +448,9 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
     ghost = "1f000000-0000-6000-8000-000000000000"
     root = layout.prefix
     raw = {
-        layout.write("live", "", ghost, "task", 0): codec.encode_writes("task", "", [(0, "log", ["x"])]),
+        layout.task_writes("live", "", ghost, "task"): codec.encode_task_writes(
+            "task", "", [(0, "log", codec.dump("x", "x"))]
+        ),
         f"{root}runs/ghost-run/{escape('live')}/~": b"1f0",
         layout.probe("interrupted"): b"1",
         layout.thread_name("x" * 300): ("x" * 300).encode(),
@@ -487,8 +489,8 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
     assert head is not None
     referenced: set[str] = set()
     for key in remaining:
-        if key.startswith(f"{live_ns}c/") and Layout.is_record(key):
-            assert Layout.checkpoint_id_of(key) <= head.checkpoint["id"], f"uncommitted record {key} kept"
+        if key.startswith(f"{live_ns}c/") and is_record_key(key):
+            assert checkpoint_id_of(key) <= head.checkpoint["id"], f"uncommitted record {key} kept"
             body = saver.client.get_object(Bucket=bucket, Key=key)["Body"].read()
             referenced |= {layout.blob("live", "", ch, v) for ch, v in codec.peek_record(key, body)[2].items()}
     assert {k for k in remaining if k.startswith(f"{live_ns}b/")} == referenced

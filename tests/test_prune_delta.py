@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
+from helpers import is_record_key
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint import S3Saver, core
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 
@@ -103,8 +105,10 @@ def test_delta_channel_survives_keep_latest_and_uses_the_override(saver: S3Saver
     assert len(graph.get_state(config).values["messages"]) == 16
 
 
-def test_keep_latest_spares_a_put_in_flight(saver: S3Saver) -> None:
-    """Blobs and a record newer than the head (a put between its first batch and its head) survive prune."""
+def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blobs and a record newer than the head (a put between its first batch and its head) survive prune,
+    and so does every young large value the head does not reference: a fork numbers its versions from an
+    older checkpoint, so a version below the head's may be a put in flight too."""
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.base.id import uuid6
 
@@ -128,8 +132,16 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver) -> None:
     saver.prune([thread])
     remaining = set(_objects(saver, thread))
     assert set(in_flight) <= remaining
-    # superseded blobs and records went, the head's own survived
-    assert len([k for k in remaining if "/b/" in k]) == 2
-    assert len([k for k in remaining if layout.is_record(k)]) == 2
+    # superseded records went (they can never be committed again); young values all stay
+    assert len([k for k in remaining if "/b/" in k]) == 4
+    assert len([k for k in remaining if is_record_key(k)]) == 2
     assert saver.get_tuple(config) is not None
     assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 1
+    # once older than the grace period (by the server's clock), unreferenced objects go
+    monkeypatch.setattr(core, "PRUNE_GRACE", timedelta(0))
+    saver.prune([thread])
+    remaining = set(_objects(saver, thread))
+    assert len([k for k in remaining if "/b/" in k]) == 1
+    assert len([k for k in remaining if is_record_key(k)]) == 1
+    latest = saver.get_tuple(config)
+    assert latest is not None and latest.checkpoint["channel_values"]["big"] == "x" * 10_000 + "2"

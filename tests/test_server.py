@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import is_record_key
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_sdk import get_client
 
@@ -239,7 +240,7 @@ async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: Age
     # The slow run has checkpointed its input and first step, and now sleeps in its first node.
     await _eventually(lambda: agent_server.keys(layout.run_index(slow_id)), "the slow run's first checkpoint")
     await _eventually(
-        lambda: len([k for k in agent_server.thread_keys(tid) if layout.is_record(k)]) >= 2,
+        lambda: len([k for k in agent_server.thread_keys(tid) if is_record_key(k)]) >= 2,
         "the slow run's step-0 checkpoint",
     )
 
@@ -253,7 +254,7 @@ async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: Age
 
     await _eventually(slow_run_gone, "the rolled-back run's index entries to disappear")
     records = [
-        k for k in agent_server.thread_keys(tid) if k.startswith(layout.records(tid, "")) and layout.is_record(k)
+        k for k in agent_server.thread_keys(tid) if k.startswith(layout.records(tid, "")) and is_record_key(k)
     ]
     assert records
     for key in records:
