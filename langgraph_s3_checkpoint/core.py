@@ -6,16 +6,18 @@ replies (see :mod:`langgraph_s3_checkpoint.requests`). The sync and async savers
 through two small drivers (:mod:`langgraph_s3_checkpoint.store`), so there is exactly one copy of the
 commit protocol, and it can be read top to bottom here.
 
-The commit protocol (docs/design.md has the long form):
+The commit protocol (docs/design.md has the long form; ``Core.put`` states it in its docstring):
 
-1. ``put`` writes the immutable parts first, in parallel: the record ``c/{R}``, blobs for large channel
-   values that changed, and the run-index entries. None of them is visible yet, because readers only
-   trust records whose id is not newer than the head's.
-2. Then it replaces the ``head`` object with a copy of the record, conditionally: ``If-Match`` on the
-   ETag this saver last saw for the head at the parent checkpoint, or ``If-None-Match: *`` for a new
-   thread. That single conditional PUT is the commit, and the point where a second writer loses.
+1. ``put`` writes what the new record needs first, in parallel: large channel values that are not known
+   to exist, run-index entries, ``name`` objects.
+2. Then it sends the record and the ``head`` together. The head is a full copy of the record, replaced
+   conditionally: ``If-Match`` on the ETag this saver observed at the parent, ``If-None-Match: *`` for a
+   new thread, or ``If-Match`` on a head just read for a fork. That conditional PUT is the commit, and
+   the point where a second writer loses. Each record names the head it replaced, so the committed
+   records form a chain that every reader follows (:mod:`langgraph_s3_checkpoint.chain`).
 
-A crash before step 2 leaves only unreachable objects; a crash after it leaves a complete checkpoint.
+A crash before the head lands leaves a record off the chain, invisible; a crash after it leaves a
+committed checkpoint whose record, if it did not land, is restored from the head.
 """
 
 from __future__ import annotations
