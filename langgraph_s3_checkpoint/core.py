@@ -172,23 +172,26 @@ Fence = Fenced | NewThread | Join
 
 
 class SaverMemory:
-    r"""The heads this saver observed (the basis of fencing), and when it last wrote large values.
+    r"""The head this saver last observed in each namespace (the basis of fencing), and when it last
+    wrote large values.
 
-    ``heads[(thread, ns)]`` maps a checkpoint id to the :class:`HeadSeen` at the moment the head
-    pointed at that checkpoint (``None`` for "saw no head"). A ``put`` whose parent is such a
-    checkpoint is :class:`Fenced`; reading a checkpoint explicitly (by id, or below a ``before``
-    bound) is how LangGraph starts a replay or a fork, so it forgets that checkpoint's observation and
-    a put on top of it :class:`Join`\ s instead. Everything else the saver might remember (that a
-    large value or a ``name`` object exists, that a run is indexed) is derived from the observed head,
-    so it is only trusted while the fence holds: nothing here can outlive what it describes.
+    ``heads[(thread, ns)]`` is the checkpoint id the head pointed at when this saver last read or
+    wrote it, with the :class:`HeadSeen` of that moment (``None`` for "saw no head"). Only a put whose
+    parent is that very checkpoint is :class:`Fenced`: an older parent means the saver has itself seen
+    the thread move past it, so the put is a fork (LangGraph's ``__copy__`` updates, a subgraph starting
+    over during a replay) and :class:`Join`\ s. Reading a checkpoint explicitly (by id, or below a
+    ``before`` bound) is how LangGraph starts a replay, so it marks that checkpoint as a fork point,
+    which also exempts a step on top of it from the straggler rule (see ``Core.put``). Everything else
+    the saver might remember (that a large value or a ``name`` object exists, that a run is indexed) is
+    derived from the observed head, so it is only trusted while the fence holds: nothing here can
+    outlive what it describes.
     """
 
-    def __init__(self, max_threads: int = 10_000, per_thread: int = 16, blobs_per_namespace: int = 256) -> None:
+    def __init__(self, max_threads: int = 10_000, blobs_per_namespace: int = 256) -> None:
         self._lock = threading.Lock()
         self._blobs_per_namespace = blobs_per_namespace
         self._max_threads = max_threads
-        self._per_thread = per_thread
-        self._heads: OrderedDict[tuple[str, str], OrderedDict[str, HeadSeen | None]] = OrderedDict()
+        self._heads: OrderedDict[tuple[str, str], tuple[str, HeadSeen | None]] = OrderedDict()
         self._written: OrderedDict[tuple[str, str], dict[tuple[str, str], datetime]] = OrderedDict()
         self._forks: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
@@ -204,23 +207,18 @@ class SaverMemory:
 
     def saw_head(self, thread_id: str, ns: str, checkpoint_id: str | None, seen: HeadSeen | None) -> None:
         with self._lock:
-            heads = self._touch(self._heads, (thread_id, ns), OrderedDict())
-            heads[checkpoint_id or ABSENT] = seen
-            heads.move_to_end(checkpoint_id or ABSENT)
-            while len(heads) > self._per_thread:
-                heads.popitem(last=False)
+            self._heads[(thread_id, ns)] = (checkpoint_id or ABSENT, seen)
+            self._heads.move_to_end((thread_id, ns))
+            while len(self._heads) > self._max_threads:
+                self._heads.popitem(last=False)
 
     def fence(self, thread_id: str, ns: str, parent_id: str | None) -> Fence:
         """How a put with this parent commits."""
         with self._lock:
-            if parent_id is not None and (thread_id, ns, parent_id) in self._forks:
-                return Join(fork=True)
-            heads = self._heads.get((thread_id, ns))
-            key = parent_id or ABSENT
-            if heads is None or key not in heads:
-                return Join()
-            seen = heads[key]
-            return NewThread() if seen is None else Fenced(seen)
+            observed = self._heads.get((thread_id, ns))
+            if observed is not None and observed[0] == (parent_id or ABSENT):
+                return NewThread() if observed[1] is None else Fenced(observed[1])
+            return Join(fork=parent_id is not None and (thread_id, ns, parent_id) in self._forks)
 
     def read_explicitly(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """A checkpoint was read by id or below a bound: how LangGraph starts a replay or a fork.
@@ -229,9 +227,6 @@ class SaverMemory:
         is not taken for a straggler when the head has moved on.
         """
         with self._lock:
-            heads = self._heads.get((thread_id, ns))
-            if heads is not None:
-                heads.pop(checkpoint_id, None)
             self._touch(self._forks, (thread_id, ns, checkpoint_id), None)
 
     def forget_namespace(self, thread_id: str, ns: str) -> None:

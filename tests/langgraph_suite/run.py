@@ -1,0 +1,316 @@
+"""Run LangGraph's own tests with InMemorySaver (the baseline) and with S3Saver / AsyncS3Saver; compare.
+
+    python tests/langgraph_suite/run.py                 # the gate: exit 1 if S3 fails a test memory passes
+    python tests/langgraph_suite/run.py -n 0 -- 'tests/test_time_travel.py::test_x[memory]' ...
+    python tests/langgraph_suite/run.py -- -k 'replay or fork' tests/test_time_travel.py
+
+Steps: fetch the sdist tests of the installed langgraph (``fetch.py``), run every ``tests/test_*.py`` that
+uses the ``sync_checkpointer`` / ``async_checkpointer`` fixtures in one pytest subprocess (cwd: the
+extracted folder; plugin: ``lgs3_suite_plugin``; config: ``pytest.ini`` here), read its JSON-lines
+report, and pair each ``s3``/``s3_aio`` test with its ``memory`` twin. A regression is a test that
+passes with memory and does not pass (fails, errors, is skipped, or did not run) with S3.
+
+The run never passes vacuously: pytest exiting with anything but 0 or 1 (5 = nothing collected),
+an empty report, or no memory / s3 / s3_aio test having run is a failure. Arguments after ``--`` go
+to pytest; node ids or paths among them replace the default file list. The log, the raw report and
+the summary are kept in the cache folder (``last-run.log``, ``last-report.jsonl``, ``last-summary.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from fetch import ensure_tests  # noqa: E402
+
+PLUGIN = "lgs3_suite_plugin"
+BASELINE = "memory"
+OURS = {"sync": "s3", "async": "s3_aio"}
+DEFAULT_WORKERS = 2
+DEFAULT_TIMEOUT = 1800.0
+FIXTURE_NAMES = ("sync_checkpointer", "async_checkpointer")
+
+
+@dataclass
+class TestResult:
+    nodeid: str
+    key: str
+    saver: str | None
+    kind: str | None
+    outcome: str  # passed | failed | error | skipped | xfailed | xpassed
+    message: str = ""
+    frames: list[str] = field(default_factory=list)
+    baseline: str = ""  # for an S3 test: its memory twin's node id
+
+
+@dataclass
+class SuiteResult:
+    version: str
+    root: Path
+    command: list[str]
+    returncode: int | None
+    seconds: float
+    tests: list[TestResult]
+    problems: list[str] = field(default_factory=list)
+    regressions: list[TestResult] = field(default_factory=list)
+    baseline_failures: list[TestResult] = field(default_factory=list)
+    flaky: list[TestResult] = field(default_factory=list)  # regressed, then passed on a retry
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.regressions
+
+    def counts(self) -> dict[str, collections.Counter[str]]:
+        by_saver: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for test in self.tests:
+            label = f"{test.saver} ({test.kind})"
+            by_saver[label][test.outcome] += 1
+            by_saver[label]["total"] += 1
+        return dict(sorted(by_saver.items()))
+
+    def render(self, *, frames: bool = True) -> str:
+        lines = [
+            f"langgraph {self.version} sdist tests in {self.root} ({self.seconds:.0f} s wall, exit {self.returncode})"
+        ]
+        for label, counter in self.counts().items():
+            detail = ", ".join(f"{n} {k}" for k, n in sorted(counter.items()) if k != "total")
+            lines.append(f"  {label}: {counter['total']} tests: {detail}")
+        if self.baseline_failures:
+            lines.append(f"  ({len(self.baseline_failures)} tests fail with memory too; they are not gated)")
+        for test in self.flaky:
+            lines.append(f"  flaky (failed with S3, passed on retry): {test.nodeid}  {test.message}")
+        for problem in self.problems:
+            lines.append(f"PROBLEM: {problem}")
+        if self.regressions:
+            lines.append(f"{len(self.regressions)} tests pass with InMemorySaver but not with S3Saver/AsyncS3Saver:")
+            for test in self.regressions:
+                lines.append(f"  {test.nodeid}  [{test.outcome}] {test.message}")
+                if frames:
+                    lines.extend(f"      {frame}" for frame in test.frames[-6:])
+            ids = " ".join(f"'{n}'" for t in self.regressions for n in (t.baseline, t.nodeid) if n)
+            lines.append(f"rerun them: python tests/langgraph_suite/run.py -n 0 -- {ids}")
+        elif self.ok:
+            lines.append("OK: every test that passes with InMemorySaver passes with S3Saver and AsyncS3Saver")
+        return "\n".join(lines)
+
+
+def checkpointer_test_files(root: Path) -> list[str]:
+    """The sdist test modules that request a checkpointer fixture (relative to ``root``)."""
+    files = []
+    for path in sorted((root / "tests").glob("test_*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if any(name in text for name in FIXTURE_NAMES):
+            files.append(str(path.relative_to(root)))
+    return files
+
+
+def _aggregate(report: Path) -> list[TestResult]:
+    """One result per test from the per-phase lines (setup, call, teardown)."""
+    phases: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    if report.is_file():
+        for raw in report.read_text(encoding="utf-8").splitlines():
+            if raw.strip():
+                line = json.loads(raw)
+                phases[line["nodeid"]].append(line)
+    results = []
+    for nodeid, lines in phases.items():
+        first = lines[0]
+        failed = next((ln for ln in lines if ln["outcome"] == "failed"), None)
+        call = next((ln for ln in lines if ln["when"] == "call"), None)
+        if failed is not None:
+            outcome = "failed" if failed["when"] == "call" else "error"
+            source = failed
+        elif call is not None:
+            outcome, source = call["outcome"], call
+        else:
+            outcome, source = "skipped", first
+        results.append(
+            TestResult(
+                nodeid=nodeid,
+                key=first.get("key") or "",
+                saver=first.get("saver"),
+                kind=first.get("kind"),
+                outcome=outcome,
+                message=source.get("message", ""),
+                frames=list(source.get("frames", [])),
+            )
+        )
+    return results
+
+
+def compare(result: SuiteResult, savers: list[str], *, complete: bool = True) -> None:
+    """Fill ``problems``, ``regressions`` and ``baseline_failures`` from ``tests``.
+
+    ``complete``: the whole default selection ran, so each saver and kind must have run tests.
+    """
+    if result.returncode not in (0, 1):
+        result.problems.append(f"pytest exited {result.returncode} (0 or 1 expected; 5 means no test collected)")
+    if not result.tests:
+        result.problems.append("the report is empty: no test ran")
+    counts = collections.Counter((t.saver, t.kind) for t in result.tests if t.outcome != "skipped")
+    wanted = []
+    if BASELINE in savers:
+        wanted += [(BASELINE, "sync"), (BASELINE, "async")]
+    if "s3" in savers:
+        wanted += [(OURS["sync"], "sync"), (OURS["async"], "async")]
+    for saver, kind in wanted if complete else []:
+        if not counts[(saver, kind)]:
+            result.problems.append(f"no {kind} test ran with {saver}")
+    if BASELINE not in savers or "s3" not in savers:
+        return
+    ours = {}
+    for test in result.tests:
+        if test.kind and test.saver == OURS[test.kind]:
+            if not test.key:
+                result.problems.append(f"cannot tell the memory twin of {test.nodeid}")
+            ours[(test.kind, test.key)] = test
+    for test in result.tests:
+        if test.saver != BASELINE or not test.kind:
+            continue
+        if test.outcome != "passed":
+            result.baseline_failures.append(test)
+            continue
+        twin = ours.get((test.kind, test.key))
+        if twin is None:
+            result.regressions.append(
+                TestResult(test.nodeid, test.key, OURS[test.kind], test.kind, "missing", "no S3 twin ran")
+            )
+        elif twin.outcome != "passed":
+            twin.baseline = test.nodeid
+            result.regressions.append(twin)
+    result.regressions.sort(key=lambda t: t.nodeid)
+
+
+def _run_pytest(
+    root: Path, args: list[str], *, tag: str, workers: int, savers: str, timeout: float, echo: bool
+) -> tuple[list[str], int | None, float, list[TestResult], Path]:
+    """One pytest subprocess in ``root``; returns (command, exit code or None if killed, seconds, tests, log)."""
+    report = root / f"last-{tag}report.jsonl"
+    log = root / f"last-{tag}run.log"
+    report.unlink(missing_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(HERE / "pytest.ini"),
+        "--rootdir",
+        str(root),
+        "-p",
+        PLUGIN,
+        f"--lgs3-savers={savers}",
+        f"--lgs3-report={report}",
+        "-q",
+        "--tb=short",
+        "--durations=10",
+    ]
+    if workers > 0:
+        command += ["-n", str(workers)]
+    command += args
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(root), env.get("PYTHONPATH", "")) if p)
+    env["NO_DOCKER"] = "true"  # LangGraph's conftest: no postgres / redis params
+    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST"):
+        env.pop(name, None)
+    start = time.monotonic()
+    returncode: int | None
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=root,
+            env=env,
+            stdout=None if echo else out,
+            stderr=None if echo else subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            returncode = None
+    return command, returncode, time.monotonic() - start, _aggregate(report), log
+
+
+def run_suite(
+    *,
+    workers: int = DEFAULT_WORKERS,
+    savers: str = "memory,s3",
+    pytest_args: list[str] | None = None,
+    retries: int = 1,
+    timeout: float = DEFAULT_TIMEOUT,
+    echo: bool = False,
+) -> SuiteResult:
+    """Fetch (if needed), run and compare; raises if the sdist cannot be fetched.
+
+    ``retries``: regressions are run again (with their memory twins) up to this many times; one that
+    passes on a retry is reported as flaky and does not fail the gate.
+    """
+    root = ensure_tests()
+    for stale in root.glob("last-*"):
+        stale.unlink()
+    extra = list(pytest_args or [])
+    explicit = any(a.startswith(("tests/", "tests\\")) for a in extra)
+    targets = [] if explicit else checkpointer_test_files(root)
+    saver_list = [s.strip() for s in savers.split(",") if s.strip()]
+    options = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
+    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag="", **options)
+    result = SuiteResult(root.name, root, command, returncode, seconds, tests)
+    if returncode is None:
+        result.problems.append(f"pytest did not finish within {timeout:.0f} s (killed); see {log}")
+    compare(result, saver_list, complete=not extra)
+    if result.problems and not echo:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        result.problems.append(f"last lines of {log}:\n{tail}")
+    for attempt in range(1, retries + 1):
+        if result.problems or not result.regressions:
+            break
+        ids = [n for t in result.regressions for n in (t.baseline, t.nodeid) if n]
+        _, code, more, again, _ = _run_pytest(root, ids, tag=f"retry{attempt}-", **options)
+        result.seconds += more
+        retry = SuiteResult(root.name, root, command, code, more, again)
+        compare(retry, saver_list, complete=False)
+        if code not in (0, 1) or not again:
+            break  # the retry itself broke: keep the first verdict
+        still = {t.nodeid for t in retry.regressions}
+        result.flaky += [t for t in result.regressions if t.nodeid not in still]
+        result.regressions = [t for t in result.regressions if t.nodeid in still]
+    (root / "last-summary.txt").write_text(result.render() + "\n", encoding="utf-8")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="LangGraph's own tests as a gate for S3Saver / AsyncS3Saver")
+    parser.add_argument("-n", "--workers", type=int, default=DEFAULT_WORKERS, help="xdist workers (0: no xdist)")
+    parser.add_argument("--savers", default="memory,s3", help="checkpointer params (see lgs3_suite_plugin)")
+    parser.add_argument("--retries", type=int, default=1, help="reruns of regressions before they count (0: none)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds before the run is killed")
+    parser.add_argument("--echo", action="store_true", help="show pytest's output instead of logging it")
+    parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest (node ids replace the file list)")
+    args = parser.parse_args()
+    result = run_suite(
+        workers=args.workers,
+        savers=args.savers,
+        pytest_args=args.pytest_args,
+        retries=args.retries,
+        timeout=args.timeout,
+        echo=args.echo,
+    )
+    print(result.render())
+    sys.exit(0 if result.ok else 1)
+
+
+if __name__ == "__main__":
+    main()

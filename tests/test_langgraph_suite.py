@@ -1,0 +1,24 @@
+"""LangGraph's own test suite as a gate: every test of the installed langgraph's sdist that passes with
+InMemorySaver must pass with S3Saver (sync tests) and AsyncS3Saver (async tests) on SeaweedFS.
+
+Runs ``tests/langgraph_suite/run.py`` in-process (pytest itself runs in a subprocess, from the
+extracted sdist in ``.langgraph-tests/<version>/``). Never skips: if the sdist cannot be fetched, if
+pytest exits with anything but 0 or 1 (5: nothing collected), or if no memory / S3 test ran, this
+fails. See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
+
+from run import run_suite
+
+
+def test_s3_savers_pass_every_langgraph_test_that_memory_passes() -> None:
+    result = run_suite()
+    assert not result.problems, result.render()
+    assert result.tests, "no LangGraph test ran"
+    assert not result.regressions, result.render()
