@@ -1,5 +1,6 @@
-"""Which records of a namespace are committed: the one rule that every reader, ``prune``, ``gc``,
-``delete_for_runs`` and ``verify`` apply.
+"""Which records of a namespace are committed: the one rule that every reader, ``gc`` and
+``delete_for_runs`` apply (``prune`` keeps only the head and what it needs, so it only uses the
+PENDING/ORPHAN split by id that :meth:`Chain.decided` makes).
 
 Why a rule is needed at all: a ``put`` sends its record and the head together, and S3 gives no
 transaction, so the bucket holds records whose head never landed (a crash, a writer that lost the race
@@ -28,7 +29,9 @@ An ORPHAN can never become committed: its head PUT was conditioned on a head tha
 (the head only moves forward), so it is garbage at once. A PENDING record may still commit, so only
 its age (by the server's clock) makes it garbage. The "missing link" row is safe because whoever deletes
 committed records (``delete_for_runs``, ``prune``) first deletes the orphans in the range it opens up,
-so the first record below a gap is the next committed one.
+so the first record below a gap is the next committed one. The one exception is a ``prune`` interrupted
+part-way (it deletes newest first): until it is run again, an orphan directly below the gap it left is
+taken for committed — and a record that prune would delete anyway may be taken for an orphan.
 """
 
 from __future__ import annotations

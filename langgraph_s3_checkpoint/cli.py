@@ -600,6 +600,7 @@ def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
                 "deleted_objects": report.total,
                 "deleted_bytes": report.deleted_bytes,
                 "young": report.young,
+                "foreign": report.foreign,
                 "unreadable": report.unreadable,
                 "sample": report.sample,
             }
@@ -610,6 +611,8 @@ def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
             f"scanned {report.scanned} objects; {verb} {report.total} ({_size(report.deleted_bytes)}); "
             f"{report.young} younger than {report.grace_seconds:g} s kept\n"
         )
+        if report.foreign:
+            ctx.out.write(f"  left alone: {report.foreign} object(s) that are not the saver's\n")
         for category, count in sorted(report.deleted.items()):
             ctx.out.write(f"  {category}: {count}\n")
         for key in report.unreadable:

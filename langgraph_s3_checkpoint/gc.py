@@ -1,14 +1,20 @@
 """Garbage collection: delete objects that no committed checkpoint needs.
 
 The commit protocol never needs cleanup to stay correct, but interrupted or losing operations leave
-objects behind. :func:`gc` finds them, by category:
+objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by category:
 
+``orphan_record``
+    A record (and its writes) that the commit chain (:mod:`langgraph_s3_checkpoint.chain`) calls
+    ORPHAN: older than its namespace's head but off the chain, so it can never be committed (a ``put``
+    that died before its head PUT and was overtaken, a conflict loser that could not delete its record).
 ``uncommitted_record``
-    A record (and its writes) newer than its namespace's head: a ``put`` that died before its head
-    PUT, or a conflict loser that died before deleting its record. Readers already ignore it.
+    A record (and its writes) newer than its namespace's head (PENDING by the chain's rule): a ``put``
+    that died before its head PUT, or a conflict loser that died before deleting its record. Readers
+    already ignore it; it may still commit, so only its age makes it garbage. Writes with no record
+    and newer than the head count here too.
 ``orphan_writes``
-    Pending writes of a checkpoint whose record does not exist (a conflict loser deleted it, or an
-    interrupted ``prune`` did).
+    Pending writes of a checkpoint older than the head whose record does not exist (a conflict loser
+    deleted it, or an interrupted ``prune`` did).
 ``orphan_blob``
     A large channel value that no committed record of its namespace references (written by a put
     that never committed, or left by an interrupted ``prune``).
@@ -23,36 +29,43 @@ objects behind. :func:`gc` finds them, by category:
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
 
-Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastModified against the
-server's clock (the ``Date`` of the listing), so puts in flight are never touched: keep the grace well
-above the longest a ``put`` can take. Committed checkpoints are never deleted; records older than the
-head are kept even when they are not the head's ancestors (forks and replays look like that).
+Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every
+reader: each namespace's ``c/`` listing is walked newest first and the records at or below the head are
+read (``READ_BATCH`` at a time) for their chain link. Writes objects share their record's standing.
 
-The scan holds one namespace's listing in memory at a time, streams everything else page by page, and
-reads committed records (metadata and blob references only) only in namespaces that have blobs or
-run-index entries. It is blocking; from asyncio, run it in a thread (``asyncio.to_thread(gc, saver)``).
+Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastModified against the
+server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
+the grace well above the longest a ``put`` can take. ORPHAN records are garbage at once, but the grace
+applies to them too, for safety. Committed checkpoints are never deleted. Keys that are not the saver's
+(an unrecognised key, a zero-byte folder marker ending in ``/``) are never deleted; the report counts
+them as ``foreign``. Where a record cannot be read (damaged, or deleted since the listing by a concurrent
+``prune``/``delete_for_runs``/``delete_thread``), the namespace's remaining ORPHAN records, its blobs
+and its run-index entries are left alone: what the damaged record committed cannot be judged.
+
+gc is a plan (see :mod:`langgraph_s3_checkpoint.core`), so it runs through the saver's own I/O shell
+(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. It
+streams every listing page by page: its memory is one page, up to ``READ_BATCH`` record bodies, and,
+for the namespace being scanned, the blob references and run ids of its committed records.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
-from .errors import CorruptObjectError, S3RequestError
+from .chain import Chain, Standing
+from .core import READ_BATCH, _deletes, _one, _pages, each
+from .errors import CorruptObjectError
 from .keys import Layout, escape
-from .requests import Delete, Get, Obj, Plan
+from .requests import Emit, Get, ListKeys, Obj, Page, Plan
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
 
 DELETE_BATCH = 1000
-READ_BATCH = 32
 SAMPLE_SIZE = 100
 
 
@@ -69,8 +82,10 @@ class GcReport:
     deleted_bytes: int = 0
     young: int = 0
     """Garbage kept because it is younger than the grace period."""
+    foreign: int = 0
+    """Keys left alone because they are not the saver's (unrecognised keys, zero-byte folder markers)."""
     unreadable: list[str] = field(default_factory=list)
-    """Heads or records that could not be decoded; their namespaces were left as they are."""
+    """Heads or records that could not be decoded; what they commit was left as it is."""
     sample: list[str] = field(default_factory=list)
     """The first deleted keys (at most 100), for a look at what a dry run would do."""
 
@@ -79,217 +94,427 @@ class GcReport:
         return sum(self.deleted.values())
 
 
-@dataclass(frozen=True)
-class _Listed:
-    key: str
-    size: int
-    modified: datetime
-
-
 @dataclass
 class _Namespace:
     committed: bool
     """Whether the namespace has a head (and so committed checkpoints)."""
     run_segments: set[str] | None
-    """Escaped run ids of its committed records; ``None`` if not read (or unreadable)."""
+    """Escaped run ids of its committed records; ``None`` if unknown (then no run entry of it goes)."""
+
+
+@dataclass
+class _Walk:
+    """One namespace being scanned."""
+
+    prefix: str
+    chain: Chain
+    """The namespace's commit chain, walked down from its head (``head_id`` ``None``: no head)."""
+    referenced: set[str] = field(default_factory=set)
+    """Blob keys referenced by the committed records met so far (and the head)."""
+    runs: set[str] | None = field(default_factory=set)
+    chain_sure: bool = True
+    """False once a record at or below the head could not be read: ORPHAN verdicts below it are unsafe."""
+    refs_known: bool = True
+    """False once a committed record's blob references could not be read."""
+    current: tuple[str, str | None] | None = None
+    """The last record met: its checkpoint id and its category (``None``: kept)."""
+    kept: int = 0
+    """Objects of the namespace that stay (committed, young, foreign)."""
+    aborted: bool = False
+    """A head appeared in a namespace found headless: a first put committed meanwhile; leave it."""
+
+    @property
+    def headless(self) -> bool:
+        return self.chain.head_id is None
+
+    @property
+    def head_key(self) -> str:
+        return f"{self.prefix}head"
+
+    @property
+    def records(self) -> str:
+        return f"{self.prefix}c/"
+
+    @property
+    def blobs(self) -> str:
+        return f"{self.prefix}b/"
+
+
+def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
+    """Pages of the listing of ``prefix`` (``Emit(page)``), jumping over the keys under ``skip`` once a
+    page ends inside it (the pages may still show some of them; the caller ignores those)."""
+    token: str | None = None
+    start_after: str | None = None
+    jumped = False
+    while True:
+        page: Page = yield from _one(ListKeys(prefix, start_after=None if token else start_after, token=token))
+        yield Emit(page)
+        if page.token is None:
+            return
+        if not jumped and page.keys and page.keys[-1].startswith(skip):
+            # Every key under ``skip`` sorts before ``skip`` with its last character incremented.
+            jumped, token, start_after = True, None, skip[:-1] + chr(ord(skip[-1]) + 1)
+        else:
+            token = page.token
+
+
+def _age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:
+    """Whether the ``i``-th key of ``page`` is old enough to go, by the server's clock."""
+    now = page.served or datetime.now(timezone.utc)
+
+    def old(i: int) -> bool:
+        if i >= len(page.modified):
+            return False  # no LastModified: its age is unknown
+        return (now - page.modified[i]).total_seconds() >= grace
+
+    return old
+
+
+def _size(page: Page, i: int) -> int:
+    return page.sizes[i] if i < len(page.sizes) else 0
 
 
 class _Collector:
     def __init__(self, saver: BaseS3Saver, grace_seconds: float, dry_run: bool) -> None:
-        self.saver = saver
-        self.store = saver._store
         self.codec = saver._core.codec
         self.root = saver._core.layout.prefix
         self.grace = grace_seconds
         self.report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
-        self.pending: list[str] = []
+        self.pending: list[tuple[str, str | None, int]] = []
+        """Keys to delete with their category (``None``: uncounted companion) and size."""
+        self.thread_kept = 0
+        """Objects of the thread being scanned that stay."""
 
-    # -- listing and reading --------------------------------------------------------------------
-    def pages(self, prefix: str, delimiter: str | None = None) -> Iterator[tuple[list[_Listed], list[str], datetime]]:
-        """Pages of a listing: objects, common prefixes, and the server's clock at that moment."""
-        kwargs: dict[str, Any] = {"Bucket": self.saver.bucket, "Prefix": prefix}
-        if delimiter:
-            kwargs["Delimiter"] = delimiter
-        try:
-            for page in self.saver.client.get_paginator("list_objects_v2").paginate(**kwargs):
-                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-                now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)
-                # Keys ending in "/" are folder placeholders some tools and servers create: never ours.
-                objs = [
-                    _Listed(o["Key"], int(o.get("Size", 0)), o["LastModified"])
-                    for o in page.get("Contents", ())
-                    if not o["Key"].endswith("/")
-                ]
-                self.report.scanned += len(objs)
-                yield objs, [p["Prefix"] for p in page.get("CommonPrefixes", ())], now
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            raise S3RequestError(f"gc: listing {prefix!r} in bucket {self.saver.bucket!r} failed: {code}") from exc
-
-    def listing(self, prefix: str, delimiter: str | None = None) -> tuple[list[_Listed], datetime]:
-        """A whole (small) listing, aged by the clock of its first page: the most conservative."""
-        objs: list[_Listed] = []
-        first: datetime | None = None
-        for page, _, now in self.pages(prefix, delimiter):
-            objs.extend(page)
-            first = first or now
-        return objs, first or datetime.now(timezone.utc)
-
-    def fetch(self, keys: Sequence[str]) -> list[Obj | None]:
-        def plan() -> Plan[list[Obj | None]]:
-            replies: list[Obj | None] = []
-            for i in range(0, len(keys), READ_BATCH):
-                replies.extend((yield [Get(k) for k in keys[i : i + READ_BATCH]]))
-            return replies
-
-        return self.store.run(plan()) if keys else []
-
-    # -- deleting -------------------------------------------------------------------------------
-    def doom(self, obj: _Listed, reason: str, now: datetime, *, also: Sequence[str] = ()) -> bool:
-        """Queue ``obj`` (and the ``also`` keys, uncounted) for deletion unless it is too young."""
-        if (now - obj.modified).total_seconds() < self.grace:
+    # -- deciding and deleting ------------------------------------------------------------------------
+    def doom(
+        self, page: Page, i: int, reason: str, old: Callable[[int], bool], walk: _Walk | None = None, also: str = ""
+    ) -> bool:
+        """Queue the ``i``-th key of ``page`` (and ``also``, uncounted) for deletion unless it is too young."""
+        if not old(i):
             self.report.young += 1
+            self.keep(walk)
             return False
-        self.report.deleted[reason] += 1
-        self.report.deleted_bytes += obj.size
-        if len(self.report.sample) < SAMPLE_SIZE:
-            self.report.sample.append(obj.key)
-        self.pending.append(obj.key)
-        self.pending.extend(also)
-        if len(self.pending) >= DELETE_BATCH:
-            self.flush()
+        self.pending.append((page.keys[i], reason, _size(page, i)))
+        if also:
+            self.pending.append((also, None, 0))
         return True
 
-    def flush(self) -> None:
-        doomed, self.pending = self.pending, []
-        if self.report.dry_run:
-            return
-        for i in range(0, len(doomed), DELETE_BATCH):
-            self.store.execute(Delete(tuple(doomed[i : i + DELETE_BATCH])))
+    def keep(self, walk: _Walk | None = None) -> None:
+        self.thread_kept += 1
+        if walk is not None:
+            walk.kept += 1
 
-    # -- the scan -------------------------------------------------------------------------------
-    def run(self) -> GcReport:
+    def foreign(self) -> None:
+        """A key that is not the saver's: never deleted, and nothing of ours depends on it (it does not
+        keep a ``name`` object alive)."""
+        self.report.foreign += 1
+
+    def flush(self, guard: _Walk | None = None) -> Plan[None]:
+        """Delete what is queued. With ``guard`` (a namespace found headless), first check that it still
+        has no head: a first put that committed meanwhile may reuse its objects (blobs, ``name``)."""
+        doomed, self.pending = self.pending, []
+        if not doomed:
+            return
+        if guard is not None and (yield from _one(Get(guard.head_key))) is not None:
+            guard.aborted = True
+            guard.kept += len(doomed)
+            self.thread_kept += len(doomed)
+            return
+        for key, reason, size in doomed:
+            if reason is None:
+                continue
+            self.report.deleted[reason] += 1
+            self.report.deleted_bytes += size
+            if len(self.report.sample) < SAMPLE_SIZE:
+                self.report.sample.append(key)
+        if not self.report.dry_run:
+            yield _deletes([key for key, _, _ in doomed])
+
+    def flush_if_full(self, guard: _Walk | None = None) -> Plan[None]:
+        if len(self.pending) >= DELETE_BATCH:
+            yield from self.flush(guard)
+
+    # -- the scan ----------------------------------------------------------------------------------
+    def run(self) -> Plan[GcReport]:
         threads_root = f"{self.root}threads/"
-        for _, prefixes, _ in self.pages(threads_root, delimiter="/"):
-            for thread_prefix in prefixes:
-                self.thread(thread_prefix)
-                self.flush()
-        self.global_runs()
-        for objs, _, now in self.pages(f"{self.root}_setup/"):
-            for obj in objs:
-                self.doom(obj, "setup_probe", now)
-        self.flush()
+
+        def threads_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            self.report.foreign += len(page.keys)  # nothing of ours lives directly under threads/
+            for thread_prefix in page.prefixes:
+                yield from self.thread(thread_prefix)
+
+        yield from each(_pages(threads_root, delimiter="/"), threads_page)
+        yield from self.global_runs()
+
+        probes = f"{self.root}_setup/probe-"
+
+        def setup_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            for i, key in enumerate(page.keys):
+                if key.startswith(probes) and not key.endswith("/"):
+                    self.doom(page, i, "setup_probe", old)
+                else:
+                    self.foreign()
+            yield from self.flush_if_full()
+
+        yield from each(_pages(f"{self.root}_setup/"), setup_page)
+        yield from self.flush()
         return self.report
 
-    def thread(self, prefix: str) -> None:
+    def thread(self, prefix: str) -> Plan[None]:
+        self.thread_kept = 0
         thread_segment = prefix[len(f"{self.root}threads/") : -1]
-        top, now = self.listing(prefix, delimiter="/")
-        entries, entries_now = self.listing(f"{prefix}r/")
-        wanted = {e.key.rsplit("/", 1)[1] for e in entries}
         namespaces: dict[str, _Namespace] = {}
         ns_root = f"{prefix}ns/"
-        for _, ns_prefixes, _ in self.pages(ns_root, delimiter="/"):
-            for ns_prefix in ns_prefixes:
-                segment = ns_prefix[len(ns_root) : -1]
-                namespaces[segment] = self.namespace(ns_prefix, read_runs=segment in wanted)
-        kept_entries = False
-        for entry in entries:
-            run_segment, ns_segment = entry.key[len(f"{prefix}r/") :].split("/", 1)
-            info = namespaces.get(ns_segment)
-            dangling = (
-                info is None
-                or not info.committed
-                or (info.run_segments is not None and run_segment not in info.run_segments)
-            )
-            global_key = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
-            if not (dangling and self.doom(entry, "dangling_run_entry", entries_now, also=[global_key])):
-                kept_entries = True
-        if not kept_entries and not any(info.committed for info in namespaces.values()):
-            for obj in top:
-                if obj.key == f"{prefix}name":
-                    self.doom(obj, "orphan_name", now)
 
-    def namespace(self, prefix: str, *, read_runs: bool) -> _Namespace:
-        objs, now = self.listing(prefix)
+        def ns_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            for _ in page.keys:
+                self.foreign()  # nothing of ours lives directly under ns/
+            for ns_prefix in page.prefixes:
+                namespaces[ns_prefix[len(ns_root) : -1]] = yield from self.namespace(ns_prefix)
+
+        yield from each(_pages(ns_root, delimiter="/"), ns_page)
+
+        entries_root = f"{prefix}r/"
+
+        def entries_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            for i, key in enumerate(page.keys):
+                parts = key[len(entries_root) :].split("/")
+                if len(parts) != 2 or not all(parts):
+                    self.foreign()
+                    continue
+                run_segment, ns_segment = parts
+                info = namespaces.get(ns_segment)
+                dangling = (
+                    info is None
+                    or not info.committed
+                    or (info.run_segments is not None and run_segment not in info.run_segments)
+                )
+                if dangling:
+                    twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
+                    self.doom(page, i, "dangling_run_entry", old, also=twin)
+                else:
+                    self.keep()
+            yield from self.flush_if_full()
+
+        yield from each(_pages(entries_root), entries_page)
+
+        name_key = f"{prefix}name"
+
+        def top_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            for i, key in enumerate(page.keys):
+                if key != name_key:
+                    self.foreign()
+                elif self.thread_kept == 0:
+                    # The name object of a thread with nothing else left (everything else went, or was
+                    # never there). While anything stays — a put in flight among it — so does the name.
+                    self.doom(page, i, "orphan_name", old)
+                else:
+                    self.keep()
+            yield from self.flush_if_full()
+
+        # Listed last, once every other object of the thread has been judged ("name" sorts before
+        # "ns/" and "r/").
+        yield from each(_pages(prefix, delimiter="/"), top_page)
+        yield from self.flush()
+
+    def namespace(self, prefix: str) -> Plan[_Namespace]:
         head_key = f"{prefix}head"
-        if not any(o.key == head_key for o in objs):
-            for obj in objs:
-                self.doom(obj, "headless_namespace", now)
-            return _Namespace(committed=False, run_segments=set())
-        (head,) = self.fetch([head_key])
+        head = yield from _one(Get(head_key))
         if head is None:
-            # Deleted since the listing: a delete_thread is running; leave the namespace to it.
-            return _Namespace(committed=True, run_segments=None)
-        try:
-            head_id = self.codec.peek_head_id(head_key, head.body)
-        except CorruptObjectError:
-            self.report.unreadable.append(head_key)
-            return _Namespace(committed=True, run_segments=None)
-
-        records_root, blobs_root = f"{prefix}c/", f"{prefix}b/"
-        committed: list[str] = []
-        uncommitted: set[str] = set()
-        writes: list[tuple[_Listed, str]] = []
-        for obj in objs:
-            if not obj.key.startswith(records_root):
-                continue
-            parsed = Layout.parse_checkpoint_key(records_root, obj.key)
-            if parsed is None:
-                continue  # not ours: leave it alone
-            checkpoint_id = parsed.checkpoint_id
-            if not parsed.is_record:
-                writes.append((obj, checkpoint_id))
-            elif checkpoint_id > head_id:
-                uncommitted.add(checkpoint_id)
-                self.doom(obj, "uncommitted_record", now)
-            else:
-                committed.append(obj.key)
-        # The head counts even if its record is missing: a crash between the parallel record and head
-        # PUTs leaves exactly that, and the next read restores the record from the head.
-        known = {head_id, *(Layout.parse_checkpoint_key(records_root, key).checkpoint_id for key in committed)}  # type: ignore[union-attr]
-        for obj, checkpoint_id in writes:
-            if checkpoint_id in uncommitted:
-                self.doom(obj, "uncommitted_record", now)
-            elif checkpoint_id not in known:
-                self.doom(obj, "orphan_writes", now)
-
-        blobs = [o for o in objs if o.key.startswith(blobs_root)]
-        if not blobs and not read_runs:
-            return _Namespace(committed=True, run_segments=None)
-        referenced: set[str] = set()
-        runs: set[str] | None = set()
-        keys = [head_key, *committed]
-        bodies = [head, *self.fetch(keys[1:])]
-        for key, body in zip(keys, bodies, strict=True):
-            if body is None:
-                continue
+            # Nothing is committed here. Flush first, so that everything queued while this namespace is
+            # scanned is its own and can be dropped if a head appears meanwhile.
+            yield from self.flush()
+            walk = _Walk(prefix, Chain(None, None))
+        else:
             try:
-                metadata, _, refs = self.codec.peek_record(key, body.body)
+                head_id, head_previous = self.codec.peek_chain(head_key, head.body)
+                metadata, _, refs = self.codec.peek_record(head_key, head.body)
             except CorruptObjectError:
-                # Its blob references and run are unknown: delete no blob and no run entry here.
-                self.report.unreadable.append(key)
+                self.report.unreadable.append(head_key)
+                self.keep()
                 return _Namespace(committed=True, run_segments=None)
-            referenced.update(f"{blobs_root}{escape(ch)}/{escape(version)}" for ch, version in refs.items())
-            run_id = metadata.get("run_id")
-            if run_id is not None and runs is not None:
-                runs.add(escape(str(run_id)))
-        for blob in blobs:
-            if blob.key not in referenced:
-                self.doom(blob, "orphan_blob", now)
-        return _Namespace(committed=True, run_segments=runs)
+            walk = _Walk(prefix, Chain.from_head(head_id, head_previous))
+            self.references(walk, metadata, refs)
+        guard = walk if walk.headless else None
 
-    def global_runs(self) -> None:
+        def records_page(page: Page) -> Plan[bool]:
+            yield from self.records_page(walk, page)
+            if walk.aborted:
+                return False
+            yield from self.flush_if_full(guard)
+            return not walk.aborted
+
+        yield from each(_pages(walk.records), records_page)
+
+        def rest_page(page: Page) -> Plan[bool]:
+            if not walk.aborted:
+                self.rest_page(walk, page)
+                yield from self.flush_if_full(guard)
+            return not walk.aborted
+
+        if not walk.aborted:
+            yield from each(_skipping(prefix, walk.records), rest_page)
+        if guard is not None:
+            yield from self.flush(guard)
+            if walk.aborted:
+                return _Namespace(committed=True, run_segments=None)
+            return _Namespace(committed=False, run_segments=set())
+        known = walk.runs if walk.chain_sure and walk.refs_known else None
+        return _Namespace(committed=True, run_segments=known)
+
+    def references(self, walk: _Walk, metadata: Any, refs: dict[str, str]) -> None:
+        """Note the blobs and the run of a committed record (or the head)."""
+        walk.referenced.update(f"{walk.blobs}{escape(ch)}/{escape(version)}" for ch, version in refs.items())
+        run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
+        if run_id is not None and walk.runs is not None:
+            walk.runs.add(escape(str(run_id)))
+
+    def records_page(self, walk: _Walk, page: Page) -> Plan[None]:
+        """Judge one page of a namespace's ``c/`` listing (newest first) by the chain's rule, reading the
+        records that only their link can place (at or below the head) ``READ_BATCH`` at a time."""
+        self.report.scanned += len(page.keys)
+        old = _age_cutoff(page, self.grace)
+        chain = walk.chain
+        parsed = [Layout.parse_checkpoint_key(walk.records, key) for key in page.keys]
+        to_read = [
+            i
+            for i, p in enumerate(parsed)
+            if p is not None and p.is_record and chain.decided(p.checkpoint_id) is not Standing.PENDING
+        ]
+        next_read = 0
+        bodies: dict[int, Obj | None] = {}
+        pending = "headless_namespace" if walk.headless else "uncommitted_record"
+        for i, p in enumerate(parsed):
+            if p is None:
+                self.foreign()
+                continue
+            cid = p.checkpoint_id
+            reason: str | None
+            if not p.is_record:
+                if walk.current is not None and walk.current[0] == cid:
+                    reason = walk.current[1]  # writes share their record's standing
+                elif chain.decided(cid) is Standing.PENDING:
+                    reason = pending  # no record (yet): newer than the head, or no head at all
+                elif cid == chain.head_id:
+                    reason = None  # the head's record is missing (restored by the next latest read)
+                else:
+                    reason = "orphan_writes"
+            elif chain.decided(cid) is Standing.PENDING:
+                reason = pending  # newer than the head, or no head: may still commit, goes by age
+            else:
+                if i not in bodies:
+                    batch = to_read[next_read : next_read + READ_BATCH]
+                    next_read += len(batch)
+                    objs = yield [Get(page.keys[j]) for j in batch]
+                    bodies = dict(zip(batch, objs, strict=True))
+                reason = self.judge_record(walk, page.keys[i], cid, bodies[i])
+            if p.is_record:
+                walk.current = (cid, reason)
+            if reason is None:
+                self.keep(walk)
+            else:
+                self.doom(page, i, reason, old, walk)
+
+    def judge_record(self, walk: _Walk, key: str, cid: str, obj: Obj | None) -> str | None:
+        """The category of a record at or below the head (``None``: it stays), by the chain's rule."""
+        if obj is None:
+            # Deleted since the listing (a concurrent prune, delete_for_runs or delete_thread): it may
+            # have been a link, so ORPHAN verdicts below it, and blob references, are no longer safe.
+            walk.chain_sure = walk.refs_known = False
+            return None
+        try:
+            previous, detached = self.codec.peek_link(key, obj.body)
+        except CorruptObjectError:
+            self.report.unreadable.append(key)
+            walk.chain_sure = walk.refs_known = False
+            return None
+        standing = walk.chain.standing(cid, previous, detached)
+        if standing is Standing.COMMITTED:
+            try:
+                metadata, _, refs = self.codec.peek_record(key, obj.body)
+            except CorruptObjectError:
+                self.report.unreadable.append(key)
+                walk.refs_known = False
+                return None
+            self.references(walk, metadata, refs)
+            return None
+        if standing is Standing.ORPHAN:
+            return "orphan_record" if walk.chain_sure else None
+        return "uncommitted_record"
+
+    def rest_page(self, walk: _Walk, page: Page) -> None:
+        """Judge the keys of a namespace outside ``c/``: blobs, the head, the ``name`` object."""
+        old = _age_cutoff(page, self.grace)
+        name_key = f"{walk.prefix}name"
+        for i, key in enumerate(page.keys):
+            if key.startswith(walk.records):
+                continue  # judged by the walk over c/
+            self.report.scanned += 1
+            if key.endswith("/"):
+                self.foreign()
+            elif Layout.is_blob(walk.blobs, key):
+                if walk.headless:
+                    self.doom(page, i, "headless_namespace", old, walk)
+                elif walk.chain_sure and walk.refs_known and key not in walk.referenced:
+                    self.doom(page, i, "orphan_blob", old, walk)
+                else:
+                    self.keep(walk)
+            elif key == walk.head_key:
+                if walk.headless:
+                    walk.aborted = True  # a first put committed since the head was read: leave it
+                    self.pending.clear()
+                    self.keep(walk)
+                    return
+                self.keep(walk)
+            elif key == name_key:
+                # Listed after everything else of the namespace; in a namespace without a head it goes
+                # only once nothing else stays (a first put in flight relies on it).
+                if walk.headless and walk.kept == 0:
+                    self.doom(page, i, "headless_namespace", old, walk)
+                else:
+                    self.keep(walk)
+            else:
+                self.foreign()
+
+    def global_runs(self) -> Plan[None]:
         """Global run-index entries whose per-thread twin is gone (the thread pass handled the rest)."""
         runs_root = f"{self.root}runs/"
-        for objs, _, now in self.pages(runs_root):
-            twins = []
-            for obj in objs:
-                run_segment, thread_segment, ns_segment = obj.key[len(runs_root) :].split("/", 2)
-                twins.append(f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}")
-            for obj, twin in zip(objs, self.fetch(twins), strict=True):
-                if twin is None:
-                    self.doom(obj, "dangling_run_entry", now)
-            self.flush()
+
+        def runs_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            ours: list[tuple[int, str]] = []
+            for i, key in enumerate(page.keys):
+                parts = key[len(runs_root) :].split("/")
+                if len(parts) != 3 or not all(parts):
+                    self.foreign()
+                    continue
+                run_segment, thread_segment, ns_segment = parts
+                ours.append((i, f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
+            for start in range(0, len(ours), READ_BATCH):
+                chunk = ours[start : start + READ_BATCH]
+                twins = yield [Get(twin) for _, twin in chunk]
+                for (i, _), twin in zip(chunk, twins, strict=True):
+                    if twin is None:
+                        self.doom(page, i, "dangling_run_entry", old)
+            yield from self.flush_if_full()
+
+        yield from each(_pages(runs_root), runs_page)
+        yield from self.flush()
+
+
+def _plan(saver: BaseS3Saver, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:
+    if grace_seconds < 0:
+        raise ValueError("grace_seconds must be >= 0")
+    return _Collector(saver, grace_seconds, dry_run).run()
 
 
 def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
@@ -300,9 +525,12 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
     as garbage.
     """
-    if grace_seconds < 0:
-        raise ValueError("grace_seconds must be >= 0")
-    return _Collector(saver, grace_seconds, dry_run).run()
+    return saver._store.run(_plan(saver, grace_seconds, dry_run))
 
 
-__all__ = ["GcReport", "gc"]
+async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
+    """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
+    return await saver._store.arun(_plan(saver, grace_seconds, dry_run))
+
+
+__all__ = ["GcReport", "agc", "gc"]

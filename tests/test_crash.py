@@ -16,9 +16,11 @@ maintenance operation (default 4). ``LGS3_CRASH_SEED`` fixes the random kill poi
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,12 @@ from workers.common import (
 )
 
 from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
     CheckpointConflictError,
     S3Saver,
     core,
 )
-from langgraph_s3_checkpoint.gc import gc
+from langgraph_s3_checkpoint.gc import agc, gc
 from langgraph_s3_checkpoint.keys import escape
 from langgraph_s3_checkpoint.local import LocalS3Server
 
@@ -502,3 +505,78 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
     assert saver.get_tuple(cfg("live")) is not None
     saver.close()
     print(f"\n[gc] scanned {done.scanned}, deleted {dict(done.deleted)} ({done.deleted_bytes} bytes)")
+
+
+def test_gc_collects_orphan_records_below_the_head(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """Records older than the head but off its commit chain (chain.py: ORPHAN) can never commit: gc takes
+    them (and their writes, and blobs only they reference) at once, past the grace, and nothing committed.
+    A detached record (an older id committed by its record alone) is committed and stays."""
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    populate(saver, "t")
+    layout, codec = saver._core.layout, saver._core.codec
+    ids = sorted(t.checkpoint["id"] for t in saver.list(cfg("t", "")))
+    assert len(ids) >= 3
+    first, second = ids[0], ids[1]
+    template = codec.decode_record(
+        layout.record("t", "", second),
+        saver.client.get_object(Bucket=bucket, Key=layout.record("t", "", second))["Body"].read(),
+    )
+    assert template.previous_head == first, "the namespace's chain should be linear"
+
+    def record(checkpoint_id: str, previous_head: str | None, *, detached: bool = False, blob: str = "") -> bytes:
+        checkpoint = {**template.checkpoint, "id": checkpoint_id}
+        blobs = {"big": blob} if blob else {}
+        return codec.encode_record(
+            checkpoint,  # type: ignore[arg-type]
+            template.metadata,
+            first,
+            {},
+            blobs,
+            previous_head=previous_head,
+            detached=detached,
+        )
+
+    # Between the first two committed records: a put that lost the race for the head (it named the
+    # first record as the head it replaced, as the second one did), with writes and its own blob.
+    lost, detached, below = f"{first}0", f"{first}1", f"0{first}"
+    orphans = {
+        layout.record("t", "", lost): record(lost, first, blob="lost-version"),
+        layout.task_writes("t", "", lost, "task"): codec.encode_task_writes(
+            "task", "", [(0, "log", codec.dump("x", "x"))]
+        ),
+        layout.blob("t", "", "big", "lost-version"): codec.encode_blob(codec.dump("x", "L" * 9000)),
+        # Older than the thread's first commit: no link is left below the first record.
+        layout.record("t", "", below): record(below, None),
+    }
+    kept = {layout.record("t", "", detached): record(detached, first, detached=True)}
+    # Keys that are not the saver's (an unknown key, a zero-byte folder marker) are never deleted.
+    foreign = {f"{layout.records('t', '')}unknown": b"?", layout.records("t", ""): b""}
+    for key, body in {**orphans, **kept, **foreign}.items():
+        saver.client.put_object(Bucket=bucket, Key=key, Body=body)
+    listed = [t.checkpoint["id"] for t in saver.list(cfg("t"))]
+    assert lost not in listed and below not in listed and detached in listed
+    expected = everything(saver)
+    before = all_keys(saver)
+    time.sleep(1.1)  # LastModified and the server's Date have a one-second resolution
+
+    assert gc(saver, grace_seconds=3600).total == 0
+    dry = gc(saver, grace_seconds=0, dry_run=True)
+    assert dict(dry.deleted) == {"orphan_record": 3, "orphan_blob": 1}, dry.deleted
+    assert set(dry.sample) == set(orphans)
+    assert dry.foreign >= 1  # some servers do not list folder markers
+    assert all_keys(saver) == before
+    asaver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
+    try:
+        adry = asyncio.run(agc(asaver, grace_seconds=0, dry_run=True))
+    finally:
+        asaver.close()
+    assert adry.deleted == dry.deleted and adry.scanned == dry.scanned
+
+    done = gc(saver, grace_seconds=0)
+    assert done.deleted == dry.deleted
+    assert all_keys(saver) == before - set(orphans)
+    assert f"{layout.records('t', '')}unknown" in all_keys(saver)
+    assert everything(saver) == expected, "a committed checkpoint changed"
+    assert [t.checkpoint["id"] for t in saver.list(cfg("t"))] == listed
+    assert gc(saver, grace_seconds=0).total == 0
+    saver.close()
