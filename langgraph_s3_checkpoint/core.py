@@ -704,13 +704,16 @@ class Core:
             c.chain = Chain.from_head(head_id, head_previous)
             if before_id:
                 below = next(replies)
-                link = None if below is None else self.codec.peek_link(c.start_after or "", below.body)
-                if link is None or link[1] or head_id is None or before_id > head_id:
-                    # The bound is not a record on this namespace's chain (another namespace's id,
-                    # a detached or deleted checkpoint): walk the chain from the head instead.
+                bound = None if below is None else self.codec.decode_record(c.start_after or "", below.body)
+                standing = None
+                if bound is not None and not bound.detached:
+                    standing = yield from self._standing(thread_id, c.checkpoint_ns, bound, head)
+                if bound is None or standing is not Standing.COMMITTED:
+                    # The bound is not a record on this namespace's chain (another namespace's id, a
+                    # detached, deleted or never committed checkpoint): walk the chain from the head.
                     c.restart()
                     continue
-                c.chain = Chain.below(head_id, link[0])
+                c.chain = Chain.below(head_id, bound.previous_head)
             c.accept(page)
         # The cursors keep what they need of the first pages: drop the replies, or each namespace's
         # first page (up to 1,000 keys with their stamps) stays alive for the whole listing.
@@ -1140,7 +1143,8 @@ class Core:
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
             yield from collect(_pages(index), entries)
-            keys = [k for page in entries for k in page.keys]
+            # Only "{thread}/{namespace}" entries are ours (not folder markers or foreign objects).
+            keys = [k for page in entries for k in page.keys if _is_pair(k[len(index) :])]
             if not keys:
                 continue
             markers = yield [Get(k) for k in keys]
@@ -1388,6 +1392,11 @@ class _Values:
     """Large values to store before the commit."""
     renewed: dict[str, str] = field(default_factory=dict)
     """Large values rewritten now (their age restarts, for the lifecycle rule)."""
+
+
+def _is_pair(relative: str) -> bool:
+    parts = relative.split("/")
+    return len(parts) == 2 and all(parts)
 
 
 def _seen(head: Obj, record: Record) -> HeadSeen:

@@ -34,6 +34,7 @@ from .codec import Codec
 from .core import Core
 from .errors import InvalidConfigError, SaverMisuseError
 from .keys import Layout
+from .memory import MemoryBucket
 from .requests import Plan
 from .store import BodyCache, S3Store
 from .transport import DirectTransport
@@ -184,9 +185,10 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
                 expiry_tag=EXPIRY_TAG if ttl_days else None,
                 max_connections=max_concurrency * 2,
             )
-            if transport == "direct"
+            if transport == "direct" and not isinstance(client, MemoryBucket)
             else None,
             cache=BodyCache(cache_bytes) if cache_bytes else None,
+            backend=client if isinstance(client, MemoryBucket) else None,
         )
         self._core = Core(
             layout=Layout(self.prefix),

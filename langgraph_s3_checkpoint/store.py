@@ -126,6 +126,8 @@ class S3Store:
     """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``)."""
     cache: BodyCache | None = field(default=None, repr=False)
     """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
+    backend: Any = field(default=None, repr=False)
+    """An in-process bucket (``memory.MemoryBucket``) that answers every request instead of boto3."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -161,6 +163,8 @@ class S3Store:
         return reply
 
     def _send(self, request: Request) -> Any:
+        if self.backend is not None:
+            return self.backend.execute(request)
         if self.direct is not None and isinstance(request, (Get, Put, ListKeys)):
             return self.direct.execute(request)
         try:
