@@ -1,7 +1,7 @@
 """An S3 bucket in memory: test graphs (and the saver itself) with no server.
 
 ``MemoryBucket`` answers the saver's requests (:mod:`langgraph_s3_checkpoint.requests`) itself, with the
-replies the I/O shell (:mod:`langgraph_s3_checkpoint.store`) would have produced from a real server. Pass
+replies the I/O shell (:mod:`langgraph_s3_checkpoint.shell`) would have produced from a real server. Pass
 it as the client and nothing else changes::
 
     from langgraph_s3_checkpoint import S3Saver
@@ -95,7 +95,7 @@ class StoredObject:
 
 
 class MemoryBucket:
-    """One S3 bucket in memory; ``execute(request)`` returns what ``S3Store`` would (see the module doc).
+    """One S3 bucket in memory; ``execute(request)`` returns what ``BucketIO`` would (see the module doc).
 
     ``missing_if_match`` says how the modelled server answers a conditional request on a key that does not
     exist: ``"404"`` (AWS, moto) or ``"412"`` (SeaweedFS). The variant is modelled at the level of the reply

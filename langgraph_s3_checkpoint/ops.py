@@ -23,7 +23,7 @@ from .core import READ_BATCH, collect
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
-from .store import S3Store
+from .shell import BucketIO
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -58,11 +58,11 @@ class StatPage:
 
 
 @dataclass
-class OpsStore(S3Store):
-    """An :class:`S3Store` that also answers :class:`ListStats`."""
+class OpsStore(BucketIO):
+    """An :class:`BucketIO` that also answers :class:`ListStats`."""
 
     @classmethod
-    def like(cls, store: S3Store) -> OpsStore:
+    def like(cls, store: BucketIO) -> OpsStore:
         """A store with the same client, bucket and SSE arguments as ``store``."""
         return cls(**{f.name: getattr(store, f.name) for f in dataclasses.fields(store) if f.init})
 

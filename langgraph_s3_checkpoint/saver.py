@@ -36,7 +36,7 @@ from .errors import InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .memory import MemoryBucket
 from .requests import Plan
-from .store import BodyCache, S3Store
+from .shell import BodyCache, BucketIO
 from .transport import DirectTransport
 
 T = TypeVar("T")
@@ -169,7 +169,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             put_args.update(customer)
             get_args.update(customer)
             copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
-        self._store = S3Store(
+        self._store = BucketIO(
             client,
             bucket,
             max_concurrency=max_concurrency,

@@ -13,7 +13,7 @@ plan is driven one batch at a time against a :class:`MemoryBucket`, so that
   operations that committed (a ``put`` commits iff its head PUT, or its detached record PUT, was applied:
   read from the requests applied for it).
 
-Requests are sent through each saver's own ``S3Store.execute`` (so its read cache takes part) but
+Requests are sent through each saver's own ``BucketIO.execute`` (so its read cache takes part) but
 sequentially, in this thread: a run is deterministic and replayable.
 
 Names in reports: checkpoint ``cN`` is id :func:`cid(N) <cid>`; keys are shortened to ``t/ns/~/c/cN/checkpoint``.

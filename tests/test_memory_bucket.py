@@ -2,7 +2,7 @@
 
 * unit tests of each request's reply (ETags, conditions, listing order, delimiters, tokens, the clock);
 * a differential test: random request sequences give the same replies from a ``MemoryBucket`` and from
-  an ``S3Store`` on moto (in process, ``mock_aws``: no server);
+  an ``BucketIO`` on moto (in process, ``mock_aws``: no server);
 * ``S3Saver`` / ``AsyncS3Saver`` with ``client=MemoryBucket()``: a real graph with an interrupt, and
   LangGraph's conformance suite (every capability, sync and async paths, counts asserted).
 """
@@ -223,12 +223,12 @@ def _normal(execute: Any, request: Any) -> Any:
 def moto_store() -> Any:
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    from langgraph_s3_checkpoint.store import S3Store
+    from langgraph_s3_checkpoint.shell import BucketIO
 
     with moto.mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="differential")
-        yield S3Store(client, "differential")
+        yield BucketIO(client, "differential")
 
 
 @settings(

@@ -1,6 +1,6 @@
 """The I/O shell: performs the requests that plans ask for, with boto3, and drives plans to the end.
 
-One :class:`S3Store` serves both savers. ``execute`` turns one request into one boto3 call and maps the
+One :class:`BucketIO` serves both savers. ``execute`` turns one request into one boto3 call and maps the
 reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`requests` replies.
 Independent requests of one batch run in parallel on a bounded thread pool: the sync driver waits for
 them, the async driver awaits them, and that is the only difference between the two.
@@ -108,7 +108,7 @@ def _code(exc: ClientError) -> str:
 
 
 @dataclass
-class S3Store:
+class BucketIO:
     """Executes requests against one bucket."""
 
     client: Any
