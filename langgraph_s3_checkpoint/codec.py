@@ -175,6 +175,13 @@ class Codec:
         except (KeyError, TypeError) as exc:
             raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
 
+    def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
+        """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
+        frame = self._unframe(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise CorruptObjectError(key, "record has no checkpoint id")
+        return self._frame({**frame, "previous_head": previous_head, "detached": False})
+
     def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
         """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
         frame = self._unframe(key, data)

@@ -605,6 +605,8 @@ class Core:
             def threads(page: Page) -> Plan[bool]:
                 for prefix in page.prefixes:
                     thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                    if thread_id is None:
+                        continue  # a folder we did not make
                     yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
                     if budget.done:
                         return False
@@ -617,14 +619,20 @@ class Core:
         ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
         yield from self._list_thread(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
 
-    def _name_of(self, segment: str, prefix: str) -> Plan[str]:
-        """The real id behind a thread or namespace segment."""
-        if not is_digest(segment):
-            return unescape(segment)
-        obj = yield from _one(Get(f"{prefix}name"))
-        if obj is None:
-            return segment
-        return cast(str, obj.body.decode("utf-8", "surrogatepass"))
+    def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
+        """The real id behind a thread or namespace segment; ``None`` for a segment we did not make
+        (a foreign folder such as ``%ZZ``, or a digest without its ``name`` object)."""
+        try:
+            if not is_digest(segment):
+                name = unescape(segment)
+            else:
+                obj = yield from _one(Get(f"{prefix}name"))
+                if obj is None:
+                    return None
+                name = obj.body.decode("utf-8", "surrogatepass")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return name if escape(name) == segment else None
 
     def _namespaces(self, thread_id: str) -> Plan[list[str]]:
         root = self.layout.namespaces(thread_id)
@@ -633,7 +641,9 @@ class Core:
         names = []
         for page in found:
             for prefix in page.prefixes:
-                names.append((yield from self._name_of(self.layout.segment_after(prefix, root), prefix)))
+                name = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                if name is not None:
+                    names.append(name)
         return names
 
     def _list_thread(
@@ -1151,7 +1161,11 @@ class Core:
             for key, marker in zip(keys, markers, strict=True):
                 thread_seg, ns_seg = key[len(index) :].split("/")
                 thread_id = yield from self._name_of(thread_seg, f"{self.layout.threads_root}{thread_seg}/")
+                if thread_id is None:
+                    continue
                 ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
+                if ns is None:
+                    continue
                 first_id = marker.body.decode() if marker is not None else ""
                 yield from self._delete_run_in_ns(run_id, thread_id, ns, first_id)
                 yield [Delete((key, self.layout.thread_run_entry(run_id, thread_id, ns)))]
@@ -1214,7 +1228,9 @@ class Core:
                     orphan_ids.add(cid)
                 elif standing is Standing.COMMITTED:
                     if survivor is None and head_is_run:
-                        survivor = obj
+                        # A detached survivor (a fork older than the head was) becomes an ordinary head:
+                        # its chain continues at the link below it, or everything older would be orphaned.
+                        survivor = obj if not detached else Obj(self.codec.relink(key, obj.body, chain.link), "")
                     reached_below = cid < first_id
             for key, p in parsed:
                 if p is not None and p.checkpoint_id in doomed_ids:
@@ -1266,9 +1282,13 @@ class Core:
                 # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
                 heads = yield [ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes]
                 newest = max((m for head_page in heads for m in head_page.modified), default=None)
-                if newest is not None and newest >= cutoff:
+                # No head at all: not a live thread (an emptied folder some servers keep listing, or a
+                # leftover that gc collects), so nothing to expire.
+                if newest is None or newest >= cutoff:
                     continue
                 thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                if thread_id is None:
+                    continue
                 if not dry_run:
                     yield from self.delete_thread(thread_id)
                 yield Emit(thread_id)

@@ -1,0 +1,862 @@
+"""Regression tests for commit-protocol defects of 101cb5b, fixed in 1267803.
+
+Each test drives the public saver API (plus boto3 on the bucket to plant crash leftovers and foreign
+keys, and, where a race must be reproduced exactly, a plan stepped by hand) on every server kind.
+A randomized test compares the raw saver API with InMemorySaver. The last tests (found while writing
+these, not fixed by 1267803) pin defects that remain: rolling back to a detached survivor, and foreign
+folders under ``threads/``.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Annotated, Any, TypedDict, cast
+
+import pytest
+from helpers import cfg
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
+from langgraph_s3_checkpoint import core as core_module
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Put
+
+BIG = 6000
+"""Characters of a value large enough to be stored as its own object."""
+LONG_THREAD = "long-" + "x" * 300
+"""A thread id too long to be a key segment (stored behind a digest and a ``name`` object)."""
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+@pytest.fixture
+def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
+    savers: list[S3Saver] = []
+
+    def make() -> S3Saver:
+        saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+        savers.append(saver)
+        return saver
+
+    yield make
+    for saver in savers:
+        saver.close()
+
+
+def cid(n: int, sub: int = 0) -> str:
+    """Checkpoint ids that sort by (n, sub)."""
+    return f"1f0{n:06d}-{sub:04d}-6000-8000-000000000000"
+
+
+def ver(n: int, tag: str = "0") -> str:
+    """A channel version in LangGraph's format (``{counter:032}.{random}``)."""
+    return f"{n:032}.{tag}"
+
+
+def put(
+    saver: Any,
+    thread: str,
+    checkpoint_id: str,
+    parent: str | None = None,
+    *,
+    ns: str = "",
+    values: dict[str, Any] | None = None,
+    versions: dict[str, str] | None = None,
+    new: dict[str, str] | None = None,
+    source: str = "loop",
+    run: str | None = None,
+) -> Any:
+    """Put one checkpoint: ``values``/``versions`` (default: a small ``n``), ``new`` the changed versions."""
+    values = {"n": checkpoint_id} if values is None else values
+    versions = {ch: ver(1, checkpoint_id) for ch in values} if versions is None else versions
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = dict(versions)
+    metadata: dict[str, Any] = {"source": source, "step": 0}
+    if run is not None:
+        metadata["run_id"] = run
+    return saver.put(cfg(thread, ns, parent), checkpoint, metadata, dict(versions if new is None else new))
+
+
+def ids(tuples: Any) -> list[str]:
+    return [t.checkpoint["id"] for t in tuples]
+
+
+def latest_id(saver: S3Saver, thread: str, ns: str = "") -> str | None:
+    tup = saver.get_tuple(cfg(thread, ns))
+    return None if tup is None else tup.checkpoint["id"]
+
+
+class Crash(Exception):
+    """Raised by a hand-driven plan to stop it where a process would have died."""
+
+
+def send(saver: S3Saver, requests: list[Any]) -> list[Any]:
+    """Send one batch of requests through the saver's I/O shell, as its drivers would."""
+
+    def one_batch() -> Any:
+        return (yield requests)
+
+    shell = getattr(saver, "_store", None) or saver._io  # type: ignore[attr-defined]
+    return cast(list[Any], shell.run(one_batch()))
+
+
+def drive(saver: S3Saver, plan: Any, on_batch: Callable[[list[Any]], list[Any] | None]) -> Any:
+    """Run a plan, letting ``on_batch(requests)`` answer a batch itself (or return None to send it)."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        answered = on_batch(step)
+        reply = send(saver, step) if answered is None else answered
+
+
+def head_put_of(saver: S3Saver, thread: str, ns: str = "") -> Callable[[Any], bool]:
+    key = saver._core.layout.head(thread, ns)
+    return lambda request: isinstance(request, Put) and request.key == key
+
+
+def put_plan(saver: S3Saver, thread: str, checkpoint_id: str, parent: str | None = None, **kw: Any) -> Any:
+    """The plan of ``put`` (same arguments as :func:`put`), not yet started."""
+
+    class Capture:
+        plan: Any = None
+
+        def put(self, *args: Any) -> None:
+            self.plan = saver._core.put(*args)
+
+    capture = Capture()
+    put(capture, thread, checkpoint_id, parent, **kw)
+    return capture.plan
+
+
+def crash_before_head(saver: S3Saver, thread: str, checkpoint_id: str, parent: str | None = None, **kw: Any) -> None:
+    """A put that dies after everything but its head PUT landed: its record is an uncommitted leftover."""
+    is_head = head_put_of(saver, thread, kw.get("ns", ""))
+
+    def on_batch(step: list[Any]) -> list[Any] | None:
+        if any(is_head(r) for r in step):
+            send(saver, [r for r in step if not is_head(r)])
+            raise Crash
+        return None
+
+    with pytest.raises(Crash):
+        drive(saver, put_plan(saver, thread, checkpoint_id, parent, **kw), on_batch)
+
+
+# -- a: per-task writes with InMemorySaver's rule -----------------------------------------------------
+WRITE_CALLS = [
+    ("task-a", [("__interrupt__", "first question")]),
+    ("task-a", [("__resume__", "first answer"), ("x", 1), ("y", 2)]),
+    ("task-a", [("__interrupt__", "second question")]),
+    ("task-a", [("__resume__", "second answer"), ("x", 10)]),
+    ("task-a", [("x", 100), ("z", 3)]),
+    ("task-b", [("y", "b1")]),
+    ("task-b", [("y", "b2"), ("w", "b3")]),
+    ("task-b", [("__error__", "boom")]),
+    ("task-b", [("__error__", "boom again")]),
+]
+
+
+def test_a_put_writes_merge_like_in_memory_saver(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: writes were keyed per put_writes call (by the call's first index), so a task's later calls
+    (a second resume value, a new special write in a combined call, regular writes after a resume) were
+    dropped or overwrote the wrong index. All writes must follow InMemorySaver's per-(task, idx) rule."""
+    saver, fresh, memory = make_saver(), make_saver(), InMemorySaver()
+    for target in (saver, memory):
+        config = put(target, "t", cid(1))
+        for task, writes in WRITE_CALLS:
+            target.put_writes(config, writes, task)
+    expected = memory.get_tuple(cfg("t")).pending_writes
+    assert saver.get_tuple(cfg("t")).pending_writes == expected
+    assert fresh.get_tuple(cfg("t", "", cid(1))).pending_writes == expected
+    assert next(iter(fresh.list(cfg("t")))).pending_writes == expected
+
+
+class TwoNodes(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def two_parallel_nodes(checkpointer: Any) -> tuple[Any, dict[str, int]]:
+    """``asks_twice`` interrupts twice, then completes; ``flaky`` (parallel) fails its first three runs, so
+    the step that ``asks_twice`` completes in does not finish: its writes must be read back from storage."""
+    calls = {"flaky": 0, "asks_twice": 0}
+    asked = threading.Event()
+
+    def asks_twice(state: TwoNodes) -> dict[str, Any]:
+        calls["asks_twice"] += 1
+        try:
+            first = interrupt("first?")
+            second = interrupt("second?")
+            return {"log": [f"asked:{first}:{second}"]}
+        finally:
+            asked.set()
+
+    def flaky(state: TwoNodes) -> dict[str, Any]:
+        calls["flaky"] += 1
+        if calls["flaky"] < 4:
+            # Fail only once the other node has ended and its writes are stored (a failure first would
+            # cancel it, and which one wins would be a race).
+            asked.wait(10)
+            asked.clear()
+            time.sleep(0.5)
+            raise RuntimeError(f"flaky failure {calls['flaky']}")
+        return {"log": ["flaky"]}
+
+    builder = StateGraph(TwoNodes)
+    builder.add_node("asks_twice", asks_twice)
+    builder.add_node("flaky", flaky)
+    builder.add_edge(START, "asks_twice")
+    builder.add_edge(START, "flaky")
+    builder.add_edge("asks_twice", END)
+    builder.add_edge("flaky", END)
+    return builder.compile(checkpointer=checkpointer), calls
+
+
+def test_a_graph_node_interrupting_twice(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect (graph form): a node interrupts twice and completes beside a parallel node that keeps failing;
+    the completing call ``put_writes([resume, resume, log])`` was refused (its batch key existed), so the
+    completed node ran a fourth time on the last resume. Must run and end exactly as with InMemorySaver."""
+    results = []
+    for checkpointer in (InMemorySaver(), make_saver()):
+        graph, calls = two_parallel_nodes(checkpointer)
+        config = {"configurable": {"thread_id": "g"}}
+        outputs: list[Any] = []
+        for command in ({"log": []}, Command(resume="one"), Command(resume="two"), None):
+            try:
+                out = graph.invoke(command, config)
+            except RuntimeError as exc:
+                outputs.append(str(exc))
+                continue
+            # Interrupt ids derive from random task ids: compare the questions asked.
+            outputs.append({k: [i.value for i in v] if k == "__interrupt__" else v for k, v in out.items()})
+        state = graph.get_state(config)
+        results.append((outputs, state.values, state.next, calls))
+    assert results[1] == results[0]
+    assert sorted(results[1][1]["log"]) == ["asked:one:two", "flaky"]
+    assert results[1][3] == {"flaky": 4, "asks_twice": 3}  # its completed run's writes were kept
+
+
+# -- b: writes of a checkpoint without a record ------------------------------------------------------
+def test_b_writes_without_record_are_nobodys(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: writes stored for a checkpoint id that has no record (here: never put) were listed after
+    the next newer record and attributed to it by list()."""
+    saver = make_saver()
+    put(saver, "t", cid(1))
+    put(saver, "t", cid(3), cid(1))
+    saver.put_writes(cfg("t", "", cid(2)), [("x", "stray")], "task")
+    listed = list(saver.list(cfg("t")))
+    assert ids(listed) == [cid(3), cid(1)]
+    assert [t.pending_writes for t in listed] == [[], []]
+    assert saver.get_tuple(cfg("t")).pending_writes == []
+
+
+# -- c: delete_for_runs --------------------------------------------------------------------------------
+def test_c_delete_for_runs_never_promotes_a_leftover(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Defect: delete_for_runs moved the head back to the newest record below the run, even a put's
+    leftover that never committed; and a run whose head landed but whose record is missing (head-only
+    commit) was not recognised as the run's, so its head stayed."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    crash_before_head(saver, "t", cid(2), cid(1))  # never committed
+    put(saver, "t", cid(3), cid(1), run="run-b")
+    saver.delete_for_runs(["run-b"])
+    assert latest_id(make_saver(), "t") == cid(1)
+    assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+
+    put(saver, "u", cid(11), run="run-c")
+    put(saver, "u", cid(12), cid(11), run="run-d")
+    s3_client.delete_object(Bucket=saver.bucket, Key=saver._core.layout.record("u", "", cid(12)))
+    saver.delete_for_runs(["run-d"])
+    assert latest_id(make_saver(), "u") == cid(11)
+    assert ids(make_saver().list(cfg("u"))) == [cid(11)]
+
+
+# -- d: prune ------------------------------------------------------------------------------------------
+def test_d_prune_spares_a_forks_fresh_large_value(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: prune deleted unreferenced large values whose version is below the head's whatever their
+    age, but a fork in flight numbers its versions from an older checkpoint: its freshly written value
+    went, and the fork's checkpoint, once committed, could not be read."""
+    saver, forker = make_saver(), make_saver()
+    for n in (1, 2, 3):
+        put(saver, "t", cid(n), cid(n - 1) if n > 1 else None, values={"big": f"{n}" * BIG}, versions={"big": ver(n)})
+    forker.get_tuple(cfg("t", "", cid(1)))
+    plan = put_plan(
+        forker, "t", cid(4), cid(1), values={"big": "f" * BIG}, versions={"big": ver(2, "fork")}, source="fork"
+    )
+    is_head = head_put_of(forker, "t")
+    pruned = []
+
+    def on_batch(step: list[Any]) -> None:
+        if any(is_head(r) for r in step) and not pruned:
+            saver.prune(["t"])  # the fork's value is written, its head is not yet
+            pruned.append(True)
+
+    drive(forker, plan, on_batch)
+    assert pruned
+    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "f" * BIG
+
+
+class _AheadClock(datetime):
+    """This machine's clock, 15 minutes fast."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        return datetime.now(tz) + timedelta(minutes=15)
+
+
+def test_d_prune_judges_age_by_the_server_clock(
+    make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: prune judged "young enough to be a put in flight" by the local clock; a machine whose clock
+    is 15 minutes fast deleted the value a put had just written, before that put committed."""
+    saver, pruner = make_saver(), make_saver()
+    put(saver, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    plan = put_plan(saver, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    is_head = head_put_of(saver, "t")
+    pruned = []
+
+    def on_batch(step: list[Any]) -> None:
+        if any(is_head(r) for r in step) and not pruned:
+            with monkeypatch.context() as m:
+                m.setattr(core_module, "datetime", _AheadClock)
+                pruner.prune(["t"])
+            pruned.append(True)
+
+    drive(saver, plan, on_batch)
+    assert pruned
+    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "2" * BIG
+
+
+# -- e: lost answer, then a successor ------------------------------------------------------------------
+def test_e_lost_answer_then_successor(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: a head PUT that was applied but whose answer was lost (botocore retried, got 412) was taken
+    for a conflict when another writer had already committed on top of it: the put raised and deleted
+    its record, which the successor names as its parent."""
+    a, b = make_saver(), make_saver()
+    put(a, "t", cid(1))
+    is_head = head_put_of(a, "t")
+    answered = []
+
+    def on_batch(step: list[Any]) -> list[Any] | None:
+        if not any(is_head(r) for r in step) or answered:
+            return None
+        replies = send(a, step)  # the head lands...
+        b.get_tuple(cfg("t"))
+        put(b, "t", cid(3), cid(2))  # ...another writer continues it...
+        answered.append(True)
+        return [PRECONDITION_FAILED if is_head(r) else reply for r, reply in zip(step, replies, strict=True)]
+
+    config = drive(a, put_plan(a, "t", cid(2), cid(1)), on_batch)  # ...and the retry's answer is 412
+    assert answered and config["configurable"]["checkpoint_id"] == cid(2)
+    reader = make_saver()
+    assert ids(reader.list(cfg("t"))) == [cid(3), cid(2), cid(1)]
+    head = reader.get_tuple(cfg("t"))
+    assert head.checkpoint["id"] == cid(3) and reader.get_tuple(head.parent_config) is not None
+
+
+# -- f: head-only commit repaired before a fork ----------------------------------------------------------
+def test_f_fork_keeps_a_head_only_commit(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Defect: when the head's record was missing (a head-only commit: the record PUT failed), a fork that
+    joined the head replaced it without restoring the record, so that checkpoint vanished from history."""
+    saver = make_saver()
+    put(saver, "t", cid(1))
+    put(saver, "t", cid(2), cid(1))
+    s3_client.delete_object(Bucket=saver.bucket, Key=saver._core.layout.record("t", "", cid(2)))
+    forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None
+    put(forker, "t", cid(3), cid(1), source="update")
+    assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(2), cid(1)]
+
+
+# -- g: name object of a long thread id ------------------------------------------------------------------
+def test_g_name_object_written_by_a_retried_put(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: the saver remembered a ``name`` object as written as soon as it planned the PUT; when that
+    put failed, the retried put skipped it and list(None) showed the digest instead of the thread id."""
+    saver = make_saver()
+
+    def fail_on_name(step: list[Any]) -> None:
+        if any(isinstance(r, Put) and r.key.endswith("/name") for r in step):
+            raise Crash  # e.g. the connection dropped: nothing of this batch was stored
+
+    with pytest.raises(Crash):
+        drive(saver, put_plan(saver, LONG_THREAD, cid(1)), fail_on_name)
+    put(saver, LONG_THREAD, cid(1))
+    assert [t.config["configurable"]["thread_id"] for t in make_saver().list(None)] == [LONG_THREAD]
+
+
+# -- h: folder markers and foreign keys ----------------------------------------------------------------
+def test_h_folder_markers_and_foreign_keys_are_skipped(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Defect: zero-byte folder markers (``c/``, ``c/{R}/``) and a foreign key shaped like ours
+    (``c/zzzz~/checkpoint``) made readers and maintenance fail parsing them."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-1")
+    put(saver, "t", cid(2), cid(1), run="run-2")
+    layout = saver._core.layout
+    records = layout.records("t", "")
+    for key in (records, layout.checkpoint_dir("t", "", cid(1)), f"{records}zzzz~/checkpoint"):
+        s3_client.put_object(Bucket=saver.bucket, Key=key, Body=b"" if key.endswith("/") else b"not ours")
+    reader = make_saver()
+    assert reader.get_tuple(cfg("t", "", cid(1))).checkpoint["id"] == cid(1)
+    assert ids(reader.list(cfg("t"))) == [cid(2), cid(1)]
+    assert ids(reader.list(None)) == [cid(2), cid(1)]
+    reader.delete_for_runs(["run-2"])
+    assert latest_id(reader, "t") == cid(1)
+    reader.prune(["t"])
+    assert ids(reader.list(cfg("t"))) == [cid(1)]
+
+
+def test_h_foreign_thread_folders_are_skipped(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Found while probing (h) on HEAD: a foreign folder under ``threads/`` whose name is not one of our
+    escaped segments (``%ZZ``, ``~abc``) made list(None) and expire_threads raise ValueError. It is no
+    thread this saver could have written: list(None) skips it and expire_threads does not report it."""
+    saver = make_saver()
+    put(saver, "t", cid(1))
+    root = saver._core.layout.threads_root
+    for key in (f"{root}%ZZ/junk", f"{root}~abc/junk"):
+        s3_client.put_object(Bucket=saver.bucket, Key=key, Body=b"not ours")
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == ["t"]
+    assert reader.expire_threads(timedelta(days=1), dry_run=True) == []
+
+
+# -- i: uncommitted leftovers stay hidden ----------------------------------------------------------------
+def test_i_uncommitted_leftovers_are_hidden(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: a record whose head never landed was returned by get_tuple by id, and by list over all
+    namespaces with a ``before`` bound from another namespace (the bound's record missing there made the
+    listing fall back to "everything not newer than the head")."""
+    saver = make_saver()
+    put(saver, "t", cid(1))
+    put(saver, "t", cid(2), ns="sub")
+    crash_before_head(saver, "t", cid(3), cid(2), ns="sub")  # between two commits: an orphan
+    put(saver, "t", cid(4), cid(2), ns="sub")
+    crash_before_head(saver, "t", cid(6), cid(4), ns="sub")  # newer than the head
+    put(saver, "t", cid(5), cid(1))
+    reader = make_saver()
+    for leftover in (cid(3), cid(6)):
+        assert reader.get_tuple(cfg("t", "sub", leftover)) is None
+    assert sorted(ids(reader.list(None))) == [cid(1), cid(2), cid(4), cid(5)]
+    everywhere = {"configurable": {"thread_id": "t"}}
+    assert sorted(ids(reader.list(everywhere, before=cfg("t", "", cid(5))))) == [cid(1), cid(2), cid(4)]
+    assert sorted(ids(reader.list(everywhere))) == [cid(1), cid(2), cid(4), cid(5)]
+
+
+# -- j: before= a detached checkpoint ----------------------------------------------------------------------
+def test_j_list_before_a_detached_checkpoint(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: list(before=X) where X is a detached checkpoint (a fork whose id is older than the head)
+    returned nothing, where InMemorySaver returns every older checkpoint."""
+    saver, memory = make_saver(), InMemorySaver()
+    for target in (saver, memory):
+        put(target, "t", cid(1))
+        put(target, "t", cid(2), cid(1))
+        put(target, "t", cid(4), cid(2))
+    forker = make_saver()
+    for target in (forker, memory):
+        put(target, "t", cid(3), cid(1), source="update")  # older than the head: detached
+    bound = cfg("t", "", cid(3))
+    expected = ids(memory.list(cfg("t"), before=bound))
+    assert expected == [cid(2), cid(1)]
+    assert ids(make_saver().list(cfg("t"), before=bound)) == expected
+    assert ids(make_saver().list(cfg("t"))) == ids(memory.list(cfg("t")))
+
+
+# -- k: clock skew -------------------------------------------------------------------------------------
+def test_k_clock_skew_is_refused(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: a put continuing the head with an id older than the head's (the writer's clock is behind)
+    was committed as a detached record that no reader takes for the latest. It must raise
+    ClockSkewError (not CheckpointConflictError), and commit nothing."""
+    saver = make_saver()
+    put(saver, "t", cid(5))
+    with pytest.raises(Exception) as fenced:
+        put(saver, "t", cid(3), cid(5))
+    with pytest.raises(Exception) as joined:
+        put(make_saver(), "t", cid(4), cid(5))
+    for info in (fenced, joined):
+        assert type(info.value).__name__ == "ClockSkewError", repr(info.value)
+        assert not isinstance(info.value, CheckpointConflictError)
+    reader = make_saver()
+    assert ids(reader.list(cfg("t"))) == [cid(5)]
+    assert reader.get_tuple(cfg("t", "", cid(3))) is None and reader.get_tuple(cfg("t", "", cid(4))) is None
+
+
+# -- l: the saver's memory does not outlive its own deletes ---------------------------------------------
+def test_l_memory_after_own_delete_thread_and_copy_thread(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: after delete_thread (or with a stale memory, copy_thread) by the same saver, it still
+    believed the thread's ``name`` object existed and skipped it: list(None) showed a digest."""
+    saver = make_saver()
+    big = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
+    put(saver, LONG_THREAD, cid(1), run="run-1", **big)
+    saver.delete_thread(LONG_THREAD)
+    put(saver, LONG_THREAD, cid(2), run="run-1", **big)
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+
+    saver.delete_thread(LONG_THREAD)
+    put(saver, "source", cid(3), **big)
+    saver.copy_thread("source", LONG_THREAD)
+    put(saver, LONG_THREAD, cid(4), cid(3), **big, new={})
+    assert {t.config["configurable"]["thread_id"] for t in reader.list(None)} == {LONG_THREAD, "source"}
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+
+
+def test_l_memory_after_own_delete_for_runs(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: after its own delete_for_runs the saver still believed the run's index entries existed, so a
+    late commit of the cancelled run wrote none and a second delete_for_runs could not find it; a later
+    put on the survivor must commit and read back."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a", values={"big": "1" * BIG}, versions={"big": ver(1)})
+    put(saver, "t", cid(2), cid(1), run="run-b", values={"big": "2" * BIG}, versions={"big": ver(2)})
+    saver.delete_for_runs(["run-b"])
+    put(saver, "t", cid(3), cid(1), run="run-b", values={"big": "3" * BIG}, versions={"big": ver(2, "late")})
+    saver.delete_for_runs(["run-b"])
+    reader = make_saver()
+    assert ids(reader.list(cfg("t"))) == [cid(1)]
+    put(saver, "t", cid(4), cid(1), run="run-c", values={"big": "1" * BIG}, versions={"big": ver(1)}, new={})
+    assert ids(reader.list(cfg("t"))) == [cid(4), cid(1)]
+    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+
+
+def test_l_memory_after_own_prune(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: a saver that had read a checkpoint remembered its large value as existing after its own
+    prune deleted it, so a fork from that checkpoint referenced a value it never wrote again."""
+    saver = make_saver()
+    put(saver, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    put(saver, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    assert saver.get_tuple(cfg("t", "", cid(1))) is not None  # how a fork starts
+    saver.prune(["t"])
+    put(saver, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="fork")
+    reader = make_saver()
+    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+    assert ids(reader.list(cfg("t"))) == [cid(3), cid(2)]
+
+
+def test_l_memory_after_another_savers_delete(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: after ANOTHER saver deleted a thread, this saver's next put of it as a new thread skipped
+    the ``name`` object (and run-index entries) it remembered writing."""
+    saver, other = make_saver(), make_saver()
+    put(saver, LONG_THREAD, cid(1), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
+    other.delete_thread(LONG_THREAD)
+    put(saver, LONG_THREAD, cid(2), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    reader.delete_for_runs(["run-1"])
+    assert reader.get_tuple(cfg(LONG_THREAD)) is None
+
+
+# -- randomized differential test against InMemorySaver ---------------------------------------------
+DIFF_OPS = int(os.environ.get("LGS3_DIFF_OPS", "300"))
+DIFF_SEED = int(os.environ.get("LGS3_DIFF_SEED", "20261130"))
+DIFF_THREADS = ["a", "b", "c", "d", "long-" + "y" * 250]
+DIFF_NAMESPACES = ["", "child"]
+
+
+class Reference(InMemorySaver):
+    """InMemorySaver plus the operations it lacks, with the meaning the S3 saver gives them."""
+
+    def copy_thread(self, source: str, target: str) -> None:
+        for ns, checkpoints in list(self.storage[source].items()):
+            self.storage[target][ns] = dict(checkpoints)
+        for (thread, ns, checkpoint_id), writes in list(self.writes.items()):
+            if thread == source:
+                self.writes[(target, ns, checkpoint_id)] = dict(writes)
+        for (thread, *rest), blob in list(self.blobs.items()):
+            if thread == source:
+                self.blobs[(target, *rest)] = blob
+
+    def delete_for_runs(self, run_ids: list[str]) -> None:
+        for thread, namespaces in self.storage.items():
+            for ns, checkpoints in namespaces.items():
+                for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
+                    if self.serde.loads_typed(metadata).get("run_id") in run_ids:
+                        del checkpoints[checkpoint_id]
+                        self.writes.pop((thread, ns, checkpoint_id), None)
+
+    def prune(self, thread_ids: list[str]) -> None:
+        for thread in thread_ids:
+            for ns, checkpoints in self.storage[thread].items():
+                for checkpoint_id in sorted(checkpoints)[:-1]:
+                    del checkpoints[checkpoint_id]
+                    self.writes.pop((thread, ns, checkpoint_id), None)
+
+    def committed(self, thread: str, ns: str) -> list[str]:
+        return sorted(self.storage[thread][ns]) if thread in self.storage else []
+
+    def empty(self, thread: str) -> bool:
+        return not any(self.storage[thread].values()) if thread in self.storage else True
+
+
+def _norm(tup: Any) -> Any:
+    if tup is None:
+        return None
+    conf = tup.config["configurable"]
+    parent = tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None
+    return (
+        conf["thread_id"],
+        conf["checkpoint_ns"],
+        conf["checkpoint_id"],
+        tup.checkpoint["channel_values"],
+        tup.metadata,
+        parent,
+        tup.pending_writes,
+    )
+
+
+def test_randomized_against_in_memory_saver(make_saver: Callable[[], S3Saver]) -> None:
+    """A fixed-seed random sequence of put/put_writes/get_tuple/list/delete_thread/copy_thread/
+    delete_for_runs/prune on a few threads, through two savers, gives what InMemorySaver gives."""
+    rng = random.Random(DIFF_SEED)
+    savers = [make_saver(), make_saver()]
+    ref = Reference()
+    log: list[str] = []
+    counter = iter(range(1, 1_000_000))
+    version = iter(range(1, 1_000_000))
+    used: set[str] = set()
+    run_of: dict[str, str] = {}
+    dead_runs: set[str] = set()
+    runs_seen: list[str] = []
+    last_writer: dict[tuple[str, str], int] = {}
+
+    def check(got: Any, want: Any, what: str) -> None:
+        if got == want:
+            return
+        history = "\n".join(log[-25:])
+        if isinstance(got, list) and isinstance(want, list):
+            extra = [_short(x) for x in got if x not in want]
+            missing = [_short(x) for x in want if x not in got]
+            raise AssertionError(f"{what}: only in S3 {extra}\nonly in InMemorySaver {missing}\nlast ops:\n{history}")
+        raise AssertionError(f"{what}: S3 {_short(got)}\n!= InMemorySaver {_short(want)}\nlast ops:\n{history}")
+
+    def check_latest(thread: str, ns: str, saver: S3Saver) -> None:
+        check(
+            _norm(saver.get_tuple(cfg(thread, ns))), _norm(ref.get_tuple(cfg(thread, ns))), f"latest {thread[:8]}/{ns}"
+        )
+
+    def check_lists(thread: str, saver: S3Saver) -> None:
+        for ns in DIFF_NAMESPACES:
+            check(
+                [_norm(t) for t in saver.list(cfg(thread, ns))], [_norm(t) for t in ref.list(cfg(thread, ns))], "list"
+            )
+            committed = ref.committed(thread, ns)
+            if committed:
+                bound = cfg(thread, ns, rng.choice(committed))
+                limit = rng.choice([None, 1, 2, 5])
+                check(
+                    [_norm(t) for t in saver.list(cfg(thread, ns), before=bound, limit=limit)],
+                    [_norm(t) for t in ref.list(cfg(thread, ns), before=bound, limit=limit)],
+                    f"list before {bound['configurable']['checkpoint_id']} limit {limit}",
+                )
+        everywhere = {"configurable": {"thread_id": thread}}
+        check(
+            sorted(map(_norm_key, saver.list(everywhere))), sorted(map(_norm_key, ref.list(everywhere))), "list all ns"
+        )
+        bounds = [c for ns in DIFF_NAMESPACES for c in ref.committed(thread, ns)]
+        if bounds:
+            # InMemorySaver groups namespaces, the S3 saver merges them newest first: compare as sets.
+            bound = cfg(thread, "", rng.choice(bounds))
+            for config in (everywhere, None):
+                check(
+                    sorted(map(_norm_key, saver.list(config, before=bound))),
+                    sorted(map(_norm_key, ref.list(config, before=bound))),
+                    f"list {config and thread[:8]} before {bound['configurable']['checkpoint_id']}",
+                )
+        fork_filter = {"source": "fork"}
+        check(
+            sorted(map(_norm_key, saver.list(everywhere, filter=fork_filter))),
+            sorted(map(_norm_key, ref.list(everywhere, filter=fork_filter))),
+            "list filter",
+        )
+
+    def do_put(thread: str, ns: str, parent: str | None, checkpoint_id: str, source: str, s: int) -> None:
+        base = ref.get_tuple(cfg(thread, ns, parent)) if parent else None
+        values = dict(base.checkpoint["channel_values"]) if base else {}
+        versions = dict(base.checkpoint["channel_versions"]) if base else {}
+        new: dict[str, str] = {}
+        for channel in ("n", "note", "big"):
+            if base is None or channel == "n" or rng.random() < 0.3:
+                new[channel] = versions[channel] = ver(next(version), f"{s}")
+                size = BIG if channel == "big" else 10
+                values[channel] = f"{channel}-{new[channel]}-".ljust(size, "v")
+        run = None
+        if source != "update":
+            if thread not in run_of or rng.random() < 0.3:
+                run_of[thread] = f"run-{len(runs_seen)}"
+                runs_seen.append(run_of[thread])
+            run = run_of[thread]
+        log.append(
+            f"saver{s} put {thread[:8]}/{ns} {checkpoint_id[:13]} parent={parent and parent[:13]} {source} {run}"
+        )
+        for target in (savers[s], ref):
+            put(
+                target,
+                thread,
+                checkpoint_id,
+                parent,
+                ns=ns,
+                values=values,
+                versions=versions,
+                new=new,
+                source=source,
+                run=run,
+            )
+        used.add(checkpoint_id)
+        last_writer[(thread, ns)] = s
+
+    def touched(thread: str) -> None:
+        for key in [k for k in last_writer if k[0] == thread]:
+            del last_writer[key]
+
+    for _ in range(DIFF_OPS):
+        s = rng.randrange(2)
+        saver = savers[s]
+        thread, ns = rng.choice(DIFF_THREADS), rng.choice(DIFF_NAMESPACES)
+        committed = ref.committed(thread, ns)
+        op = rng.choices(
+            ["continue", "fork", "detached", "writes", "by_id", "list", "delete", "copy", "runs", "prune", "crash"],
+            [35, 6, 4, 20, 5, 6, 2, 4, 4, 3, 3],
+        )[0]
+        if op == "crash":
+            # A put that dies before its head PUT: InMemorySaver never sees it.
+            parent = committed[-1] if committed else None
+            checkpoint_id = cid(next(counter))
+            run = run_of.get(thread) if rng.random() < 0.5 else None
+            log.append(
+                f"saver{s} crashed put {thread[:8]}/{ns} {checkpoint_id[:13]} parent={parent and parent[:13]} {run}"
+            )
+            values = {"n": checkpoint_id, "big": "c" * BIG}
+            versions = {ch: ver(next(version), "crash") for ch in values}
+            crash_before_head(saver, thread, checkpoint_id, parent, ns=ns, values=values, versions=versions, run=run)
+        elif op == "continue" or (op in ("fork", "detached", "writes", "by_id") and not committed):
+            if last_writer.get((thread, ns)) != s or rng.random() < 0.5:
+                check_latest(thread, ns, saver)  # what LangGraph does when a run starts
+            parent = committed[-1] if committed else None
+            do_put(thread, ns, parent, cid(next(counter)), "loop" if parent else "input", s)
+        elif op in ("fork", "detached"):
+            parent = rng.choice(committed[:-1] or committed) if op == "detached" else rng.choice(committed)
+            check(
+                _norm(saver.get_tuple(cfg(thread, ns, parent))), _norm(ref.get_tuple(cfg(thread, ns, parent))), "by id"
+            )
+            if op == "fork":
+                do_put(thread, ns, parent, cid(next(counter)), "fork", s)
+            elif parent != committed[-1]:
+                head_n = int(committed[-1][3:9])
+                checkpoint_id = cid(head_n - 1, rng.randrange(1, 9999))
+                if checkpoint_id not in used:
+                    do_put(thread, ns, parent, checkpoint_id, "update", s)
+        elif op == "writes":
+            target = rng.choice(committed[-3:])
+            task = rng.choice(["task-1", "task-2", "task-3"])
+            writes = [
+                (rng.choice(["x", "y", "__interrupt__", "__resume__", "__error__"]), f"w{rng.randrange(1000)}")
+                for _ in range(rng.randint(1, 3))
+            ]
+            log.append(f"saver{s} put_writes {thread[:8]}/{ns} {target[:13]} {task} {writes}")
+            for w in (saver, ref):
+                w.put_writes(cfg(thread, ns, target), writes, task)
+        elif op == "by_id":
+            target = rng.choice(committed)
+            log.append(f"saver{s} get_tuple {thread[:8]}/{ns} {target[:13]}")
+            check(
+                _norm(saver.get_tuple(cfg(thread, ns, target))), _norm(ref.get_tuple(cfg(thread, ns, target))), "by id"
+            )
+        elif op == "list":
+            log.append(f"saver{s} list {thread[:8]}")
+            check_lists(thread, saver)
+        elif op == "delete":
+            log.append(f"saver{s} delete_thread {thread[:8]}")
+            for w in (saver, ref):
+                w.delete_thread(thread)
+            run_of.pop(thread, None)
+            touched(thread)
+        elif op == "copy":
+            targets = [t for t in DIFF_THREADS if t != thread and ref.empty(t)]
+            if targets and not ref.empty(thread):
+                target = rng.choice(targets)
+                log.append(f"saver{s} copy_thread {thread[:8]} -> {target[:8]}")
+                for w in (saver, ref):
+                    w.copy_thread(thread, target)
+                touched(target)
+        elif op == "runs":
+            alive = [r for r in runs_seen if r not in dead_runs]
+            if alive:
+                chosen = rng.sample(alive, min(len(alive), rng.randint(1, 2)))
+                log.append(f"saver{s} delete_for_runs {chosen}")
+                for w in (saver, ref):
+                    w.delete_for_runs(chosen)
+                dead_runs.update(chosen)
+                for t, r in list(run_of.items()):
+                    if r in chosen:
+                        del run_of[t]
+                last_writer.clear()
+        elif op == "prune":
+            log.append(f"saver{s} prune {thread[:8]}")
+            for w in (saver, ref):
+                w.prune([thread])
+            touched(thread)
+        check_latest(thread, ns, savers[1 - s])
+    reader = make_saver()
+    for thread in DIFF_THREADS:
+        for ns in DIFF_NAMESPACES:
+            check_latest(thread, ns, reader)
+        check_lists(thread, reader)
+    check(sorted(map(_norm_key, reader.list(None))), sorted(map(_norm_key, ref.list(None))), "list(None)")
+
+
+def _short(item: Any) -> str:
+    """A compared item without its large values."""
+    return re.sub(r"v{50,}", "v…", str(item))[:600]
+
+
+def _norm_key(tup: Any) -> str:
+    return repr(_norm(tup))
+
+
+def test_delete_for_runs_back_to_a_detached_survivor(make_saver: Callable[[], S3Saver]) -> None:
+    """Found by the randomized test (seed 5): when delete_for_runs moves the head back to a detached record
+    (a fork whose id was older than the head), that record's empty chain link hid every older checkpoint:
+    they vanished from list() and get_tuple by id, where InMemorySaver keeps them."""
+    saver, memory = make_saver(), InMemorySaver()
+    for target in (saver, memory):
+        put(target, "t", cid(1), run="run-a")
+        put(target, "t", cid(3), cid(1), run="run-b")
+    forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None
+    for target in (forker, memory):
+        put(target, "t", cid(2), cid(1), source="update")  # older than the head: detached
+    saver.delete_for_runs(["run-b"])
+    del memory.storage["t"][""][cid(3)]  # InMemorySaver has no delete_for_runs
+    reader = make_saver()
+    assert latest_id(reader, "t") == cid(2)
+    assert ids(reader.list(cfg("t"))) == ids(memory.list(cfg("t"))) == [cid(2), cid(1)]
+    assert reader.get_tuple(cfg("t", "", cid(1))) is not None
+
+
+def test_gc_after_rollback_to_a_detached_survivor_keeps_history(make_saver: Callable[[], S3Saver]) -> None:
+    """Consequence of the defect above: gc, which applies the same chain rule, takes the checkpoints below
+    the detached head for orphans and deletes them for good; a later put does not bring them back."""
+    from langgraph_s3_checkpoint.gc import gc
+
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(3), cid(1), run="run-b")
+    forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None
+    put(forker, "t", cid(2), cid(1), source="update")  # older than the head: detached
+    saver.delete_for_runs(["run-b"])
+    gc(saver, grace_seconds=0)
+    put(saver, "t", cid(4), cid(2))
+    assert ids(make_saver().list(cfg("t"))) == [cid(4), cid(2), cid(1)]
