@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -56,6 +56,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import Layout, escape, is_digest, unescape
+from .plans import MAX_PAGE, READ_BATCH, chunks, collect, deletes, each, list_all, one, pages
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -75,14 +76,8 @@ from .requests import (
     Stored,
 )
 
-DELETE_BATCH = 1000
-"""Keys per DeleteObjects request (the S3 maximum)."""
-MAX_PAGE = 1000
-"""Keys per LIST request (the S3 maximum)."""
 ROLLBACK_ATTEMPTS = 5
 """How often ``delete_for_runs`` starts over when the run it deletes commits again meanwhile."""
-READ_BATCH = 32
-"""Records fetched in parallel while streaming ``list``."""
 PRUNE_GRACE = timedelta(minutes=10)
 """prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
 WRITE_ATTEMPTS = 8
@@ -258,87 +253,6 @@ class SaverMemory:
             return self._written.get((thread_id, ns), {}).get((channel, version))
 
 
-# ------------------------------------------------------------------------------------------------
-# Small plan helpers
-# ------------------------------------------------------------------------------------------------
-def _one(request: Request) -> Plan[Any]:
-    replies = yield [request]
-    return replies[0]
-
-
-def _list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:
-    """Every key under a prefix that is known to be small (one checkpoint's writes)."""
-    keys: list[str] = []
-    while True:
-        page: Page = yield from _one(ListKeys(prefix, token=token))
-        keys.extend(page.keys)
-        token = page.token
-        if token is None:
-            return keys
-
-
-def _pages(
-    prefix: str, *, delimiter: str | None = None, start_after: str | None = None, max_keys: int = 1000
-) -> Generator[Any, Any, None]:
-    """Stream pages of a listing: yields request batches and ``Emit(page)`` for each page."""
-    token: str | None = None
-    while True:
-        page: Page = yield from _one(
-            ListKeys(
-                prefix, delimiter=delimiter, start_after=None if token else start_after, max_keys=max_keys, token=token
-            )
-        )
-        yield Emit(page)
-        token = page.token
-        if token is None:
-            return
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _deletes(keys: Sequence[str]) -> list[Request]:
-    return [Delete(tuple(chunk)) for chunk in _chunks(keys, DELETE_BATCH)]
-
-
-def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
-    """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
-    reply: Any = None
-    while True:
-        try:
-            step = sub.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(step, Emit):
-            into.append(step.value)
-            reply = None
-        else:
-            reply = yield step
-
-
-def each(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
-    """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
-
-    ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page
-    without holding more than one page.
-    """
-    reply: Any = None
-    while True:
-        try:
-            step = sub.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            reply = None
-            if (yield from handle(step.value)) is False:
-                sub.close()
-                return
-        else:
-            reply = yield step
-
-
 @dataclass
 class _Limit:
     remaining: int | None
@@ -444,7 +358,7 @@ class Core:
 
     def _get_latest(self, thread_id: str, ns: str) -> Plan[CheckpointTuple | None]:
         head_key = self.layout.head(thread_id, ns)
-        head = yield from _one(Get(head_key))
+        head = yield from one(Get(head_key))
         if head is None:
             self.memory.saw_head(thread_id, ns, None, None)
             return None
@@ -452,7 +366,7 @@ class Core:
         checkpoint_id = record.checkpoint["id"]
         self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
-        listing = yield from _one(ListKeys(folder))
+        listing = yield from one(ListKeys(folder))
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
         # restore the record from the head, which is a copy of it.
@@ -491,7 +405,7 @@ class Core:
         prefix = self.layout.records(thread_id, ns)
         keys = list(listing.keys)
         if listing.token is not None:
-            keys += yield from _list_all(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id), listing.token)
+            keys += yield from list_all(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id), listing.token)
         reads = []
         for key in keys:
             parsed = Layout.parse_checkpoint_key(prefix, key)
@@ -521,14 +435,14 @@ class Core:
         token: str | None = None
         page_size = 100
         while True:
-            page: Page = yield from _one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
+            page: Page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
             page_size = min(MAX_PAGE, page_size * 2)
             reads = []
             for read in page.reads():
                 parsed = Layout.parse_checkpoint_key(prefix, read.key)
                 if parsed is not None and parsed.is_record and checkpoint_id <= parsed.checkpoint_id < head_id:
                     reads.append((parsed.checkpoint_id, read))
-            for chunk in _chunks(reads, READ_BATCH):
+            for chunk in chunks(reads, READ_BATCH):
                 objs = yield [read for _, read in chunk]
                 for (cid, read), obj in zip(chunk, objs, strict=True):
                     if cid == checkpoint_id:
@@ -612,7 +526,7 @@ class Core:
                         return False
                 return True
 
-            yield from each(_pages(root, delimiter="/"), threads)
+            yield from each(pages(root, delimiter="/"), threads)
             return
         t = parse_config(config)
         configurable = config.get("configurable") or {}
@@ -626,7 +540,7 @@ class Core:
             if not is_digest(segment):
                 name = unescape(segment)
             else:
-                obj = yield from _one(Get(f"{prefix}name"))
+                obj = yield from one(Get(f"{prefix}name"))
                 if obj is None:
                     return None
                 name = obj.body.decode("utf-8", "surrogatepass")
@@ -637,7 +551,7 @@ class Core:
     def _namespaces(self, thread_id: str) -> Plan[list[str]]:
         root = self.layout.namespaces(thread_id)
         found: list[Page] = []
-        yield from collect(_pages(root, delimiter="/"), found)
+        yield from collect(pages(root, delimiter="/"), found)
         names = []
         for page in found:
             for prefix in page.prefixes:
@@ -766,8 +680,8 @@ class Core:
         while len(batch) < want:
             starving = [c for c in cursors if not c.ready() and not c.exhausted]
             if starving:
-                pages = yield [c.request() for c in starving]
-                for c, page in zip(starving, pages, strict=True):
+                listed = yield [c.request() for c in starving]
+                for c, page in zip(starving, listed, strict=True):
                     c.accept(page)
                 continue
             live = [c for c in cursors if c.ready()]
@@ -873,7 +787,7 @@ class Core:
             if isinstance(replies[1], Stored):
                 committed_etag = replies[1].etag
                 break
-            head_now = yield from _one(Get(head_key))
+            head_now = yield from one(Get(head_key))
             ours = Standing.PENDING
             if head_now is not None:
                 ours = yield from self._standing(thread_id, ns, self.codec.decode_record(record_key, body), head_now)
@@ -981,9 +895,9 @@ class Core:
         key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
         put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
         for _ in range(WRITE_ATTEMPTS):
-            if isinstance((yield from _one(put)), Stored):
+            if isinstance((yield from one(put)), Stored):
                 return
-            stored = yield from _one(Get(key))
+            stored = yield from one(Get(key))
             if stored is None:
                 put = dataclasses.replace(put, if_match=None, if_none_match=True)
                 continue  # deleted meanwhile (a rollback): create it again
@@ -1000,11 +914,11 @@ class Core:
         # Heads first: once they are gone the thread reads as empty, so a crash part-way through
         # never leaves a half-deleted thread that looks alive.
         root = self.layout.namespaces(thread_id)
-        pages: list[Page] = []
-        yield from collect(_pages(root, delimiter="/"), pages)
-        heads = [f"{p}head" for page in pages for p in page.prefixes]
+        found: list[Page] = []
+        yield from collect(pages(root, delimiter="/"), found)
+        heads = [f"{p}head" for page in found for p in page.prefixes]
         if heads:
-            yield _deletes(heads)
+            yield deletes(heads)
         thread_prefix = self.layout.thread(thread_id)
         thread_segment = escape(thread_id)
         run_prefix = f"{thread_prefix}r/"
@@ -1013,16 +927,16 @@ class Core:
             keys = list(page.keys)
             keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
             if keys:
-                yield _deletes(keys)
+                yield deletes(keys)
 
-        yield from each(_pages(thread_prefix), delete_page)
+        yield from each(pages(thread_prefix), delete_page)
         self.memory.forget_thread(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
         source_ns = self.layout.namespaces(source_thread_id)
         target_ns = self.layout.namespaces(target_thread_id)
         src_pages: list[Page] = []
-        yield from collect(_pages(source_ns, delimiter="/"), src_pages)
+        yield from collect(pages(source_ns, delimiter="/"), src_pages)
         prefixes = [p for page in src_pages for p in page.prefixes]
         if not prefixes:
             return
@@ -1030,7 +944,7 @@ class Core:
         # before committing, and the emptied folders some servers (SeaweedFS) keep listing after a
         # delete, must not block a new copy: it overwrites the former and ignores the latter.
         target_pages: list[Page] = []
-        yield from collect(_pages(target_ns, delimiter="/"), target_pages)
+        yield from collect(pages(target_ns, delimiter="/"), target_pages)
         target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
         found = (yield [Get(k) for k in target_heads]) if target_heads else []
         if any(obj is not None for obj in found):
@@ -1053,10 +967,10 @@ class Core:
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
                 if key.startswith(run_prefix):
                     requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
-            for chunk in _chunks(requests, READ_BATCH * 2):
+            for chunk in chunks(requests, READ_BATCH * 2):
                 yield list(chunk)
 
-        yield from each(_pages(source_prefix), copy_page)
+        yield from each(pages(source_prefix), copy_page)
         names = self._names(target_thread_id, "")
         if names:
             yield names
@@ -1082,7 +996,7 @@ class Core:
 
     def _keep_latest(self, thread_id: str, ns: str) -> Plan[None]:
         head_key = self.layout.head(thread_id, ns)
-        head = yield from _one(Get(head_key))
+        head = yield from one(Get(head_key))
         keep: set[str] = {head_key, self.layout.ns_name(thread_id, ns)}
         keep_prefixes: list[str] = []
         if head is not None:
@@ -1097,7 +1011,7 @@ class Core:
             cursor = record.parent_id
             while missing and cursor is not None:
                 key = self.layout.record(thread_id, ns, cursor)
-                obj = yield from _one(Get(key))
+                obj = yield from one(Get(key))
                 if obj is None:
                     break
                 ancestor = self.codec.decode_record(key, obj.body)
@@ -1138,12 +1052,12 @@ class Core:
                 if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
                     victims.append(key)
             if victims:
-                yield _deletes(victims)
+                yield deletes(victims)
 
         # Records (with their writes) before blobs: a crash in between must not leave a record whose
         # blobs are gone, which list() would fail on until the prune runs again.
         for part in (records_prefix, blobs_prefix):
-            yield from each(_pages(part), prune_page)
+            yield from each(pages(part), prune_page)
         self.memory.forget_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
@@ -1152,7 +1066,7 @@ class Core:
         for run_id in run_ids:
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
-            yield from collect(_pages(index), entries)
+            yield from collect(pages(index), entries)
             # Only "{thread}/{namespace}" entries are ours (not folder markers or foreign objects).
             keys = [k for page in entries for k in page.keys if _is_pair(k[len(index) :])]
             if not keys:
@@ -1194,7 +1108,7 @@ class Core:
         """
         records = self.layout.records(thread_id, ns)
         head_key = self.layout.head(thread_id, ns)
-        head = yield from _one(Get(head_key))
+        head = yield from one(Get(head_key))
         chain = Chain(None, None)
         head_is_run = False
         if head is not None:
@@ -1209,7 +1123,7 @@ class Core:
         reached_below = False  # met a committed record older than the run's first checkpoint
         token: str | None = None
         while True:
-            page: Page = yield from _one(ListKeys(records, token=token))
+            page: Page = yield from one(ListKeys(records, token=token))
             parsed = [(key, Layout.parse_checkpoint_key(records, key)) for key in page.keys]
             record_keys = [(key, p.checkpoint_id) for key, p in parsed if p is not None and p.is_record]
             objs = yield [Get(key) for key, _ in record_keys]
@@ -1243,24 +1157,24 @@ class Core:
         if not doomed_ids and not head_is_run:
             return True
         if orphans:
-            yield _deletes(orphans)
+            yield deletes(orphans)
         if head is not None and head_is_run:
             # Conditional on the head read above: a writer that committed on top of the run meanwhile
             # must not lose its checkpoint to the rollback.
             if survivor is not None:
-                reply = yield from _one(Put(head_key, survivor.body, if_match=head.etag))
+                reply = yield from one(Put(head_key, survivor.body, if_match=head.etag))
             else:
-                reply = yield from _one(DeleteIfMatch(head_key, head.etag))
+                reply = yield from one(DeleteIfMatch(head_key, head.etag))
             if reply is PRECONDITION_FAILED:
                 # The head moved since it was read: to the survivor (a retried PUT whose first attempt
                 # was applied, answer lost), or to another run's checkpoint, which stays the head; the
                 # run's own records go either way. If the run itself committed again, start over to
                 # take that checkpoint too.
-                now = yield from _one(Get(head_key))
+                now = yield from one(Get(head_key))
                 if now is not None and self._run_of(head_key, now) == run_id:
                     return False
         if doomed:
-            yield _deletes(doomed)
+            yield deletes(doomed)
         self.memory.forget_namespace(thread_id, ns)
         return True
 
@@ -1277,7 +1191,7 @@ class Core:
         def expire_page(page: Page) -> Plan[None]:
             for prefix in page.prefixes:
                 namespaces: list[Page] = []
-                yield from collect(_pages(f"{prefix}ns/", delimiter="/"), namespaces)
+                yield from collect(pages(f"{prefix}ns/", delimiter="/"), namespaces)
                 ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
                 # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
                 heads = yield [ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes]
@@ -1293,7 +1207,7 @@ class Core:
                     yield from self.delete_thread(thread_id)
                 yield Emit(thread_id)
 
-        yield from each(_pages(root, delimiter="/"), expire_page)
+        yield from each(pages(root, delimiter="/"), expire_page)
 
     # -- DeltaChannel support -----------------------------------------------------------------------
     def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[Mapping[str, DeltaChannelHistory]]:
@@ -1347,7 +1261,7 @@ class Core:
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:
-        exists = yield from _one(BucketExists())
+        exists = yield from one(BucketExists())
         if not exists:
             if not create_bucket:
                 raise BucketNotFoundError(
@@ -1358,8 +1272,8 @@ class Core:
             yield [EnsureExpiryRule(f"langgraph-s3-ttl:{self.layout.prefix}", self.layout.prefix, self.ttl.days)]
         probe = self.layout.probe(token)
         yield [Put(probe, b"1", if_none_match=True)]
-        second = yield from _one(Put(probe, b"2", if_none_match=True))
-        third = yield from _one(Put(probe, b"3", if_match='"00000000000000000000000000000000"'))
+        second = yield from one(Put(probe, b"2", if_none_match=True))
+        third = yield from one(Put(probe, b"3", if_match='"00000000000000000000000000000000"'))
         yield [Delete((probe,))]
         if (second is not PRECONDITION_FAILED or third is not PRECONDITION_FAILED) and require_conditional_writes:
             raise ConditionalWritesUnsupportedError(

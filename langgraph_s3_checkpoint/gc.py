@@ -57,15 +57,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .chain import Chain, Standing
-from .core import READ_BATCH, _deletes, _one, _pages, each
-from .errors import CorruptObjectError
+from .errors import CorruptObjectError, InvalidConfigError
 from .keys import Layout, escape
+from .plans import DELETE_BATCH, READ_BATCH, deletes, each, one, pages
 from .requests import Emit, Get, ListKeys, Obj, Page, Plan
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
 
-DELETE_BATCH = 1000
 SAMPLE_SIZE = 100
 
 
@@ -147,7 +146,7 @@ def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
     start_after: str | None = None
     jumped = False
     while True:
-        page: Page = yield from _one(ListKeys(prefix, start_after=None if token else start_after, token=token))
+        page: Page = yield from one(ListKeys(prefix, start_after=None if token else start_after, token=token))
         yield Emit(page)
         if page.token is None:
             return
@@ -215,7 +214,7 @@ class _Collector:
         doomed, self.pending = self.pending, []
         if not doomed:
             return
-        if guard is not None and (yield from _one(Get(guard.head_key))) is not None:
+        if guard is not None and (yield from one(Get(guard.head_key))) is not None:
             guard.aborted = True
             guard.kept += len(doomed)
             self.thread_kept += len(doomed)
@@ -228,7 +227,7 @@ class _Collector:
             if len(self.report.sample) < SAMPLE_SIZE:
                 self.report.sample.append(key)
         if not self.report.dry_run:
-            yield _deletes([key for key, _, _ in doomed])
+            yield deletes([key for key, _, _ in doomed])
 
     def flush_if_full(self, guard: _Walk | None = None) -> Plan[None]:
         if len(self.pending) >= DELETE_BATCH:
@@ -244,7 +243,7 @@ class _Collector:
             for thread_prefix in page.prefixes:
                 yield from self.thread(thread_prefix)
 
-        yield from each(_pages(threads_root, delimiter="/"), threads_page)
+        yield from each(pages(threads_root, delimiter="/"), threads_page)
         yield from self.global_runs()
 
         probes = f"{self.root}_setup/probe-"
@@ -259,7 +258,7 @@ class _Collector:
                     self.foreign()
             yield from self.flush_if_full()
 
-        yield from each(_pages(f"{self.root}_setup/"), setup_page)
+        yield from each(pages(f"{self.root}_setup/"), setup_page)
         yield from self.flush()
         return self.report
 
@@ -276,7 +275,7 @@ class _Collector:
             for ns_prefix in page.prefixes:
                 namespaces[ns_prefix[len(ns_root) : -1]] = yield from self.namespace(ns_prefix)
 
-        yield from each(_pages(ns_root, delimiter="/"), ns_page)
+        yield from each(pages(ns_root, delimiter="/"), ns_page)
 
         entries_root = f"{prefix}r/"
 
@@ -302,7 +301,7 @@ class _Collector:
                     self.keep()
             yield from self.flush_if_full()
 
-        yield from each(_pages(entries_root), entries_page)
+        yield from each(pages(entries_root), entries_page)
 
         name_key = f"{prefix}name"
 
@@ -322,12 +321,12 @@ class _Collector:
 
         # Listed last, once every other object of the thread has been judged ("name" sorts before
         # "ns/" and "r/").
-        yield from each(_pages(prefix, delimiter="/"), top_page)
+        yield from each(pages(prefix, delimiter="/"), top_page)
         yield from self.flush()
 
     def namespace(self, prefix: str) -> Plan[_Namespace]:
         head_key = f"{prefix}head"
-        head = yield from _one(Get(head_key))
+        head = yield from one(Get(head_key))
         if head is None:
             # Nothing is committed here. Flush first, so that everything queued while this namespace is
             # scanned is its own and can be dropped if a head appears meanwhile.
@@ -352,7 +351,7 @@ class _Collector:
             yield from self.flush_if_full(guard)
             return not walk.aborted
 
-        yield from each(_pages(walk.records), records_page)
+        yield from each(pages(walk.records), records_page)
 
         def rest_page(page: Page) -> Plan[bool]:
             if not walk.aborted:
@@ -507,13 +506,13 @@ class _Collector:
                         self.doom(page, i, "dangling_run_entry", old)
             yield from self.flush_if_full()
 
-        yield from each(_pages(runs_root), runs_page)
+        yield from each(pages(runs_root), runs_page)
         yield from self.flush()
 
 
 def _plan(saver: BaseS3Saver, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:
     if grace_seconds < 0:
-        raise ValueError("grace_seconds must be >= 0")
+        raise InvalidConfigError(f"grace_seconds must be >= 0, got {grace_seconds!r}")
     return _Collector(saver, grace_seconds, dry_run).run()
 
 
@@ -525,12 +524,15 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
     as garbage.
     """
-    return saver._store.run(_plan(saver, grace_seconds, dry_run))
+    saver._store.check_open("gc")
+    # A sweep of the whole prefix: each request is bounded by the timeouts, the sweep by nothing.
+    return saver._store.run(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
     """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
-    return await saver._store.arun(_plan(saver, grace_seconds, dry_run))
+    saver._store.check_open("agc")
+    return await saver._store.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 __all__ = ["GcReport", "agc", "gc"]

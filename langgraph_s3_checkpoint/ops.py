@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from . import keys
 from .codec import Codec
-from .core import READ_BATCH, collect
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
+from .plans import READ_BATCH, collect
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
 from .shell import BucketIO
 

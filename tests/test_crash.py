@@ -43,7 +43,7 @@ from langgraph_s3_checkpoint import (
     AsyncS3Saver,
     CheckpointConflictError,
     S3Saver,
-    core,
+    plans,
 )
 from langgraph_s3_checkpoint.gc import agc, gc
 from langgraph_s3_checkpoint.keys import escape
@@ -203,7 +203,7 @@ def keys_of_thread(saver: S3Saver, thread_id: str) -> list[str]:
 
 def measure(saver: S3Saver, op: str, thread_id: str, target: str, monkeypatch: pytest.MonkeyPatch) -> int:
     """HTTP requests the operation makes on an uncrashed copy of the thread."""
-    monkeypatch.setattr(core, "DELETE_BATCH", SMALL_DELETE_BATCH)
+    monkeypatch.setattr(plans, "DELETE_BATCH", SMALL_DELETE_BATCH)
     counter = RequestCounter(saver.client)
     try:
         if op == "delete":

@@ -6,7 +6,7 @@ import argparse
 
 from common import kill_at_request, report, saver_from_env
 
-from langgraph_s3_checkpoint import core
+from langgraph_s3_checkpoint import plans
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
 
     if args.delete_batch:
         # Small batches put crash points between deletes of a small thread, as a huge one would have.
-        core.DELETE_BATCH = args.delete_batch
+        plans.DELETE_BATCH = args.delete_batch
     saver = saver_from_env(max_concurrency=args.max_concurrency)
     sent = kill_at_request(saver.client, args.kill_at, args.kill_op)
     if args.op == "delete":

@@ -1,0 +1,101 @@
+"""The building blocks every plan is made of, shared by the saver's core, gc and the operator tools.
+
+A plan is a generator that yields batches of independent requests (:mod:`.requests`) and receives their
+replies; a streaming plan also yields :class:`~.requests.Emit` to hand one value to its caller. These
+helpers compose plans: one request, a listing streamed page by page, a sub-plan's stream consumed
+inside another plan, deletes in S3-sized chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any
+
+from .requests import Delete, Emit, ListKeys, Page, Plan, Request
+
+DELETE_BATCH = 1000
+"""Keys per DeleteObjects request (the S3 maximum)."""
+MAX_PAGE = 1000
+"""Keys per LIST request (the S3 maximum)."""
+READ_BATCH = 32
+"""Objects read in parallel by one batch of a streaming walk."""
+
+
+def one(request: Request) -> Plan[Any]:
+    """A plan of one request, returning its reply."""
+    replies = yield [request]
+    return replies[0]
+
+
+def list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:
+    """Every key under a prefix that is known to be small (one checkpoint's writes)."""
+    keys: list[str] = []
+    while True:
+        page: Page = yield from one(ListKeys(prefix, token=token))
+        keys.extend(page.keys)
+        token = page.token
+        if token is None:
+            return keys
+
+
+def pages(
+    prefix: str, *, delimiter: str | None = None, start_after: str | None = None, max_keys: int = MAX_PAGE
+) -> Generator[Any, Any, None]:
+    """Stream pages of a listing: yields request batches and ``Emit(page)`` for each page."""
+    token: str | None = None
+    while True:
+        page: Page = yield from one(
+            ListKeys(
+                prefix, delimiter=delimiter, start_after=None if token else start_after, max_keys=max_keys, token=token
+            )
+        )
+        yield Emit(page)
+        token = page.token
+        if token is None:
+            return
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def deletes(keys: Sequence[str]) -> list[Request]:
+    """DeleteObjects requests for ``keys``, at most :data:`DELETE_BATCH` each (one parallel batch)."""
+    return [Delete(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
+
+
+def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
+    """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(step, Emit):
+            into.append(step.value)
+            reply = None
+        else:
+            reply = yield step
+
+
+def each(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
+    """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
+
+    ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page
+    without holding more than one page.
+    """
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            reply = None
+            if (yield from handle(step.value)) is False:
+                sub.close()
+                return
+        else:
+            reply = yield step
