@@ -524,15 +524,12 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
     as garbage.
     """
-    saver._store.check_open("gc")
-    # A sweep of the whole prefix: each request is bounded by the timeouts, the sweep by nothing.
-    return saver._store.run(_plan(saver, grace_seconds, dry_run), bounded=False)
+    return saver._store.run(_plan(saver, grace_seconds, dry_run))
 
 
 async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
     """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
-    saver._store.check_open("agc")
-    return await saver._store.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
+    return await saver._store.arun(_plan(saver, grace_seconds, dry_run))
 
 
 __all__ = ["GcReport", "agc", "gc"]
