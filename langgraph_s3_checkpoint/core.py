@@ -741,7 +741,7 @@ class Core:
             replies = yield [*prerequisites, *([Get(head_key)] if joining else [])]
             head_now = replies[-1] if joining else None
 
-        def record(previous_head: str | None, *, detached: bool = False) -> bytes:
+        def record(previous_head: str | None, detached: bool) -> bytes:
             return self.codec.encode_record(
                 checkpoint,
                 stored_metadata,
@@ -752,65 +752,79 @@ class Core:
                 detached=detached,
             )
 
-        committed_etag: str | None = None
-        for _ in range(JOIN_ATTEMPTS):
-            extra: list[Request] = []
-            if isinstance(fence, Fenced):
-                previous, head_put = parent_id, Put(head_key, b"", if_match=fence.seen.etag)
-            elif head_now is None:
-                previous, head_put = None, Put(head_key, b"", if_none_match=True)
-            else:
-                head_id = self.codec.peek_head_id(head_key, head_now.body)
-                if head_id == checkpoint_id:
-                    committed_etag = head_now.etag  # this very put already committed (a retry)
-                    break
-                straggler = isinstance(fence, Join) and not fence.fork and stored_metadata.get("source") == "loop"
-                if straggler and parent_id not in (None, head_id):
-                    # A step continues its parent, which must still be the head: this is a straggler
-                    # whose saver no longer remembers the head it read (the memory is bounded), not a
-                    # replay (those read their starting checkpoint explicitly, which marks it a fork).
-                    raise CheckpointConflictError(thread_id, ns)
-                if checkpoint_id < head_id:
-                    if parent_id == head_id:
-                        raise ClockSkewError(thread_id, ns, checkpoint_id, head_id)
-                    # An older id than the head's (a fork that lost a race with a newer one): it does
-                    # not move the head, exactly as "latest" is the newest id for every LangGraph
-                    # saver. Its record alone is the commit.
-                    yield [Put(record_key, record(None, detached=True))]
-                    break
-                previous, head_put = head_id, Put(head_key, b"", if_match=head_now.etag)
-                # The head may be a head-only commit (its record PUT failed): make sure its record
-                # exists before the head moves on, or it would be lost from history.
-                extra.append(Put(self.layout.record(thread_id, ns, head_id), head_now.body, if_none_match=True))
-            body = record(previous)
-            replies = yield [Put(record_key, body), dataclasses.replace(head_put, body=body), *extra]
-            if isinstance(replies[1], Stored):
-                committed_etag = replies[1].etag
-                break
-            head_now = yield from one(Get(head_key))
-            ours = Standing.PENDING
-            if head_now is not None:
-                ours = yield from self._standing(thread_id, ns, self.codec.decode_record(record_key, body), head_now)
-            outcome = refused_outcome(fence, head_now, checkpoint_id, ours, self.codec.peek_head_id, head_key)
-            if outcome is Outcome.COMMITTED:
-                if head_now is not None and self.codec.peek_head_id(head_key, head_now.body) == checkpoint_id:
-                    committed_etag = head_now.etag
-                else:
-                    committed_etag = SUPERSEDED  # committed, and another writer has continued it
-                break
-            if outcome is Outcome.CONFLICT:
-                yield [Delete((record_key,))]  # never committed, and never can be
-                self.memory.forget_namespace(thread_id, ns)
-                raise CheckpointConflictError(thread_id, ns)
-        else:
-            yield [Delete((record_key,))]
-            self.memory.forget_namespace(thread_id, ns)
-            raise CheckpointConflictError(thread_id, ns, f" ({JOIN_ATTEMPTS} attempts to join the moving head)")
+        commit = _Commit(thread_id, ns, checkpoint_id, parent_id, stored_metadata.get("source"), head_key, record_key)
+        committed_etag = yield from self._commit(commit, fence, head_now, record)
         if committed_etag is not None:
             seen = HeadSeen(committed_etag, dict(values.blobs), run_id)
             self.memory.saw_head(thread_id, ns, checkpoint_id, seen)
         self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
         return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def _commit(
+        self, c: _Commit, fence: Fence, head_now: Obj | None, record: Callable[[str | None, bool], bytes]
+    ) -> Plan[str | None]:
+        """Send the record and the head until one of :class:`Outcome` settles it; the committed head's
+        ETag (``None`` for a detached commit, :data:`SUPERSEDED` if another writer already continued it)."""
+        for _ in range(JOIN_ATTEMPTS):
+            attempt = self._attempt(c, fence, head_now)
+            if isinstance(attempt, str):
+                return attempt  # this very put already committed (a retry through a new saver)
+            if attempt is None:
+                # An older id than the head's (a fork that lost a race with a newer one): it does not
+                # move the head, exactly as "latest" is the newest id for every LangGraph saver. Its
+                # record alone is the commit.
+                yield [Put(c.record_key, record(None, True))]
+                return None
+            previous, head_put, extra = attempt
+            body = record(previous, False)
+            replies = yield [Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra]
+            if isinstance(replies[1], Stored):
+                return replies[1].etag
+            head_now = yield from one(Get(c.head_key))
+            ours = Standing.PENDING
+            if head_now is not None:
+                mine = self.codec.decode_record(c.record_key, body)
+                ours = yield from self._standing(c.thread_id, c.ns, mine, head_now)
+            outcome = refused_outcome(fence, head_now, c.checkpoint_id, ours, self.codec.peek_head_id, c.head_key)
+            if outcome is Outcome.COMMITTED:
+                if head_now is not None and self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id:
+                    return head_now.etag
+                return SUPERSEDED
+            if outcome is Outcome.CONFLICT:
+                break
+        yield [Delete((c.record_key,))]  # never committed, and never can be
+        self.memory.forget_namespace(c.thread_id, c.ns)
+        detail = "" if not isinstance(fence, Join) else f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
+        raise CheckpointConflictError(c.thread_id, c.ns, detail)
+
+    def _attempt(self, c: _Commit, fence: Fence, head_now: Obj | None) -> _HeadSwap | str | None:
+        """What one commit attempt sends, decided from the fence and the head just read (no I/O).
+
+        Returns ``(previous_head, head PUT without its body, extra requests)``; the head's ETag if the
+        head already holds this checkpoint; ``None`` for a detached commit. Raises for a straggler and
+        for a clock behind the head's.
+        """
+        if isinstance(fence, Fenced):
+            return c.parent_id, Put(c.head_key, b"", if_match=fence.seen.etag), []
+        if head_now is None:
+            return None, Put(c.head_key, b"", if_none_match=True), []
+        head_id = self.codec.peek_head_id(c.head_key, head_now.body)
+        if head_id == c.checkpoint_id:
+            return head_now.etag
+        straggler = isinstance(fence, Join) and not fence.fork and c.source == "loop"
+        if straggler and c.parent_id not in (None, head_id):
+            # A step continues its parent, which must still be the head: this is a straggler whose
+            # saver no longer remembers the head it read (the memory is bounded), not a replay (those
+            # read their starting checkpoint explicitly, which marks it a fork).
+            raise CheckpointConflictError(c.thread_id, c.ns)
+        if c.checkpoint_id < head_id:
+            if c.parent_id == head_id:
+                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id)
+            return None
+        # The head may be a head-only commit (its record PUT failed): make sure its record exists
+        # before the head moves on, or it would be lost from history.
+        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head_now.body, if_none_match=True)
+        return head_id, Put(c.head_key, b"", if_match=head_now.etag), [repair]
 
     def _split_values(
         self,
@@ -1314,6 +1328,23 @@ def refused_outcome(
     if head_now is not None and (head_id_of(head_key, head_now.body) == checkpoint_id or ours is Standing.COMMITTED):
         return Outcome.COMMITTED
     return Outcome.RETRY if isinstance(fence, Join) else Outcome.CONFLICT
+
+
+_HeadSwap = tuple[str | None, Put, list[Request]]
+"""One commit attempt: the record's ``previous_head``, the head PUT (without its body), extra requests."""
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """The checkpoint a ``put`` is committing, as its commit attempts need it."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    source: Any
+    head_key: str
+    record_key: str
 
 
 @dataclass
