@@ -1,7 +1,8 @@
 """Crash-resumable LangGraph agents, checkpointed to S3-compatible object storage.
 
 ``S3Saver`` and ``AsyncS3Saver`` implement LangGraph's ``BaseCheckpointSaver`` on plain objects with
-conditional writes; see README.md and docs/design.md.
+conditional writes; ``S3Store`` and ``AsyncS3Store`` implement ``BaseStore`` (long-term memory) on the
+same bucket. See README.md and docs/design.md.
 """
 
 from .errors import (
@@ -15,13 +16,17 @@ from .errors import (
     S3RequestError,
     SaverMisuseError,
     SerializationError,
+    StoreConflictError,
     TargetThreadExistsError,
 )
 from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client
+from .store import AsyncS3Store, BaseS3Store, S3Store
 
 __all__ = [
     "AsyncS3Saver",
+    "AsyncS3Store",
     "BaseS3Saver",
+    "BaseS3Store",
     "BucketNotFoundError",
     "CheckpointConflictError",
     "ConditionalWritesUnsupportedError",
@@ -31,8 +36,10 @@ __all__ = [
     "S3CheckpointError",
     "S3RequestError",
     "S3Saver",
+    "S3Store",
     "SaverMisuseError",
     "SerializationError",
+    "StoreConflictError",
     "TargetThreadExistsError",
     "make_client",
 ]

@@ -9,9 +9,16 @@ Examples::
     langgraph-s3 export support-42 support-42.tar && langgraph-s3 import support-42.tar --thread support-42-copy
     langgraph-s3 verify --json
     langgraph-s3 gc --dry-run
+    langgraph-s3 repair support-42 --dry-run
 
-Exit codes: 0 success, 1 problems found or thread/checkpoint not found, 2 usage or configuration
-error, 3 S3 error (unreachable endpoint, missing bucket, refused credentials).
+Exit codes: 0 success, 1 problems found, thread/checkpoint not found, or a question answered "no",
+2 usage or configuration error (including a missing or wrong decryption key), 3 S3 error (unreachable
+or silent endpoint, an endpoint that is not S3, missing bucket, refused or missing credentials),
+130 interrupted. Every failure prints one ``langgraph-s3: error: ...`` line on stderr, never a traceback.
+
+Destructive commands (``delete``, ``prune``, ``expire``, ``gc``, ``import --replace``) take ``--dry-run``
+(report, change nothing) and ask for confirmation when stdin is a terminal; ``--yes`` answers for them.
+Without a terminal (a pipe, a cron job) nothing is asked.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from . import ops
 from .errors import (
     BucketNotFoundError,
     CorruptObjectError,
+    DecryptionError,
     InvalidConfigError,
     S3AccessError,
     S3CheckpointError,
@@ -57,6 +65,8 @@ ENV_URL = "LANGGRAPH_S3_URL"
 MANIFEST = "manifest.json"
 CLIP = 200
 """Longest string ``show`` prints in full without ``--full``."""
+CELL = 40
+"""Widest table cell; longer ids are shortened in the middle (``--json`` has them in full)."""
 OBJECTS_DIR = "objects/"
 
 
@@ -155,8 +165,16 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def shorten(text: str, width: int = CELL) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis in the middle, keeping both ends readable."""
+    if len(text) <= width:
+        return text
+    tail = max(6, width // 3)
+    return f"{text[: width - tail - 1]}\u2026{text[-tail:]}"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: IO[str]) -> None:
-    cells = [[str(c) for c in headers], *([("" if c is None else str(c)) for c in row] for row in rows)]
+    cells = [[str(c) for c in headers], *([shorten("" if c is None else str(c)) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n")
@@ -195,6 +213,16 @@ class Context:
 
     def emit_json(self, value: Any) -> None:
         self.out.write(_dumps(value) + "\n")
+
+    def confirm(self, args: argparse.Namespace, question: str) -> None:
+        """Ask before a destructive change when stdin is a terminal (``--yes`` answers yes)."""
+        if getattr(args, "yes", False) or not sys.stdin.isatty():
+            return
+        sys.stderr.write(f"{question} [y/N] ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            raise Failure(EXIT_PROBLEMS, "aborted: nothing was changed")
 
     def require_thread(self, thread_id: str) -> None:
         if not self.store.run(ops.thread_exists(self.layout, thread_id)):
@@ -270,13 +298,17 @@ def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
     limit = args.limit if args.limit and args.limit > 0 else None
     bar = ctx.bar("history", total=limit)
     items: list[dict[str, Any]] = []
-    for tup in ctx.saver.list(config, limit=limit):
+    damaged: list[CorruptObjectError] = []
+    for tup in ctx.saver.list(config, limit=limit, skip_damaged=args.skip_damaged, on_damaged=damaged.append):
         items.append(_summary(tup))
         bar.advance()
     bar.close()
     if ctx.as_json:
-        ctx.emit_json(items)
-        return EXIT_OK
+        if args.skip_damaged:
+            ctx.emit_json({"checkpoints": items, "damaged": [{"key": e.key, "problem": e.reason} for e in damaged]})
+        else:
+            ctx.emit_json(items)
+        return EXIT_PROBLEMS if damaged else EXIT_OK
     rows = [
         [
             i["checkpoint_id"],
@@ -290,7 +322,9 @@ def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
         for i in items
     ]
     _table(["CHECKPOINT", "NS", "STEP", "SOURCE", "CREATED (UTC)", "RUN", "WRITES"], rows, ctx.out)
-    return EXIT_OK
+    for error in damaged:
+        ctx.out.write(f"SKIPPED damaged object {error.key}: {error.reason}\n")
+    return EXIT_PROBLEMS if damaged else EXIT_OK
 
 
 def cmd_show(ctx: Context, args: argparse.Namespace) -> int:
@@ -355,12 +389,28 @@ def _indent(text: str, spaces: int = 2) -> str:
 def cmd_delete(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
     before = ctx.store.run(ops.thread_stats(ctx.layout, args.thread))
+    what = f"thread {args.thread!r} ({before.objects} objects, {_size(before.bytes)})"
+    if args.dry_run:
+        return _done(
+            ctx,
+            f"would delete {what}",
+            {
+                "dry_run": True,
+                "deleted": None,
+                "thread_id": args.thread,
+                "objects": before.objects,
+                "bytes": before.bytes,
+            },
+        )
+    ctx.confirm(args, f"Delete {what} and its whole history?")
     ctx.saver.delete_thread(args.thread)
     return _done(
         ctx,
-        f"deleted thread {args.thread!r} ({before.objects} objects, {_size(before.bytes)})",
+        f"deleted {what}",
         {
+            "dry_run": False,
             "deleted": args.thread,
+            "thread_id": args.thread,
             "objects": before.objects,
             "bytes": before.bytes,
         },
@@ -394,6 +444,12 @@ def cmd_copy(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
+    if not args.keep_latest:
+        raise Failure(
+            EXIT_USAGE,
+            "prune: say what to keep: --keep-latest (keep each namespace's latest checkpoint, delete the rest "
+            "of its history; the only strategy)",
+        )
     if args.all == bool(args.threads):
         raise Failure(EXIT_USAGE, "prune: name the threads to prune, or pass --all (not both)")
     if args.all:
@@ -402,12 +458,26 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
         for thread_id in args.threads:
             ctx.require_thread(thread_id)
         thread_ids = list(args.threads)
+    if args.dry_run:
+        planned = []
+        for thread_id in thread_ids:
+            stats = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
+            if stats.objects:
+                planned.append({"thread_id": thread_id, "checkpoints": stats.checkpoints, "objects": stats.objects})
+        if ctx.as_json:
+            ctx.emit_json({"ok": True, "dry_run": True, "threads": planned})
+        else:
+            rows = [[p["thread_id"], p["checkpoints"], p["objects"]] for p in planned]
+            _table(["THREAD", "CHECKPOINTS NOW", "OBJECTS NOW"], rows, ctx.out)
+            ctx.out.write(f"would keep only the latest checkpoint of {len(planned)} thread(s)\n")
+        return EXIT_OK
+    ctx.confirm(args, f"Delete all but the latest checkpoint of {len(thread_ids)} thread(s)?")
     bar = ctx.bar("prune", total=len(thread_ids))
     results = []
     for thread_id in thread_ids:
         before = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
         if not before.objects:
-            continue  # listed, but deleted meanwhile
+            continue  # listed, but deleted meanwhile (or a foreign key that looks like a thread)
         ctx.saver.prune([thread_id], strategy="keep_latest")
         after = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
         results.append(
@@ -421,7 +491,7 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
         bar.advance(detail=thread_id)
     bar.close()
     if ctx.as_json:
-        ctx.emit_json({"ok": True, "threads": results})
+        ctx.emit_json({"ok": True, "dry_run": False, "threads": results})
         return EXIT_OK
     rows = [[r["thread_id"], r["removed_objects"], _size(r["removed_bytes"]), r["checkpoints_left"]] for r in results]
     _table(["THREAD", "REMOVED OBJECTS", "REMOVED", "CHECKPOINTS LEFT"], rows, ctx.out)
@@ -431,6 +501,11 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_expire(ctx: Context, args: argparse.Namespace) -> int:
     if args.days <= 0:
         raise Failure(EXIT_USAGE, "expire: --days must be positive")
+    if not args.dry_run and not args.yes and sys.stdin.isatty():
+        idle = ctx.saver.expire_threads(timedelta(days=args.days), dry_run=True)
+        if not idle:
+            return _done(ctx, f"no thread idle for {args.days:g} days", {"dry_run": False, "threads": []})
+        ctx.confirm(args, f"Delete {len(idle)} thread(s) idle for {args.days:g} days ({', '.join(idle[:5])}...)?")
     expired = ctx.saver.expire_threads(timedelta(days=args.days), dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     if ctx.as_json:
@@ -529,6 +604,23 @@ def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
     bar = ctx.bar("import")
     with _archive_reader(args.file) as (manifest, objects):
         thread_id = args.thread or str(manifest["thread_id"])
+        exists = ctx.store.run(ops.thread_exists(ctx.layout, thread_id))
+        if exists and not args.replace:
+            raise Failure(
+                EXIT_PROBLEMS,
+                f"thread {thread_id!r} already exists; import under another id (--thread) or replace it (--replace)",
+            )
+        if args.dry_run:
+            count = sum(1 for _ in objects)
+            verb = "replace" if exists else "create"
+            return _done(
+                ctx,
+                f"would {verb} thread {thread_id!r} with {count} objects",
+                {"dry_run": True, "thread_id": thread_id, "objects": count, "replaces": exists},
+            )
+        if exists:
+            ctx.confirm(args, f"Replace thread {thread_id!r}: delete its whole history and import the archive?")
+            ctx.saver.delete_thread(thread_id)
 
         def counted() -> Iterator[ops.Exported]:
             for item in objects:
@@ -584,11 +676,36 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
+def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.require_thread(args.thread)
+    if not args.dry_run and not args.yes and sys.stdin.isatty():
+        planned = ctx.saver.repair_thread(args.thread, dry_run=True)
+        if planned.repaired:
+            ctx.confirm(args, f"Rewrite the head of {len(planned.repaired)} namespace(s) of {args.thread!r}?")
+    report = ctx.saver.repair_thread(args.thread, dry_run=args.dry_run)
+    if ctx.as_json:
+        ctx.emit_json({"ok": report.ok, **report.as_dict()})
+    else:
+        for ns in report.namespaces:
+            where = ns.checkpoint_ns or "(root)"
+            head = f" -> head {ns.head_id}" if ns.head_id else ""
+            ctx.out.write(f"{ns.status:<13} {where}{head}: {ns.reason}\n")
+            for key in ns.damaged:
+                ctx.out.write(f"  damaged record left in place: {key} (see verify)\n")
+        done = "would repair" if report.dry_run else "repaired"
+        ctx.out.write(f"{done} {len(report.repaired)} of {len(report.namespaces)} namespace(s)\n")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
 def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
     from .gc import gc
 
     if args.grace_seconds < 0:
         raise Failure(EXIT_USAGE, "gc: --grace-seconds must be >= 0")
+    if not args.dry_run and not args.yes and sys.stdin.isatty():
+        planned = gc(ctx.saver, grace_seconds=args.grace_seconds, dry_run=True)
+        if planned.total:
+            ctx.confirm(args, f"Delete {planned.total} leftover object(s) ({_size(planned.deleted_bytes)})?")
     report = gc(ctx.saver, grace_seconds=args.grace_seconds, dry_run=args.dry_run)
     if ctx.as_json:
         ctx.emit_json(
@@ -645,8 +762,15 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument("--no-progress", action="store_true", default=default(False), help="no progress on stderr")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``error:`` line (exit 2), like every other failure; ``--help`` has the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="langgraph-s3",
         description="Inspect and maintain LangGraph checkpoints stored by langgraph-s3-checkpoint.",
         epilog="Exit codes: 0 ok, 1 problems found or not found, 2 usage error, 3 S3 error.",
@@ -665,29 +789,47 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("thread")
     sub.add_argument("--ns", default=None, help="only this checkpoint namespace ('' is the root graph)")
     sub.add_argument("--limit", type=int, default=None, help="at most N checkpoints")
+    sub.add_argument(
+        "--skip-damaged",
+        action="store_true",
+        help="list past checkpoint records that cannot be decoded and report them (exit 1) instead of stopping",
+    )
     sub = command("show", cmd_show, "show one checkpoint (default: the latest) with its channel values")
     sub.add_argument("thread")
     sub.add_argument("checkpoint", nargs="?", default=None)
     sub.add_argument("--ns", default="", help="checkpoint namespace (default: the root graph)")
     sub.add_argument("--full", action="store_true", help="do not shorten long strings")
+
+    def destructive(sub: Any) -> None:
+        sub.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+        sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
+
     sub = command("delete", cmd_delete, "delete a thread and everything under it")
     sub.add_argument("thread")
+    destructive(sub)
     sub = command("copy", cmd_copy, "copy a thread to a new thread id")
     sub.add_argument("source")
     sub.add_argument("target")
     sub = command("prune", cmd_prune, "keep only the latest checkpoint of threads")
     sub.add_argument("threads", nargs="*", metavar="THREAD")
-    sub.add_argument("--keep-latest", action="store_true", help="keep the latest checkpoint (the only strategy)")
+    sub.add_argument(
+        "--keep-latest",
+        action="store_true",
+        help="required: keep each namespace's latest checkpoint and delete the rest of its history (the only strategy)",
+    )
     sub.add_argument("--all", action="store_true", help="prune every thread under the prefix")
+    destructive(sub)
     sub = command("expire", cmd_expire, "delete whole threads not updated for N days (a TTL sweep)")
     sub.add_argument("--days", type=float, required=True, help="idle time after which a thread is deleted")
-    sub.add_argument("--dry-run", action="store_true", help="list the threads, delete nothing")
+    destructive(sub)
     sub = command("export", cmd_export, "write a thread's objects to a portable tar archive ('-' for stdout)")
     sub.add_argument("thread")
     sub.add_argument("file")
     sub = command("import", cmd_import, "recreate a thread from an export archive ('-' for stdin)")
     sub.add_argument("file")
     sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
+    sub.add_argument("--replace", action="store_true", help="delete an existing thread of that id first")
+    destructive(sub)
     sub = command("gc", cmd_gc, "delete leftovers of interrupted or losing writes (never committed checkpoints)")
     sub.add_argument(
         "--grace-seconds",
@@ -695,7 +837,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=3600,
         help="keep garbage younger than this, so puts in flight are never touched (default 3600)",
     )
-    sub.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    destructive(sub)
+    sub = command("repair", cmd_repair, "rebuild a thread's damaged or missing head from its newest committed record")
+    sub.add_argument("thread")
+    destructive(sub)
     sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
     sub.add_argument("thread", nargs="?", default=None)
     return parser
@@ -740,9 +885,11 @@ def _open(args: argparse.Namespace) -> Context:
     # The CLI never creates buckets and needs no write probe: it reads what savers wrote.
     options.pop("create_bucket", None)
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
+    store = ops.OpsStore.like(saver._store)
+    store.deadline = None  # operator commands walk whole threads; each request is still bounded by the timeouts
     return Context(
         saver=saver,
-        store=ops.OpsStore.like(saver._store),
+        store=store,
         as_json=args.json,
         progress=not args.json and not args.no_progress and sys.stderr.isatty(),
         out=sys.stdout,
@@ -763,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except Failure as exc:
         _fail(exc.code, str(exc))
-    except InvalidConfigError as exc:
+    except (InvalidConfigError, DecryptionError) as exc:
         _fail(EXIT_USAGE, str(exc))
     except (BucketNotFoundError, S3AccessError, S3RequestError) as exc:
         _fail(EXIT_S3, str(exc))
@@ -777,6 +924,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Output piped into a command that stopped reading (e.g. `| head`): not an error.
         sys.stderr.close()
         return EXIT_OK
+    except KeyboardInterrupt:
+        _fail(130, "interrupted")
+    except OSError as exc:  # a local file (export/import), not S3
+        _fail(EXIT_PROBLEMS, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a bug: still one line, with what to report
+        _fail(EXIT_PROBLEMS, f"unexpected {type(exc).__name__}: {exc} (please report this as a bug)")
     finally:
         if ctx is not None:
             ctx.store.close()

@@ -25,7 +25,8 @@ import ormsgpack
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import CorruptObjectError, SerializationError
+from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, SerializationError
+from .keys import is_digest, unescape
 
 MAGIC = b"LGS3"
 FORMAT_VERSION = 1
@@ -35,6 +36,15 @@ _ZLIB = 1
 Typed = tuple[str, bytes]
 RawWrite = tuple[int, str, list[Any]]
 """One pending write as stored: (idx, channel, [serde type tag, bytes]), not deserialized."""
+
+
+def corrupt(key: str, reason: str) -> CorruptObjectError:
+    """The error for an undecodable object: a damaged head names ``repair`` (its history may be intact)."""
+    parts = key.split("/")
+    if len(parts) >= 5 and parts[-1] == "head" and parts[-3] == "ns" and parts[-5] == "threads":
+        segment = parts[-4]
+        return DamagedHeadError(key, reason, segment if is_digest(segment) else unescape(segment))
+    return CorruptObjectError(key, reason)
 
 
 @dataclass
@@ -84,21 +94,19 @@ class Codec:
 
     def _unframe(self, key: str, data: bytes) -> Any:
         if len(data) < 6 or data[:4] != MAGIC:
-            raise CorruptObjectError(key, "not written by langgraph-s3-checkpoint (bad magic)")
+            raise corrupt(key, "not written by langgraph-s3-checkpoint (bad magic)")
         version, compression = data[4], data[5]
         if version != FORMAT_VERSION:
-            raise CorruptObjectError(
-                key, f"format version {version} is not supported by this release (expected {FORMAT_VERSION})"
-            )
+            raise corrupt(key, f"format version {version} is not supported by this release (expected {FORMAT_VERSION})")
         body = data[6:]
         try:
             if compression == _ZLIB:
                 body = zlib.decompress(body)
             elif compression != _PLAIN:
-                raise CorruptObjectError(key, f"unknown compression code {compression}")
+                raise corrupt(key, f"unknown compression code {compression}")
             return ormsgpack.unpackb(body)
         except (zlib.error, ormsgpack.MsgpackDecodeError, ValueError) as exc:
-            raise CorruptObjectError(key, f"truncated or damaged ({exc})") from exc
+            raise corrupt(key, f"truncated or damaged ({exc})") from exc
 
     # -- serde ----------------------------------------------------------------------------------
     def dump(self, what: str, value: Any) -> list[Any]:
@@ -112,10 +120,23 @@ class Codec:
         return [tag, data]
 
     def load(self, key: str, typed: Any) -> Any:
+        tag: Any = None
         try:
-            return self.serde.loads_typed((typed[0], typed[1]))
+            tag = typed[0]
+            return self.serde.loads_typed((tag, typed[1]))
         except Exception as exc:
-            raise CorruptObjectError(key, f"the serializer could not decode a value ({exc})") from exc
+            if isinstance(tag, str) and "+" in tag:
+                # EncryptedSerializer tags its values "{type}+{cipher}": the bytes are ciphertext.
+                cipher = tag.split("+", 1)[1]
+                if getattr(self.serde, "cipher", None) is None:
+                    reason = (
+                        f"it was written by an EncryptedSerializer (cipher {cipher!r}) and this saver's "
+                        f"serializer ({type(self.serde).__name__}) has no key"
+                    )
+                else:
+                    reason = f"the key of this saver's serializer does not match (cipher {cipher!r}: {exc})"
+                raise DecryptionError(key, reason) from exc
+            raise corrupt(key, f"the serializer could not decode a value ({exc})") from exc
 
     # -- records --------------------------------------------------------------------------------
     def encode_value(self, channel: str, value: Any) -> list[Any]:
@@ -161,7 +182,7 @@ class Codec:
                 detached=bool(frame.get("detached", False)),
             )
         except (KeyError, TypeError, IndexError) as exc:
-            raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
 
     def peek_head_id(self, key: str, data: bytes) -> str:
         """The checkpoint id of a record or head, without decoding anything else."""
@@ -173,7 +194,7 @@ class Codec:
         try:
             return str(frame["id"]), frame.get("previous_head")
         except (KeyError, TypeError) as exc:
-            raise CorruptObjectError(key, f"record has no checkpoint id ({exc})") from exc
+            raise corrupt(key, f"record has no checkpoint id ({exc})") from exc
 
     def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
         """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
@@ -186,7 +207,7 @@ class Codec:
         """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
         frame = self._unframe(key, data)
         if not isinstance(frame, dict) or "id" not in frame:
-            raise CorruptObjectError(key, "record has no checkpoint id")
+            raise corrupt(key, "record has no checkpoint id")
         return frame.get("previous_head"), bool(frame.get("detached", False))
 
     def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
@@ -195,7 +216,7 @@ class Codec:
         try:
             return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
         except (KeyError, TypeError) as exc:
-            raise CorruptObjectError(key, f"record is missing a field ({exc})") from exc
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
 
     # -- writes and blobs -----------------------------------------------------------------------
     def encode_task_writes(self, task_id: str, task_path: str, writes: Sequence[RawWrite]) -> bytes:
@@ -208,7 +229,7 @@ class Codec:
         try:
             return [(int(idx), str(ch), [tag, raw]) for idx, ch, tag, raw in frame["writes"]]
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptObjectError(key, f"writes object is missing a field ({exc})") from exc
+            raise corrupt(key, f"writes object is missing a field ({exc})") from exc
 
     def decode_writes(self, key: str, data: bytes) -> WriteBatch:
         frame = self._unframe(key, data)
@@ -219,7 +240,7 @@ class Codec:
                 writes=[(idx, ch, self.load(key, (tag, raw))) for idx, ch, tag, raw in frame["writes"]],
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptObjectError(key, f"writes object is missing a field ({exc})") from exc
+            raise corrupt(key, f"writes object is missing a field ({exc})") from exc
 
     def encode_blob(self, typed: list[Any]) -> bytes:
         return self._frame(typed)

@@ -47,11 +47,13 @@ from langgraph.checkpoint.base import (
 from .chain import Chain, Standing
 from .codec import Codec, RawWrite, Record, WriteBatch
 from .errors import (
+    CREATE_BUCKET_ADVICE,
     BucketNotFoundError,
     CheckpointConflictError,
     ClockSkewError,
     ConditionalWritesUnsupportedError,
     CorruptObjectError,
+    InvalidArgumentTypeError,
     InvalidConfigError,
     TargetThreadExistsError,
 )
@@ -104,7 +106,7 @@ class Target:
 def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> Target:
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
-    if thread_id is None or thread_id == "":
+    if thread_id is None:
         raise InvalidConfigError(
             "config['configurable']['thread_id'] is required, e.g. {'configurable': {'thread_id': 'my-thread'}}"
         )
@@ -998,9 +1000,11 @@ class Core:
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
         if isinstance(thread_ids, str):
-            raise TypeError("prune() takes a sequence of thread ids, not a single string; wrap it in a list")
+            raise InvalidArgumentTypeError(
+                "prune() takes a sequence of thread ids, not a single string; wrap it in a list"
+            )
         if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+            raise InvalidConfigError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
@@ -1076,7 +1080,7 @@ class Core:
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
-            raise TypeError("delete_for_runs() takes a sequence of run ids, not a single string")
+            raise InvalidArgumentTypeError("delete_for_runs() takes a sequence of run ids, not a single string")
         for run_id in run_ids:
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
@@ -1278,9 +1282,7 @@ class Core:
         exists = yield from one(BucketExists())
         if not exists:
             if not create_bucket:
-                raise BucketNotFoundError(
-                    f"Bucket {bucket!r} does not exist. Create it, or pass create_bucket=True to the saver."
-                )
+                raise BucketNotFoundError(f"Bucket {bucket!r} does not exist. {CREATE_BUCKET_ADVICE}")
             yield [CreateBucket()]
         if self.ttl is not None:
             yield [EnsureExpiryRule(f"langgraph-s3-ttl:{self.layout.prefix}", self.layout.prefix, self.ttl.days)]

@@ -1,8 +1,29 @@
 """The exceptions this package raises.
 
 Every error derives from :class:`S3CheckpointError`, so callers can catch the package's failures in one
-place. Each message names the object at fault (thread, namespace, key or channel) and says what to do.
-Credentials never appear in messages.
+place: the saver, the ``langgraph-s3`` command and the Agent Server integration never let a botocore,
+urllib3 or built-in exception escape (a few are kept as ``__cause__``). Each message names the object at
+fault (thread, namespace, key or channel) and says what to do. Credentials never appear in messages.
+
+Where LangGraph's built-in savers (``InMemorySaver``, the SQL savers) raise a built-in exception for the
+same mistake, ours subclasses that built-in as well, so code written for them keeps catching it:
+
+===================================  ====================  =================================================
+our error                            also a                because
+===================================  ====================  =================================================
+:class:`InvalidConfigError`          ``ValueError``        bad config/URL/argument values (``ValueError``
+                                                           is what the built-in savers raise for them)
+:class:`InvalidArgumentTypeError`    ``TypeError``         an argument of the wrong type (also an
+                                                           ``InvalidConfigError``, so a ``ValueError``)
+:class:`SerializationError`          ``TypeError``         ``InMemorySaver`` raises the serializer's
+                                                           ``TypeError`` for an unserializable value
+:class:`SaverMisuseError`            ``RuntimeError``      a call made where it cannot work (a blocking call
+                                                           on the event loop's thread, a closed saver), as
+                                                           asyncio's own "cannot be called from a running
+                                                           event loop"
+===================================  ====================  =================================================
+
+The README's "Errors" section lists every class with what it means and the one action to take.
 """
 
 from __future__ import annotations
@@ -13,7 +34,12 @@ class S3CheckpointError(Exception):
 
 
 class InvalidConfigError(S3CheckpointError, ValueError):
-    """A config, URL or argument passed to the saver is malformed."""
+    """A config, URL or argument passed to the saver is malformed (also a ``ValueError``)."""
+
+
+class InvalidArgumentTypeError(InvalidConfigError, TypeError):
+    """An argument of the wrong type (e.g. one string where a sequence of ids is expected): a ``TypeError``,
+    as Python raises for the same mistake, and an :class:`InvalidConfigError`."""
 
 
 class CheckpointConflictError(S3CheckpointError):
@@ -65,26 +91,69 @@ class BucketNotFoundError(S3CheckpointError):
 
 
 class S3AccessError(S3CheckpointError):
-    """The server refused the credentials or the request (403, bad signature, unknown key id)."""
+    """The server refused the credentials or the request (403, bad signature, unknown key id), or no
+    credentials were found at all."""
 
 
 class S3RequestError(S3CheckpointError):
-    """An S3 request failed after retries for a reason other than the cases above."""
+    """An S3 request failed after retries (unreachable endpoint, timeouts, the operation's deadline) for
+    a reason other than the cases above."""
+
+
+class NotS3EndpointError(S3RequestError):
+    """The endpoint answered, but not like an S3 server (a wrong port, a web server, a proxy page)."""
+
+
+DEFAULT_CORRUPT_ADVICE = (
+    "Other checkpoints are unaffected. Run `langgraph-s3 verify` to see every damaged object; restore this "
+    "one from a backup or an export if you have one (deleting it loses what it holds)."
+)
 
 
 class CorruptObjectError(S3CheckpointError):
     """An object in the bucket could not be decoded (truncated, foreign, or written by a newer format)."""
 
+    def __init__(self, key: str, reason: str, advice: str = DEFAULT_CORRUPT_ADVICE) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"Object {key!r} is corrupt or unreadable: {reason}. {advice}")
+
+
+class DecryptionError(CorruptObjectError):
+    """An encrypted value could not be decrypted: the serializer has no key or a different key.
+
+    The object itself is intact; nothing should be deleted. A subclass of :class:`CorruptObjectError`
+    so that tools that skip unreadable objects skip it too.
+    """
+
     def __init__(self, key: str, reason: str) -> None:
         self.key = key
-        super().__init__(
-            f"Object {key!r} is corrupt or unreadable: {reason}. Other checkpoints are unaffected; "
-            "delete or restore this object (see `langgraph-s3 verify`)."
+        self.reason = reason
+        S3CheckpointError.__init__(
+            self,
+            f"Object {key!r} is encrypted and could not be decrypted: {reason}. The data is intact; do not "
+            "delete it. Configure the serializer that wrote it with the same key (serde=EncryptedSerializer..., "
+            "`langgraph-s3 --serde`, LANGGRAPH_AES_KEY).",
         )
 
 
-class SerializationError(S3CheckpointError):
-    """The serializer could not encode a channel value or write; nothing was committed."""
+class DamagedHeadError(CorruptObjectError):
+    """A namespace's head (its commit pointer) is unreadable; its history records may all be intact."""
+
+    def __init__(self, key: str, reason: str, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            key,
+            reason,
+            "The thread's history records are probably intact: do not delete the head (that would hide the "
+            f"whole history). Rebuild it with saver.repair_thread({thread_id!r}) or "
+            f"`langgraph-s3 repair {thread_id}` (add --dry-run to see what it would do).",
+        )
+
+
+class SerializationError(S3CheckpointError, TypeError):
+    """The serializer could not encode a channel value or write; nothing was committed (also a ``TypeError``,
+    as InMemorySaver raises for an unserializable value)."""
 
 
 class TargetThreadExistsError(S3CheckpointError):
@@ -92,7 +161,15 @@ class TargetThreadExistsError(S3CheckpointError):
 
 
 class SaverMisuseError(S3CheckpointError, RuntimeError):
-    """A method was called in a context where it cannot work (e.g. a blocking call on the event loop)."""
+    """A method was called in a context where it cannot work (a blocking call on the event loop, a saver
+    used after ``close()``)."""
+
+
+CREATE_BUCKET_ADVICE = (
+    "Create it with the saver: S3Saver(..., create_bucket=True) or the URL option ?create_bucket=true, "
+    "then call setup() once."
+)
+"""The one way to create a missing bucket that every message, the README and the notebooks name."""
 
 
 ACCESS_DENIED_CODES = frozenset(
@@ -103,12 +180,14 @@ ACCESS_DENIED_CODES = frozenset(
 def error_for_code(code: str, bucket: str, request: str, detail: str) -> S3CheckpointError:
     """The error for an S3 error ``code`` that retries did not cure; ``request`` names what was asked."""
     if code == "NoSuchBucket":
-        return BucketNotFoundError(
-            f"Bucket {bucket!r} does not exist. Create it or call setup() with create_bucket=True."
-        )
+        return BucketNotFoundError(f"Bucket {bucket!r} does not exist. {CREATE_BUCKET_ADVICE}")
     if code in ACCESS_DENIED_CODES:
         return S3AccessError(
             f"The S3 server refused {request} on bucket {bucket!r} ({code}). "
             "Check the credentials and that they allow this action (see docs/operations.md, IAM)."
         )
     return S3RequestError(f"{request} failed: {detail}")
+
+
+class StoreConflictError(S3CheckpointError):
+    """A store object kept changing under a conditional update (many writers on one vector shard)."""

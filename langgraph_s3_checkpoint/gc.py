@@ -524,12 +524,15 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
     as garbage.
     """
-    return saver._store.run(_plan(saver, grace_seconds, dry_run))
+    saver._store.check_open("gc")
+    # A sweep of the whole prefix: each request is bounded by the timeouts, the sweep by nothing.
+    return saver._store.run(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
     """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
-    return await saver._store.arun(_plan(saver, grace_seconds, dry_run))
+    saver._store.check_open("agc")
+    return await saver._store.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 __all__ = ["GcReport", "agc", "gc"]

@@ -60,22 +60,30 @@ def is_digest(segment: str) -> bool:
 
 
 def unescape(segment: str) -> str:
-    """Recover the string behind a verbatim segment (digests cannot be reversed)."""
+    """Recover the string behind a verbatim segment (digests cannot be reversed).
+
+    A segment this module did not make (a foreign object under the prefix, e.g. ``threads/a%zz/x``)
+    comes back unchanged rather than raising: its "id" escapes to another segment, so readers and tools
+    find nothing under it and skip it, as they skip every other foreign key.
+    """
     if segment == _EMPTY:
         return ""
     if is_digest(segment):
         raise ValueError(f"segment {segment!r} is a digest; read its name object")
     out = bytearray()
     i = 0
-    while i < len(segment):
-        ch = segment[i]
-        if ch == "%":
-            out.append(int(segment[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(ord(ch))
-            i += 1
-    return out.decode("utf-8", "surrogatepass")
+    try:
+        while i < len(segment):
+            ch = segment[i]
+            if ch == "%":
+                out.append(int(segment[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                out.extend(ch.encode("utf-8", "surrogatepass"))
+                i += 1
+        return out.decode("utf-8", "surrogatepass")
+    except ValueError:  # a bad %XX, or bytes that are not UTF-8: not a segment of ours
+        return segment
 
 
 def invert_id(checkpoint_id: str) -> str:

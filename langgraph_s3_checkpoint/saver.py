@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
+import logging
+import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -32,9 +34,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .codec import Codec
 from .core import Core
-from .errors import InvalidConfigError, SaverMisuseError
+from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .memory import MemoryBucket
+from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
 from .shell import BodyCache, BucketIO
 from .transport import DirectTransport
@@ -46,17 +49,125 @@ DEFAULT_INLINE_THRESHOLD = 4096
 DEFAULT_COMPRESS_THRESHOLD = 4096
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 
-_INT_OPTIONS = (
-    "inline_threshold",
-    "compress_threshold",
-    "max_concurrency",
-    "max_attempts",
-    "ttl_days",
-    "cache_bytes",
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open a TCP (and TLS) connection. A reachable S3 endpoint connects in milliseconds, even
+across continents well under a second; 5 s only trips on a host that drops packets or does not exist."""
+DEFAULT_READ_TIMEOUT = 10.0
+"""Seconds to wait for the next bytes of a reply (not for the whole reply). S3 answers the small requests
+of a checkpoint step in milliseconds; 10 s of silence means the server is stuck, and a retry on a fresh
+connection is the cure. botocore's 60 s made a silent endpoint block for minutes."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts per request (standard retry mode: 5xx, throttling, resets, timeouts). Three absorb the
+transient failures S3 documents; more only make a dead endpoint take longer to report."""
+DEFAULT_OPERATION_TIMEOUT = 60.0
+"""Deadline in seconds for one saver call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
+item it yields). No new request starts after it, and a parallel batch is abandoned when it passes. A
+single request is bounded by ``max_attempts x (connect_timeout + read_timeout)`` plus backoff (about 46 s
+with the defaults), so the deadline also caps calls made of many sequential requests."""
+
+_OPTION_TYPES: dict[str, str] = {
+    "endpoint_url": "str",
+    "region": "str",
+    "addressing_style": "path|virtual|auto",
+    "connect_timeout": "seconds",
+    "read_timeout": "seconds",
+    "operation_timeout": "seconds",
+    "max_attempts": "count",
+    "inline_threshold": "int",
+    "compress_threshold": "int",
+    "max_concurrency": "count",
+    "ttl_days": "count",
+    "cache_bytes": "int",
+    "create_bucket": "bool",
+    "require_conditional_writes": "bool",
+    "server_side_encryption": "str",
+    "sse_kms_key_id": "str",
+    "sse_customer_key": "str",
+    "transport": "boto3|direct",
+}
+"""Every option the location URL accepts (docs/operations.md) and how its value is parsed."""
+URL_OPTIONS = tuple(_OPTION_TYPES)
+_MAINTENANCE = frozenset(
+    {"delete_thread", "delete_for_runs", "copy_thread", "prune", "expire_threads", "repair_thread"}
 )
+"""Methods that may legitimately take long on a large thread: each request is bounded, the call is not."""
+_STORE_OPTION_TYPES: dict[str, str] = {"vector_shards": "count"}
+"""Options only the store (``store.py``) takes; parsed here so both share one URL parser."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 EXPIRY_TAG = "langgraph-s3-ttl=1"
 """Object tag matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
-_BOOL_OPTIONS = ("create_bucket", "require_conditional_writes")
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """A boolean option, strictly: ``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case), nothing else.
+
+    Shared by the location URL and the Agent Server's environment, so ``create_bucket=ture`` is an error
+    everywhere rather than a silent ``False``.
+    """
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise InvalidConfigError(f"{name}={value!r}: expected true/false (or 1/0, yes/no, on/off)")
+
+
+def _parse_option(name: str, value: str) -> Any:
+    kind = _OPTION_TYPES.get(name) or _STORE_OPTION_TYPES[name]
+    if kind == "bool":
+        return parse_flag(name, value)
+    if kind in ("int", "count"):
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidConfigError(f"URL option {name}={value!r} must be an integer") from None
+        if number < (1 if kind == "count" else 0):
+            raise InvalidConfigError(f"URL option {name}={value!r} must be >= {1 if kind == 'count' else 0}")
+        return number
+    if kind == "seconds":
+        return _seconds(name, value)
+    if "|" in kind:
+        if value not in kind.split("|"):
+            raise InvalidConfigError(f"URL option {name}={value!r} must be one of {kind.replace('|', ', ')}")
+        return value
+    if not value:
+        raise InvalidConfigError(f"URL option {name} needs a value")
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    """A positive number of seconds (a URL string or a number)."""
+    if isinstance(value, bool):
+        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise InvalidConfigError(f"{name}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{name}={value!r} must be a whole number >= 1")
+    return value
+
+
+_CLIENT_KWARGS = frozenset(
+    {
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "aws_account_id",
+        "verify",
+        "use_ssl",
+        "api_version",
+    }
+)
+"""Keyword arguments passed through to ``boto3.session.Session.client``."""
 
 
 def make_client(
@@ -64,52 +175,62 @@ def make_client(
     endpoint_url: str | None = None,
     region_name: str | None = None,
     addressing_style: str | None = None,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 60.0,
-    max_attempts: int = 5,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_pool_connections: int = 64,
     **client_kwargs: Any,
 ) -> Any:
     """A boto3 S3 client with bounded timeouts and retries (standard mode: 5xx, throttling, resets).
 
     Credentials come from the standard boto3 chain; ``AWS_ENDPOINT_URL`` is honoured by boto3 itself.
-    Path-style addressing is the default when an endpoint is given, as local servers expect.
+    Path-style addressing is the default when an endpoint is given, as local servers expect. Unknown
+    keyword arguments raise :class:`InvalidConfigError` naming the valid ones.
     """
     import boto3
     from botocore.config import Config
 
-    if addressing_style is None and endpoint_url:
-        addressing_style = "path"
+    unknown = sorted(set(client_kwargs) - _CLIENT_KWARGS)
+    if unknown:
+        raise InvalidConfigError(
+            f"unknown option(s) {', '.join(unknown)}; valid options: "
+            f"{', '.join(sorted({*URL_OPTIONS, 'region_name', *_CLIENT_KWARGS, 'client', 'serde'}))}"
+        )
+    if addressing_style not in (None, "path", "virtual", "auto"):
+        raise InvalidConfigError(f"addressing_style={addressing_style!r} must be one of path, virtual, auto")
+    if addressing_style is None and (
+        endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    ):
+        addressing_style = "path"  # local and non-AWS servers expect it (boto3 reads AWS_ENDPOINT_URL itself)
     config = Config(
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=_seconds("connect_timeout", connect_timeout),
+        read_timeout=_seconds("read_timeout", read_timeout),
+        retries={"mode": "standard", "total_max_attempts": _count("max_attempts", max_attempts)},
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": addressing_style} if addressing_style else None,
     )
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **client_kwargs
-    )
+    try:
+        return boto3.session.Session().client(
+            "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **client_kwargs
+        )
+    except ValueError as exc:  # botocore: an endpoint_url that is not a URL, a bad region name
+        raise InvalidConfigError(f"cannot create the S3 client: {exc}") from None
 
 
 def parse_url(url: str) -> tuple[str, str, dict[str, Any]]:
-    """Split ``s3://bucket/prefix?option=value`` into bucket, prefix and typed options."""
+    """Split ``s3://bucket/prefix?option=value`` into bucket, prefix and typed options.
+
+    Every option is parsed to its type (booleans strictly, see :func:`parse_flag`); an unknown option
+    raises :class:`InvalidConfigError` naming it and the valid ones.
+    """
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
         raise InvalidConfigError(f"expected a URL like 's3://bucket/prefix', got {url!r}")
     options: dict[str, Any] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _INT_OPTIONS:
-            try:
-                options[name] = int(value)
-            except ValueError:
-                raise InvalidConfigError(f"URL option {name}={value!r} must be an integer") from None
-        elif name in _BOOL_OPTIONS:
-            options[name] = value.lower() in ("1", "true", "yes", "on")
-        elif name == "region":
-            options["region_name"] = value
-        else:
-            options[name] = value
+        if name not in _OPTION_TYPES and name not in _STORE_OPTION_TYPES:
+            raise InvalidConfigError(f"unknown URL option {name!r}; valid options: {', '.join(sorted(URL_OPTIONS))}")
+        options["region_name" if name == "region" else name] = _parse_option(name, value)
     return parts.netloc, parts.path.strip("/"), options
 
 
@@ -134,11 +255,40 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         ttl_days: int | None = None,
         transport: str = "boto3",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+        max_attempts: int | None = None,
+        operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
         **client_options: Any,
     ) -> None:
         super().__init__(serde=serde)
-        if not bucket:
+        if not bucket or not isinstance(bucket, str):
             raise InvalidConfigError("bucket is required")
+        for name, value in (
+            ("inline_threshold", inline_threshold),
+            ("max_concurrency", max_concurrency),
+            ("cache_bytes", cache_bytes),
+            ("compress_threshold", 0 if compress_threshold is None else compress_threshold),
+            ("ttl_days", 1 if ttl_days is None else ttl_days),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
+        if max_concurrency < 1:
+            raise InvalidConfigError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
+        flags = (("create_bucket", create_bucket), ("require_conditional_writes", require_conditional_writes))
+        for name, flag in flags:
+            if not isinstance(flag, bool):
+                raise InvalidConfigError(f"{name} must be True or False, got {flag!r}")
+        timeouts: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("connect_timeout", connect_timeout),
+                ("read_timeout", read_timeout),
+                ("max_attempts", max_attempts),
+            )
+            if value is not None
+        }
+        self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
         if cache_bytes < 0:
             raise InvalidConfigError(f"cache_bytes must be >= 0 (0 disables the cache), got {cache_bytes!r}")
         if transport not in ("boto3", "direct"):
@@ -147,10 +297,11 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             raise InvalidConfigError(f"ttl_days must be a whole number of days >= 1, got {ttl_days!r}")
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
-            client = make_client(**client_options)
-        elif client_options:
+            client = make_client(**client_options, **timeouts)
+        elif client_options or timeouts:
             raise InvalidConfigError(
-                f"client options {sorted(client_options)} only apply when the saver creates the client"
+                f"client options {sorted({*client_options, *timeouts})} only apply when the saver creates the "
+                "client; set them on your client (botocore.config.Config) instead"
             )
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -189,6 +340,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             else None,
             cache=BodyCache(cache_bytes) if cache_bytes else None,
             backend=client if isinstance(client, MemoryBucket) else None,
+            deadline=self.operation_timeout,
         )
         self._core = Core(
             layout=Layout(self.prefix),
@@ -207,7 +359,12 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         return cls(bucket=bucket, prefix=prefix, **options)
 
     def close(self) -> None:
-        """Release the worker threads. The saver must not be used afterwards."""
+        """Release the worker threads and connections. Idempotent.
+
+        A closed saver refuses every further call with :class:`SaverMisuseError` (naming the method), rather
+        than silently re-opening a thread pool that nobody would close; ``from_conn_string``'s ``with`` block
+        closes the saver at its end.
+        """
         self._store.close()
 
     def with_allowlist(self, extra_allowlist: Any) -> BaseS3Saver:
@@ -228,15 +385,27 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         )
 
     # -- drivers (AsyncS3Saver guards the blocking ones) ------------------------------------------
-    def _run(self, plan: Plan[T]) -> T:
-        return self._store.run(plan)
+    # ``what`` is the public method the user called, for the messages of SaverMisuseError; maintenance
+    # methods (which may run long on a large thread) are not held to ``operation_timeout``.
+    def _run(self, what: str, plan: Plan[T]) -> T:
+        self._store.check_open(what)
+        return self._store.run(plan, bounded=what not in _MAINTENANCE)
 
-    def _iterate(self, plan: Plan[Any]) -> Iterator[Any]:
-        return self._store.iterate(plan)
+    def _iterate(self, what: str, plan: Plan[Any]) -> Iterator[Any]:
+        self._store.check_open(what)
+        return self._store.iterate(plan, bounded=what not in _MAINTENANCE)
+
+    async def _arun(self, what: str, plan: Plan[T]) -> T:
+        self._store.check_open(what)
+        return await self._store.arun(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
+
+    def _aiterate(self, what: str, plan: Plan[Any]) -> AsyncIterator[Any]:
+        self._store.check_open(what)
+        return self._store.aiterate(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
 
     # -- sync API -----------------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(self._core.get_tuple(config))
+        return self._run("get_tuple", self._core.get_tuple(config))
 
     def list(
         self,
@@ -245,8 +414,46 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
+        skip_damaged: bool = False,
+        on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self._iterate(self._core.list_checkpoints(config, filter=filter, before=before, limit=limit))
+        """LangGraph's ``list``; by default a damaged record stops it with :class:`CorruptObjectError`.
+
+        ``skip_damaged=True`` leaves out checkpoint records (and pending-writes objects) that cannot be
+        decoded and goes on with older history; each one is reported to ``on_damaged`` (default: a
+        warning on the ``langgraph_s3_checkpoint`` logger). Undecryptable objects (a missing or wrong key)
+        are never skipped: that is a configuration error, not damage. A damaged head still raises (see
+        :meth:`repair_thread`).
+        """
+        core = self._listing_core(skip_damaged, on_damaged)
+        return self._iterate("list", core.list_checkpoints(config, filter=filter, before=before, limit=limit))
+
+    def _listing_core(self, skip_damaged: bool, on_damaged: Callable[[CorruptObjectError], None] | None) -> Core:
+        if not skip_damaged:
+            return self._core
+        report = on_damaged if on_damaged is not None else _warn_damaged
+        return dataclasses.replace(
+            self._core, codec=SkippingCodec(self._core.codec.serde, self._core.codec.compress_threshold, report)
+        )
+
+    def repair_thread(self, thread_id: str, *, dry_run: bool = False) -> RepairReport:
+        """Rebuild the damaged or missing heads of a thread's namespaces from their newest committed record.
+
+        A head is the commit pointer of a namespace; if it is unreadable (or was deleted) the thread reads
+        as empty although its history is stored. For each namespace this reads the head and, when it is
+        damaged or missing while records exist, chooses the record to restore (see
+        :mod:`langgraph_s3_checkpoint.repair` for the rule and why) and writes it as the head with a
+        conditional PUT, so a writer that commits meanwhile wins. Nothing is deleted. Returns what it found
+        and did per namespace; ``dry_run`` only reports.
+        """
+        report: RepairReport = self._run("repair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run))
+        return report
+
+    async def arepair_thread(self, thread_id: str, *, dry_run: bool = False) -> RepairReport:
+        report: RepairReport = await self._arun(
+            "arepair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run)
+        )
+        return report
 
     def put(
         self,
@@ -255,29 +462,29 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(self._core.put(config, checkpoint, metadata, new_versions))
+        return self._run("put", self._core.put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self._run(self._core.put_writes(config, writes, task_id, task_path))
+        self._run("put_writes", self._core.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._run(self._core.delete_thread(str(thread_id)))
+        self._run("delete_thread", self._core.delete_thread(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self._core.delete_for_runs(run_ids))
+        self._run("delete_for_runs", self._core.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._run(self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
+        self._run("copy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self._core.prune(thread_ids, strategy))
+        self._run("prune", self._core.prune(thread_ids, strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._run(self._core.delta_history(config, channels))
+        return self._run("get_delta_channel_history", self._core.delta_history(config, channels))
 
     def expire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
         """Delete every thread not updated for ``older_than`` (its newest head is older); returns their ids.
@@ -286,15 +493,15 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         threads are removed, never parts of a live one. ``dry_run`` only reports.
         """
         cutoff = datetime.now(timezone.utc) - older_than
-        return builtins.list(self._iterate(self._core.expire_threads(cutoff, dry_run=dry_run)))
+        return builtins.list(self._iterate("expire_threads", self._core.expire_threads(cutoff, dry_run=dry_run)))
 
     async def aexpire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
         cutoff = datetime.now(timezone.utc) - older_than
-        return [t async for t in self._store.aiterate(self._core.expire_threads(cutoff, dry_run=dry_run))]
+        return [t async for t in self._aiterate("aexpire_threads", self._core.expire_threads(cutoff, dry_run=dry_run))]
 
     # -- async API ----------------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._store.arun(self._core.get_tuple(config))
+        return await self._arun("aget_tuple", self._core.get_tuple(config))
 
     async def alist(
         self,
@@ -303,9 +510,12 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
+        skip_damaged: bool = False,
+        on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self._store.aiterate(
-            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        core = self._listing_core(skip_damaged, on_damaged)
+        async for item in self._aiterate(
+            "alist", core.list_checkpoints(config, filter=filter, before=before, limit=limit)
         ):
             yield item
 
@@ -316,29 +526,29 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._store.arun(self._core.put(config, checkpoint, metadata, new_versions))
+        return await self._arun("aput", self._core.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await self._store.arun(self._core.put_writes(config, writes, task_id, task_path))
+        await self._arun("aput_writes", self._core.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._store.arun(self._core.delete_thread(str(thread_id)))
+        await self._arun("adelete_thread", self._core.delete_thread(str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._store.arun(self._core.delete_for_runs(run_ids))
+        await self._arun("adelete_for_runs", self._core.delete_for_runs(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._store.arun(self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
+        await self._arun("acopy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._store.arun(self._core.prune(thread_ids, strategy))
+        await self._arun("aprune", self._core.prune(thread_ids, strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._store.arun(self._core.delta_history(config, channels))
+        return await self._arun("aget_delta_channel_history", self._core.delta_history(config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """``{counter:032}.{random:016}``: ordered like the built-in savers, unique across writers."""
@@ -349,6 +559,10 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         else:
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
+
+
+def _warn_damaged(error: CorruptObjectError) -> None:
+    logging.getLogger("langgraph_s3_checkpoint").warning("skipped a damaged object: %s", error)
 
 
 class S3Saver(BaseS3Saver):
@@ -376,7 +590,7 @@ class S3Saver(BaseS3Saver):
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
         conditional writes; with ``ttl_days``, install the bucket lifecycle rule that expires the saver's
         tagged objects under its prefix. Idempotent."""
-        self._run(self._setup_plan())
+        self._run("setup", self._setup_plan())
 
 
 class AsyncS3Saver(BaseS3Saver):
@@ -397,26 +611,54 @@ class AsyncS3Saver(BaseS3Saver):
             saver.close()
 
     async def setup(self) -> None:
-        await self._store.arun(self._setup_plan())
+        await self._arun("setup", self._setup_plan())
 
     def _guard(self, what: str) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        raise SaverMisuseError(
-            f"AsyncS3Saver.{what}() blocks and was called from a running event loop's thread. "
-            f"Use the async method (await saver.a{what}(...), graph.ainvoke/astream), or call it from "
-            "another thread, or use S3Saver."
+        raise SaverMisuseError(_blocking_call_message(what))
+
+    def _run(self, what: str, plan: Plan[T]) -> T:
+        self._guard(what)
+        return super()._run(what, plan)
+
+    def _iterate(self, what: str, plan: Plan[Any]) -> Iterator[Any]:
+        self._guard(what)
+        return super()._iterate(what, plan)
+
+
+_ASYNC_TWIN = {"list": "alist", "get_state_history": "aget_state_history"}
+
+
+def _graph_entry_point() -> str | None:
+    """The LangGraph method (``get_state``, ``invoke`` ...) through which the user reached the saver, if any:
+    the outermost frame of the call stack that lies in LangGraph's own graph code."""
+    import traceback
+
+    entry = None
+    for frame in traceback.extract_stack():
+        path = frame.filename.replace("\\", "/")
+        if "/langgraph/" in path and "/langgraph/checkpoint/" not in path and not frame.name.startswith("_"):
+            entry = frame.name
+            break
+    return entry
+
+
+def _blocking_call_message(what: str) -> str:
+    entry = _graph_entry_point()
+    if entry is not None:
+        return (
+            f"graph.{entry}() is a blocking call and was made from a running event loop's thread with an "
+            f"AsyncS3Saver (it needs AsyncS3Saver.{what}()). Use the async form, await graph.a{entry}(...), "
+            "or call it from another thread, or use S3Saver."
         )
-
-    def _run(self, plan: Plan[T]) -> T:
-        self._guard(getattr(plan, "__name__", "method"))
-        return super()._run(plan)
-
-    def _iterate(self, plan: Plan[Any]) -> Iterator[Any]:
-        self._guard("list")
-        return super()._iterate(plan)
+    twin = _ASYNC_TWIN.get(what, f"a{what}")
+    return (
+        f"AsyncS3Saver.{what}() blocks and was called from a running event loop's thread. Use "
+        f"await saver.{twin}(...) (or graph.ainvoke/astream), or call it from another thread, or use S3Saver."
+    )
 
 
 __all__ = ["AsyncS3Saver", "BaseS3Saver", "S3Saver", "make_client", "parse_url"]

@@ -20,7 +20,9 @@ Environment:
 ``LANGGRAPH_S3_REGION``
     Region name (otherwise the boto3 chain: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, config file).
 ``LANGGRAPH_S3_CREATE_BUCKET``
-    ``true`` to create the bucket at startup when it is missing.
+    ``true`` to create the bucket at startup when it is missing. Parsed like the URL's booleans
+    (:func:`~langgraph_s3_checkpoint.saver.parse_flag`): anything but true/false, 1/0, yes/no, on/off
+    is an error.
 
 Credentials come from the standard boto3 chain (environment, shared files, instance or task role).
 The server enters :func:`checkpointer` once per event-loop thread; each saver has its own connection
@@ -32,27 +34,18 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidConfigError
-from .saver import AsyncS3Saver, parse_url
+from .saver import AsyncS3Saver, parse_flag, parse_url
+
+if TYPE_CHECKING:
+    from .store import AsyncS3Store
 
 ENV_URL = "LANGGRAPH_S3_URL"
 ENV_ENDPOINT_URL = "LANGGRAPH_S3_ENDPOINT_URL"
 ENV_REGION = "LANGGRAPH_S3_REGION"
 ENV_CREATE_BUCKET = "LANGGRAPH_S3_CREATE_BUCKET"
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
-
-
-def _flag(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise InvalidConfigError(f"{name}={value!r}: expected true/false (or 1/0, yes/no, on/off)")
 
 
 def options_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
@@ -73,8 +66,8 @@ def options_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, dic
         overrides["endpoint_url"] = endpoint
     if region := env.get(ENV_REGION, "").strip():
         overrides["region_name"] = region
-    if ENV_CREATE_BUCKET in env:
-        overrides["create_bucket"] = _flag(ENV_CREATE_BUCKET, env[ENV_CREATE_BUCKET])
+    if env.get(ENV_CREATE_BUCKET, "").strip():  # set but empty: as if unset
+        overrides["create_bucket"] = parse_flag(ENV_CREATE_BUCKET, env[ENV_CREATE_BUCKET])
     return url, overrides
 
 
@@ -104,4 +97,27 @@ async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
         saver.close()
 
 
-__all__ = ["checkpointer", "options_from_env", "saver_from_env"]
+def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Store:
+    """An :class:`~langgraph_s3_checkpoint.store.AsyncS3Store` on the checkpointer's location (same
+    environment variables; saver-only URL options are ignored). Keyword arguments (``index=``, ``ttl=``,
+    ``serde=``) override the URL and the environment."""
+    from .store import AsyncS3Store
+
+    url, overrides = options_from_env(environ)
+    overrides.update(kwargs)
+    return AsyncS3Store._from_url(url, **overrides)
+
+
+@asynccontextmanager
+async def store() -> AsyncIterator[AsyncS3Store]:
+    """Yield a ready long-term memory store (``langgraph.json``: ``"store": {"path":
+    "langgraph_s3_checkpoint.server.store"}``); close it on exit. Not yet exercised by an Agent Server test."""
+    memory = store_from_env()
+    try:
+        await memory.setup()
+        yield memory
+    finally:
+        memory.close()
+
+
+__all__ = ["checkpointer", "options_from_env", "saver_from_env", "store", "store_from_env"]

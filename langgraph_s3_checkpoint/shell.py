@@ -11,7 +11,9 @@ boto3 clients are thread-safe, so one client and one connection pool serve every
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +22,17 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.parsers import ResponseParserError
 
-from .errors import S3RequestError, error_for_code
+from .errors import NotS3EndpointError, S3AccessError, S3RequestError, SaverMisuseError, error_for_code
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -107,6 +116,48 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _answer_of(exc: ClientError) -> str:
+    """What the server answered, in a few words: status, content type, server, start of the message."""
+    meta = exc.response.get("ResponseMetadata", {})
+    headers = meta.get("HTTPHeaders", {}) or {}
+    parts = [f"HTTP {meta.get('HTTPStatusCode', '?')}"]
+    for name in ("content-type", "server"):
+        if headers.get(name):
+            parts.append(f"{name} {headers[name]!r}")
+    message = str(exc.response.get("Error", {}).get("Message", "") or "")[:120]
+    if message:
+        parts.append(f"message {message!r}")
+    return ", ".join(parts)
+
+
+def _reply_answer(reply: Mapping[str, Any], what: str) -> str:
+    """A successful-looking reply that lacks what every S3 server sends, in a few words."""
+    meta = reply.get("ResponseMetadata", {})
+    headers = meta.get("HTTPHeaders", {}) or {}
+    parts = [f"HTTP {meta.get('HTTPStatusCode', '?')} without {what}"]
+    for name in ("content-type", "server"):
+        if headers.get(name):
+            parts.append(f"{name} {headers[name]!r}")
+    return ", ".join(parts)
+
+
+def _speaks_s3(exc: ClientError) -> bool:
+    """Whether an error reply came from an S3 server: an S3 error code parsed from an XML body, or the
+    request-id headers every S3 implementation sends. A web page or a bare 404 from another HTTP
+    server has neither. A bare 403 is taken for S3's (refused credentials are the likelier diagnosis)
+    unless it is a web page."""
+    code = _code(exc)
+    meta = exc.response.get("ResponseMetadata", {})
+    headers = meta.get("HTTPHeaders", {}) or {}
+    if str(headers.get("content-type", "")).startswith("text/html"):
+        return False
+    if code and not code.isdigit():
+        return True
+    if any(h in headers for h in ("x-amz-request-id", "x-amz-id-2", "x-amz-bucket-region")):
+        return True
+    return bool(meta.get("HTTPStatusCode") == 403)
+
+
 @dataclass
 class BucketIO:
     """Executes requests against one bucket."""
@@ -128,7 +179,10 @@ class BucketIO:
     """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
     backend: Any = field(default=None, repr=False)
     """An in-process bucket (``memory.MemoryBucket``) that answers every request instead of boto3."""
+    deadline: float | None = None
+    """Seconds one operation may take (``operation_timeout``); for a stream, each item. ``None``: no limit."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -137,11 +191,20 @@ class BucketIO:
         return self._pool
 
     def close(self) -> None:
+        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         if self.direct is not None:
             self.direct.close()
+
+    def check_open(self, what: str) -> None:
+        """Refuse work after ``close()``: its connections are gone, and a silently re-opened pool would leak."""
+        if self._closed:
+            raise SaverMisuseError(
+                f"{what}() was called on a saver that was closed (after its `with` block or close()). "
+                "Open a new saver (S3Saver.from_conn_string / S3Saver(...)) for further calls."
+            )
 
     # -- one request ----------------------------------------------------------------------------
     def execute(self, request: Request) -> Any:
@@ -171,12 +234,34 @@ class BucketIO:
             return self._execute(request)
         except ClientError as exc:
             code = _code(exc)
+            if not _speaks_s3(exc):
+                raise self.not_s3(_answer_of(exc)) from None
             where = getattr(request, "key", None) or getattr(request, "prefix", None) or self.bucket
             error = error_for_code(code, self.bucket, f"{type(request).__name__} {where!r}", code or str(exc))
             raise error from (exc if isinstance(error, S3RequestError) else None)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
-            raise S3RequestError(f"Cannot reach the S3 endpoint: {exc}") from exc
+            raise S3RequestError(f"Cannot reach the S3 endpoint {self.endpoint}: {exc}") from exc
+        except ResponseParserError as exc:
+            raise self.not_s3(f"a reply botocore cannot parse as S3 ({str(exc)[:200]})") from None
+        except (NoCredentialsError, PartialCredentialsError) as exc:
+            raise S3AccessError(
+                f"No usable AWS credentials were found ({exc}). Set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance/task role), or pass "
+                "aws_access_key_id=/aws_secret_access_key= to the saver."
+            ) from None
+        except BotoCoreError as exc:
+            raise S3RequestError(f"{type(request).__name__} failed: {exc}") from exc
+
+    @property
+    def endpoint(self) -> str:
+        return str(getattr(getattr(self.client, "meta", None), "endpoint_url", "") or "(default)")
+
+    def not_s3(self, answer: str) -> NotS3EndpointError:
+        return NotS3EndpointError(
+            f"The endpoint {self.endpoint} does not answer like S3: it answered {answer}. Check endpoint_url "
+            "(the host and port of the S3 API, e.g. SeaweedFS's S3 port 8333, not its filer or master port)."
+        )
 
     def _execute(self, request: Request) -> Any:
         c = self.client
@@ -187,6 +272,8 @@ class BucketIO:
                 if _code(exc) in _MISSING_CODES:
                     return None
                 raise
+            if "ETag" not in reply:
+                raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
             return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
         if isinstance(request, Put):
             kwargs = put_arguments(request, self.put_args, self.expiry_tag)
@@ -198,9 +285,13 @@ class BucketIO:
                 if code in _PRECONDITION_CODES or (request.if_match is not None and code in _MISSING_CODES):
                     return PRECONDITION_FAILED
                 raise
+            if "ETag" not in reply:
+                raise self.not_s3(_reply_answer(reply, f"an ETag to PutObject {request.key!r}"))
             return Stored(reply["ETag"])
         if isinstance(request, ListKeys):
             reply = c.list_objects_v2(Bucket=self.bucket, **list_arguments(request))
+            if "IsTruncated" not in reply:
+                raise self.not_s3(_reply_answer(reply, "a ListBucketResult to ListObjectsV2"))
             contents = reply.get("Contents", ())
             return Page(
                 keys=[o["Key"] for o in contents],
@@ -252,9 +343,22 @@ class BucketIO:
             try:
                 c.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
-                if _code(exc) in _MISSING_CODES | {"NoSuchBucket"}:
-                    return False
-                raise
+                if _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}:
+                    raise
+                # A HEAD reply has no body: any web server says 404 to it. An S3 server names the
+                # missing bucket in the body of a GET; anything else is not S3.
+                try:
+                    listing = c.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
+                    if "IsTruncated" not in listing:
+                        answer = f"{_answer_of(exc)} to HeadBucket, "
+                        raise self.not_s3(answer + _reply_answer(listing, "a ListBucketResult to a listing"))
+                except ClientError as listed:
+                    if _code(listed) == "NoSuchBucket":
+                        return False
+                    if not _speaks_s3(listed):
+                        answer = f"{_answer_of(exc)} to HeadBucket, {_answer_of(listed)} to a listing"
+                        raise self.not_s3(answer) from None
+                    raise
             return True
         if isinstance(request, CreateBucket):
             c.create_bucket(Bucket=self.bucket)
@@ -282,16 +386,45 @@ class BucketIO:
         self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
 
     # -- drivers --------------------------------------------------------------------------------
-    def _batch(self, requests: list[Request]) -> list[Any]:
-        replies, missing = self._split(requests)
-        if len(missing) == 1:
-            return _fill(replies, [self._fetch(missing[0])])
-        return _fill(replies, list(self.pool.map(self._fetch, missing)))
+    def _remaining(self, started: float | None) -> float | None:
+        """Seconds left before the operation's deadline; raises once it has passed."""
+        if self.deadline is None or started is None:
+            return None
+        left = self.deadline - (time.monotonic() - started)
+        if left <= 0:
+            raise self._deadline_error()
+        return left
 
-    async def _abatch(self, requests: list[Request]) -> list[Any]:
+    def _deadline_error(self) -> S3RequestError:
+        return S3RequestError(
+            f"The S3 operation did not finish within {self.deadline:g} s (operation_timeout; endpoint "
+            f"{self.endpoint}). The server is slow or not answering; raise operation_timeout if it is "
+            "expected to be this slow."
+        )
+
+    def _batch(self, requests: list[Request], started: float | None) -> list[Any]:
         replies, missing = self._split(requests)
+        left = self._remaining(started)
+        if len(missing) == 1:
+            # Bounded by the client's attempts and timeouts; the deadline is checked before the next step.
+            return _fill(replies, [self._fetch(missing[0])])
+        futures = [self.pool.submit(self._fetch, r) for r in missing]
+        _, pending = concurrent.futures.wait(futures, timeout=left)
+        if pending:
+            for future in pending:
+                future.cancel()
+            raise self._deadline_error()
+        return _fill(replies, [f.result() for f in futures])
+
+    async def _abatch(self, requests: list[Request], started: float | None) -> list[Any]:
+        replies, missing = self._split(requests)
+        left = self._remaining(started)
         loop = asyncio.get_running_loop()
-        fetched = await asyncio.gather(*(loop.run_in_executor(self.pool, self._fetch, r) for r in missing))
+        gathered = asyncio.gather(*(loop.run_in_executor(self.pool, self._fetch, r) for r in missing))
+        try:
+            fetched = await asyncio.wait_for(gathered, timeout=left)
+        except asyncio.TimeoutError:
+            raise self._deadline_error() from None
         return _fill(replies, fetched)
 
     def _split(self, requests: list[Request]) -> tuple[list[Any], list[Request]]:
@@ -299,32 +432,40 @@ class BucketIO:
         replies = [self._cached(r) for r in requests]
         return replies, [r for r, reply in zip(requests, replies, strict=True) if reply is _MISS]
 
-    def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
-        """Run a streaming plan, yielding what it emits."""
+    def iterate(self, plan: Plan[Any], *, bounded: bool = True) -> Iterator[Any]:
+        """Run a streaming plan, yielding what it emits.
+
+        With ``bounded``, the deadline counts the time spent getting to each emitted item (not the
+        consumer's time). Maintenance that may legitimately run long (deleting or copying a large thread)
+        passes ``bounded=False``: each of its requests is still bounded by the client's timeouts."""
         reply: Any = None
+        started = time.monotonic() if bounded else None
         while (step := _advance(plan, reply)) is not _DONE:
             if isinstance(step, Emit):
                 reply = None
                 yield step.value
+                started = time.monotonic() if bounded else None
             else:
-                reply = self._batch(step)
+                reply = self._batch(step, started)
 
-    async def aiterate(self, plan: Plan[Any]) -> AsyncIterator[Any]:
+    async def aiterate(self, plan: Plan[Any], *, bounded: bool = True) -> AsyncIterator[Any]:
         """The same, awaiting each batch instead of blocking on it."""
         reply: Any = None
+        started = time.monotonic() if bounded else None
         while (step := _advance(plan, reply)) is not _DONE:
             if isinstance(step, Emit):
                 reply = None
                 yield step.value
+                started = time.monotonic() if bounded else None
             else:
-                reply = await self._abatch(step)
+                reply = await self._abatch(step, started)
 
-    def run(self, plan: Plan[T]) -> T:
+    def run(self, plan: Plan[T], *, bounded: bool = True) -> T:
         """Run a plan to its result."""
-        return _only_result(list(self.iterate(_result_of(plan))))
+        return _only_result(list(self.iterate(_result_of(plan), bounded=bounded)))
 
-    async def arun(self, plan: Plan[T]) -> T:
-        return _only_result([item async for item in self.aiterate(_result_of(plan))])
+    async def arun(self, plan: Plan[T], *, bounded: bool = True) -> T:
+        return _only_result([item async for item in self.aiterate(_result_of(plan), bounded=bounded)])
 
 
 _DONE = object()

@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 
 import urllib3
 
-from .errors import InvalidConfigError, S3RequestError, error_for_code
+from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
 from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Put, Stored
 
 _RETRY_STATUS = {500, 502, 503, 504}
@@ -45,6 +45,8 @@ _RETRY_CODES = _THROTTLING_CODES | {"RequestTimeout", "RequestTimeoutException",
 _OPERATION = {"GET": "GetObject", "PUT": "PutObject"}
 _MAX_BACKOFF = 20.0
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+_S3_HEADERS = ("x-amz-request-id", "x-amz-id-2", "x-amz-bucket-region")
+"""Headers every S3 implementation sends; an error reply with neither these nor an S3 error body is not S3."""
 
 _HEADER_OF = {
     "IfNoneMatch": "if-none-match",
@@ -189,6 +191,8 @@ class DirectTransport:
         status, headers, body = self._send("GET", request.key, {}, b"", dict(self._get_headers))
         if status == 404:
             return None
+        if "etag" not in headers:
+            raise self._not_s3(status, headers, body)
         modified = headers.get("last-modified")
         return Obj(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
 
@@ -198,13 +202,20 @@ class DirectTransport:
         # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
         if status in (409, 412) or (status == 404 and request.if_match is not None):
             return PRECONDITION_FAILED
+        if "etag" not in reply:
+            raise self._not_s3(status, reply, b"")
         return Stored(reply["etag"])
 
     def _list(self, request: ListKeys) -> Page:
         query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
         query.update({"list-type": "2", "encoding-type": "url"})
-        _, headers, body = self._send("GET", None, query, b"", {})
-        root = ET.fromstring(body)
+        status, headers, body = self._send("GET", None, query, b"", {})
+        try:
+            root = ET.fromstring(body)
+        except ET.ParseError:
+            root = None
+        if root is None or not root.tag.endswith("ListBucketResult"):
+            raise self._not_s3(status, headers, body)
         keys: list[str] = []
         modified: list[datetime] = []
         etags: list[str] = []
@@ -261,11 +272,28 @@ class DirectTransport:
             raise _Failure(str(exc), retryable=True) from exc
         status, data = response.status, response.data
         match = _ERROR_CODE.search(data or b"") if status >= 300 else None
+        html = str(response.headers.get("content-type", "")).startswith("text/html")
+        foreign = html or (match is None and not any(h in response.headers for h in _S3_HEADERS) and status != 403)
+        if status >= 300 and foreign and status not in _RETRY_STATUS:  # a proxy's 5xx page is retried as before
+            raise self._not_s3(status, response.headers, data)
         code = match.group(1).decode() if match else str(status)
         if status < 300 or _is_answer(status, code):
             return status, response.headers, data
         retryable = status in _RETRY_STATUS or status == 429 or code in _RETRY_CODES
         raise _Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
+
+    def _not_s3(self, status: int, headers: Mapping[str, str], body: bytes) -> NotS3EndpointError:
+        answer = f"HTTP {status}"
+        for name in ("content-type", "server"):
+            if headers.get(name):
+                answer += f", {name} {headers[name]!r}"
+        if body:
+            answer += f", body {body[:80]!r}"
+        return NotS3EndpointError(
+            f"The endpoint {'https' if self._https else 'http'}://{self._host} does not answer like S3: it "
+            f"answered {answer}. Check endpoint_url (the host and port of the S3 API, e.g. SeaweedFS's S3 "
+            "port 8333, not its filer or master port)."
+        )
 
     def _sign(self, method: str, path: str, query_string: str, headers: dict[str, str], body: bytes) -> None:
         credentials = self._credentials.get_frozen_credentials()

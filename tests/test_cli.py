@@ -305,7 +305,7 @@ def test_prune_keeps_the_latest_checkpoint(env: Env) -> None:
     assert len(env.history_ids("p1", "")) == 1
     assert len(env.history_ids("p2", "")) > 1
 
-    everything = env.json("prune", "--all")
+    everything = env.json("prune", "--keep-latest", "--all")
     assert sorted(r["thread_id"] for r in everything["threads"]) == ["p1", "p2", "p3"]
     for thread_id, tup in before.items():
         assert tup is not None
@@ -317,8 +317,9 @@ def test_prune_keeps_the_latest_checkpoint(env: Env) -> None:
 
     usage = env.run("prune")
     assert usage.returncode == 2
-    assert env.run("prune", "--all", "p1").returncode == 2
-    assert env.run("prune", "nobody").returncode == 1
+    assert env.run("prune", "--all").returncode == 2  # the strategy must be named
+    assert env.run("prune", "--keep-latest", "--all", "p1").returncode == 2
+    assert env.run("prune", "--keep-latest", "nobody").returncode == 1
 
 
 def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.LocalS3Server) -> None:

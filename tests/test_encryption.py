@@ -26,6 +26,7 @@ from langgraph.types import Command, interrupt
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3RequestError, S3Saver, local
 from langgraph_s3_checkpoint.codec import MAGIC
+from langgraph_s3_checkpoint.errors import DecryptionError
 
 AES_KEY = "0123456789abcdef0123456789abcdef"
 SSE_BUCKET = "lgs3-sse"
@@ -103,14 +104,19 @@ def test_encrypted_serializer_leaves_no_plaintext(s3_server: local.LocalS3Server
     leaked = [k for k, body in objects.items() if secret.encode() in body or secret[11:].encode() in body]
     assert leaked == []
 
-    # Readable only with the key: a saver without it, or with another key, reports corrupt objects.
+    # Readable only with the key: a saver without it, or with another key, raises DecryptionError (a
+    # CorruptObjectError too) that says the data is intact and never advises deleting it.
     plain = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
-    with contextlib.closing(plain), pytest.raises(CorruptObjectError):
+    with contextlib.closing(plain), pytest.raises(DecryptionError, match="has no key") as missing:
         plain.get_tuple({"configurable": {"thread_id": "vault"}})
     other = EncryptedSerializer.from_pycryptodome_aes(key=b"fedcba9876543210fedcba9876543210")
     wrong = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), serde=other)
-    with contextlib.closing(wrong), pytest.raises(CorruptObjectError):
+    with contextlib.closing(wrong), pytest.raises(DecryptionError, match="does not match") as mismatch:
         wrong.get_tuple({"configurable": {"thread_id": "vault"}})
+    for raised in (missing, mismatch):
+        assert isinstance(raised.value, CorruptObjectError)
+        message = str(raised.value)
+        assert "data is intact" in message and "delete or restore" not in message
 
 
 def test_plaintext_is_visible_without_encryption(s3_server: local.LocalS3Server, bucket: str, prefix: str) -> None:
@@ -158,8 +164,9 @@ def test_cli_reads_encrypted_checkpoints_with_serde_option(seaweedfs_server: loc
     assert json.loads(shown.stdout)["channel_values"]["secret"] == secret
     assert cli(serde, "verify").returncode == 0
     without = cli("show", "vault")
-    assert without.returncode == 1
-    assert "corrupt or unreadable" in without.stderr
+    assert without.returncode == 2  # a configuration error: the data is intact, the key is missing
+    assert "could not be decrypted" in without.stderr and "data is intact" in without.stderr
+    assert "delete" not in without.stderr.replace("do not delete", "")
     assert cli("verify").returncode == 1
     bad = cli("--serde=langgraph.checkpoint.serde.encrypted:NoSuchThing", "show", "vault")
     assert bad.returncode == 2

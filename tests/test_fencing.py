@@ -337,6 +337,6 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
             )
             if committed is None and moves_head:
                 committed = commit()
-            reply = roller._store._batch(step)
+            reply = roller._store._batch(step, None)
     assert committed is not None, "the rollback never moved the head"
     return committed

@@ -27,26 +27,31 @@ class FetchError(RuntimeError):
     """The sdist could not be downloaded or did not contain the expected tests."""
 
 
-def installed_version() -> str:
-    return importlib.metadata.version("langgraph")
+def installed_version(package: str = "langgraph") -> str:
+    return importlib.metadata.version(package)
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("LANGGRAPH_TESTS_CACHE") or DEFAULT_CACHE)
 
 
-def ensure_tests(version: str | None = None, cache: Path | None = None) -> Path:
-    """Return ``<cache>/<version>``, holding the sdist's ``tests/`` package; download it first if needed."""
-    version = version or installed_version()
-    dest = (cache or cache_root()) / version
-    if (dest / COMPLETE_MARKER).is_file() and (dest / "tests" / "conftest.py").is_file():
+def ensure_tests(
+    version: str | None = None, cache: Path | None = None, *, package: str = "langgraph", required: str = "conftest.py"
+) -> Path:
+    """Return ``<cache>/<version>``, holding the sdist's ``tests/`` package; download it first if needed.
+
+    Another package's sdist (e.g. ``package="langgraph-checkpoint"``, whose ``tests/`` has no conftest:
+    ``required="test_store.py"``) goes to ``<cache>/<package>-<version>``."""
+    version = version or installed_version(package)
+    dest = (cache or cache_root()) / (version if package == "langgraph" else f"{package}-{version}")
+    if (dest / COMPLETE_MARKER).is_file() and (dest / "tests" / required).is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="langgraph-sdist-", dir=dest.parent) as tmp:
-        sdist = _download(version, Path(tmp) / "download")
+    with tempfile.TemporaryDirectory(prefix=f"{package}-sdist-", dir=dest.parent) as tmp:
+        sdist = _download(version, Path(tmp) / "download", package)
         staging = Path(tmp) / "staging"
-        _extract_tests(sdist, staging)
-        (staging / COMPLETE_MARKER).write_text(f"langgraph=={version} from {sdist.name}\n")
+        _extract_tests(sdist, staging, required)
+        (staging / COMPLETE_MARKER).write_text(f"{package}=={version} from {sdist.name}\n")
         if dest.exists():  # a partial tree from an interrupted run, or another process won the race
             if (dest / COMPLETE_MARKER).is_file():
                 return dest
@@ -55,7 +60,7 @@ def ensure_tests(version: str | None = None, cache: Path | None = None) -> Path:
     return dest
 
 
-def _download(version: str, into: Path) -> Path:
+def _download(version: str, into: Path, package: str = "langgraph") -> Path:
     command = [
         sys.executable,
         "-m",
@@ -65,7 +70,7 @@ def _download(version: str, into: Path) -> Path:
         ":all:",
         "--no-deps",
         "--disable-pip-version-check",
-        f"langgraph=={version}",
+        f"{package}=={version}",
         "-d",
         str(into),
     ]
@@ -74,13 +79,14 @@ def _download(version: str, into: Path) -> Path:
         raise FetchError(
             f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
         )
-    sdists = sorted(into.glob("langgraph-*.tar.gz"))
+    names = {f"{package}-*.tar.gz", f"{package.replace('-', '_')}-*.tar.gz"}
+    sdists = sorted({p for name in names for p in into.glob(name)})
     if len(sdists) != 1:
-        raise FetchError(f"expected one langgraph sdist in {into}, found {[p.name for p in into.iterdir()]}")
+        raise FetchError(f"expected one {package} sdist in {into}, found {[p.name for p in into.iterdir()]}")
     return sdists[0]
 
 
-def _extract_tests(sdist: Path, staging: Path) -> None:
+def _extract_tests(sdist: Path, staging: Path, required: str = "conftest.py") -> None:
     """Extract ``<top>/tests/**`` of the sdist to ``staging/tests/**`` (and nothing else)."""
     staging.mkdir()
     with tarfile.open(sdist) as archive:
@@ -90,8 +96,8 @@ def _extract_tests(sdist: Path, staging: Path) -> None:
             if len(parts) >= 2 and parts[1] == "tests" and (member.isfile() or member.isdir()):
                 member.name = str(Path(*parts[1:]))
                 members.append(member)
-        if not any(m.name == "tests/conftest.py" for m in members):
-            raise FetchError(f"{sdist.name} has no tests/conftest.py")
+        if not any(m.name == f"tests/{required}" for m in members):
+            raise FetchError(f"{sdist.name} has no tests/{required}")
         if hasattr(tarfile, "data_filter"):
             archive.extractall(staging, members=members, filter="data")
         else:  # pragma: no cover - Python without PEP 706 (names were checked to stay under tests/)

@@ -1,0 +1,1188 @@
+"""``S3Store`` and ``AsyncS3Store``: LangGraph's long-term memory ``BaseStore`` on the saver's bucket.
+
+Same design as the saver: every operation is a *plan* (a generator yielding batches of independent
+requests, see :mod:`requests`), written once in :class:`StoreCore` and driven by ``BucketIO.run`` (sync)
+or ``BucketIO.arun`` (async). Embeddings are computed by the store classes before a plan starts (with
+``embed_documents`` or ``aembed_documents``), so plans stay pure.
+
+Layout under ``{prefix}/store/`` (labels and keys escaped by :func:`keys.escape`; segments longer than
+180 characters become ``~`` + SHA-256 and the real label is kept in a ``names/`` object)::
+
+    store/ns/{l1}/.../{ln}/~/{key}       one item (value, timestamps, TTL), the only source of truth
+    store/vec/{l1}/.../{ln}/~/{shard}    vectors of the namespace's items whose key hashes to ``shard``
+    store/names/{digest}                 the real label or key behind a digest segment (immutable)
+
+``~`` alone is never an escaped label (labels are not empty), so a namespace's own items never mix with
+a child namespace's. The saver only reads ``threads/``, ``runs/`` and ``_setup/``: saver and store can
+share one bucket and prefix. See docs/design.md, "Long-term memory store".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+from langgraph.store.memory import _compare_values, _cosine_similarity, _does_match
+
+from .codec import Codec
+from .core import Core
+from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError, StoreConflictError
+from .keys import MAX_SEGMENT, Layout, is_digest
+from .memory import MemoryBucket
+from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
+from .requests import Stored as Written
+from .saver import DEFAULT_COMPRESS_THRESHOLD, make_client, parse_url
+from .shell import BucketIO, same_etag
+from .transport import DirectTransport
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+StoreT = TypeVar("StoreT", bound="BaseS3Store")
+
+HERE = "~"
+"""The segment holding a namespace's own items (never an escaped label: labels are not empty)."""
+DEFAULT_VECTOR_SHARDS = 16
+READ_CHUNK = 128
+"""Items read in parallel at once by a scan (bounds the bodies held in memory)."""
+MAX_SHARD_ATTEMPTS = 20
+SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "ttl_days", "operation_timeout")
+"""URL options of the saver that do not apply to the store (``from_conn_string`` ignores them)."""
+
+Vectors = dict[str, list[float]]
+"""Path of an embedded field (``"text"``, ``"tags.1"`` ...) -> its vector."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Layout
+# ------------------------------------------------------------------------------------------------
+_KEEP = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def escape(value: str) -> str:
+    """One key segment for a label or key: letters, digits and ``_`` stay, every other UTF-8 byte
+    becomes ``=XX``; ``""`` becomes ``~``; a segment over 180 characters becomes ``~`` + SHA-256.
+
+    Unlike the saver's :func:`keys.escape` (``%XX``, ``-`` kept), every character of a segment sorts
+    above ``/``, so ascending byte order of keys (S3, moto) and folder-by-folder order (SeaweedFS's
+    filer) are the same order: search pages identically on every server."""
+    if value == "":
+        return "~"
+    raw = value.encode("utf-8", "surrogatepass")
+    segment = "".join(chr(b) if b in _KEEP else f"={b:02X}" for b in raw)
+    if len(segment) > MAX_SEGMENT:
+        return "~" + hashlib.sha256(raw).hexdigest()
+    return segment
+
+
+def unescape(segment: str) -> str:
+    """Inverse of :func:`escape` for verbatim segments."""
+    if segment == "~":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(segment):
+        if segment[i] == "=":
+            out.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(segment[i]))
+            i += 1
+    return out.decode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Keys of the store under one bucket prefix. Pure."""
+
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        cleaned = self.prefix.strip("/")
+        object.__setattr__(self, "prefix", f"{cleaned}/" if cleaned else "")
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}store/"
+
+    @property
+    def items_root(self) -> str:
+        return f"{self.root}ns/"
+
+    @property
+    def vectors_root(self) -> str:
+        return f"{self.root}vec/"
+
+    @property
+    def names_root(self) -> str:
+        return f"{self.root}names/"
+
+    @staticmethod
+    def path(namespace: Sequence[str]) -> str:
+        return "".join(f"{escape(label)}/" for label in namespace)
+
+    def items(self, namespace_prefix: Sequence[str]) -> str:
+        """Prefix of every item in ``namespace_prefix`` and the namespaces below it."""
+        return f"{self.items_root}{self.path(namespace_prefix)}"
+
+    def item(self, namespace: Sequence[str], key: str) -> str:
+        return f"{self.items(namespace)}{HERE}/{escape(key)}"
+
+    def vectors(self, namespace_prefix: Sequence[str]) -> str:
+        return f"{self.vectors_root}{self.path(namespace_prefix)}"
+
+    def shard(self, namespace: Sequence[str], key: str, shards: int) -> str:
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+        return f"{self.vectors(namespace)}{HERE}/{int.from_bytes(digest[:4], 'big') % shards:02x}"
+
+    def name(self, segment: str) -> str:
+        return f"{self.names_root}{segment}"
+
+    def digests(self, namespace: Sequence[str], key: str | None) -> dict[str, str]:
+        """Digest segment -> real string, for the labels (and key) too long to be kept verbatim."""
+        out = {}
+        for value in (*namespace, *(() if key is None else (key,))):
+            segment = escape(value)
+            if is_digest(segment):
+                out[segment] = value
+        return out
+
+    def is_item(self, key: str) -> bool:
+        """Whether a listed key is an item of ours (folder markers and foreign objects are skipped)."""
+        if not key.startswith(self.items_root):
+            return False
+        parts = key[len(self.items_root) :].split("/")
+        return len(parts) >= 2 and parts[-2] == HERE and all(parts) and HERE not in parts[:-2]
+
+    def is_shard(self, key: str) -> bool:
+        if not key.startswith(self.vectors_root):
+            return False
+        parts = key[len(self.vectors_root) :].split("/")
+        return len(parts) >= 2 and parts[-2] == HERE and all(parts)
+
+    def item_of_shard_entry(self, shard_key: str, key: str) -> str:
+        """The item key of ``key`` in the namespace that ``shard_key`` belongs to."""
+        namespace_path = shard_key[len(self.vectors_root) : shard_key.rindex(f"{HERE}/")]
+        return f"{self.items_root}{namespace_path}{HERE}/{escape(key)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Objects
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Stored:
+    """One item as read from the bucket."""
+
+    key: str
+    etag: str
+    frame: dict[str, Any]
+    item: Item
+
+    @property
+    def version(self) -> str:
+        return str(self.frame.get("ver", ""))
+
+    @property
+    def ttl(self) -> float | None:
+        ttl = self.frame.get("ttl")
+        return None if ttl is None else float(ttl)
+
+    def expired(self, now: datetime) -> bool:
+        expires = self.frame.get("expires")
+        return expires is not None and float(expires) <= now.timestamp()
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+@dataclass(frozen=True)
+class StoreCodec:
+    """Bytes of items, vector shards and name objects, framed like every object of the saver."""
+
+    codec: Codec
+
+    def encode_item(
+        self, namespace: Sequence[str], key: str, value: Any, now: datetime, ttl: float | None, version: str
+    ) -> bytes:
+        return self.codec._frame(
+            {
+                "ns": list(namespace),
+                "key": key,
+                "value": self.codec.dump(f"store value {tuple(namespace)!r}/{key!r}", dict(value)),
+                "created": _iso(now),
+                "updated": _iso(now),
+                "ttl": ttl,
+                "expires": None if ttl is None else (now + timedelta(minutes=ttl)).timestamp(),
+                "ver": version,
+            }
+        )
+
+    def refreshed(self, stored: Stored, now: datetime) -> bytes:
+        frame = dict(stored.frame)
+        frame["expires"] = (now + timedelta(minutes=float(frame["ttl"]))).timestamp()
+        return self.codec._frame(frame)
+
+    def decode_item(self, key: str, obj: Obj) -> Stored:
+        frame = self.codec._unframe(key, obj.body)
+        try:
+            item = Item(
+                value=self.codec.load(key, frame["value"]),
+                key=str(frame["key"]),
+                namespace=tuple(frame["ns"]),
+                created_at=datetime.fromisoformat(frame["created"]),
+                updated_at=datetime.fromisoformat(frame["updated"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptObjectError(key, f"store item is missing a field ({exc})") from exc
+        return Stored(key, obj.etag, frame, item)
+
+    def encode_shard(self, entries: dict[str, list[Any]]) -> bytes:
+        return self.codec._frame({"entries": entries})
+
+    def decode_shard(self, key: str, obj: Obj) -> dict[str, list[Any]]:
+        frame = self.codec._unframe(key, obj.body)
+        try:
+            return dict(frame["entries"])
+        except (KeyError, TypeError) as exc:
+            raise CorruptObjectError(key, f"vector shard is missing a field ({exc})") from exc
+
+    def encode_name(self, value: str) -> bytes:
+        return self.codec._frame({"name": value})
+
+    def decode_name(self, key: str, obj: Obj) -> str:
+        frame = self.codec._unframe(key, obj.body)
+        try:
+            return str(frame["name"])
+        except (KeyError, TypeError) as exc:
+            raise CorruptObjectError(key, f"name object is missing a field ({exc})") from exc
+
+
+def pack_vector(vector: Sequence[float]) -> bytes:
+    """float32, little endian: half the bytes of float64, and precise enough for cosine ranking."""
+    import array
+
+    packed = array.array("f", vector)
+    return packed.tobytes() if _LITTLE else _swapped(packed)
+
+
+def unpack_vector(data: bytes) -> list[float]:
+    import array
+
+    values = array.array("f")
+    values.frombytes(data)
+    if not _LITTLE:
+        values.byteswap()
+    return values.tolist()
+
+
+def cosine_scores(query: Sequence[float], packed: Sequence[bytes]) -> list[float]:
+    """InMemoryStore's cosine similarity (same float64 arithmetic, so the same scores), computed from
+    packed vectors without turning each into a Python list when numpy is there."""
+    if not packed:
+        return []
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional, as for InMemoryStore
+        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+    try:
+        matrix = np.frombuffer(b"".join(packed), dtype="<f4").reshape(len(packed), -1).astype(np.float64)
+    except ValueError:  # vectors of different sizes (the index changed): the general path
+        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+    if matrix.shape[1] != len(query):
+        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+    x = np.array(query)
+    x_norm = np.linalg.norm(x)
+    y_norm = np.linalg.norm(matrix, axis=1)
+    mask = y_norm != 0
+    similarities = np.zeros_like(y_norm)
+    similarities[mask] = np.dot(matrix[mask], x) / (y_norm[mask] * x_norm)
+    return [float(v) for v in similarities.tolist()]
+
+
+def _swapped(values: Any) -> bytes:
+    values.byteswap()
+    return bytes(values.tobytes())
+
+
+_LITTLE = __import__("sys").byteorder == "little"
+
+
+# ------------------------------------------------------------------------------------------------
+# Plan helpers
+# ------------------------------------------------------------------------------------------------
+def _one(request: Request) -> Plan[Any]:
+    replies = yield [request]
+    return replies[0]
+
+
+def parallel(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
+    """Run independent plans side by side: each round trip carries every plan's next batch."""
+    results: list[Any] = [None] * len(plans)
+    steps: dict[int, list[Request]] = {}
+    for i, plan in enumerate(plans):
+        _step(plan, None, i, steps, results)
+    while steps:
+        order = list(steps.items())
+        batch = [request for _, step in order for request in step]
+        replies = (yield batch) if batch else []
+        steps = {}
+        at = 0
+        for i, step in order:
+            _step(plans[i], replies[at : at + len(step)], i, steps, results)
+            at += len(step)
+    return results
+
+
+def _step(plan: Plan[Any], reply: Any, i: int, steps: dict[int, list[Request]], results: list[Any]) -> None:
+    try:
+        step = plan.send(reply)
+    except StopIteration as stop:
+        results[i] = stop.value
+        return
+    if not isinstance(step, list):
+        raise TypeError("parallel() runs plans that yield request batches only")
+    steps[i] = step
+
+
+def _pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
+    pages: list[Page] = []
+    token: str | None = None
+    while True:
+        page: Page = yield from _one(ListKeys(prefix, delimiter=delimiter, token=token))
+        pages.append(page)
+        if page.token is None:
+            return pages
+        token = page.token
+
+
+def matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    """InMemoryStore's filter; a comparison that cannot be made (missing or non-numeric field) is False."""
+    if not filter:
+        return True
+    for key, wanted in filter.items():
+        try:
+            if not _compare_values(value.get(key), wanted):
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+@dataclass
+class _Candidate:
+    key: str
+    etag: str | None
+    stored: Stored | None = None
+    vectors: list[bytes] = field(default_factory=list)
+    """Packed float32 vectors (see :func:`pack_vector`), one per embedded field."""
+    version: str | None = None
+    """Version of the item the shard's vectors were computed for."""
+    read: bool = False
+    shard_value: Any = None
+    """The value as the shard recorded it (serde-encoded), to filter without reading the item."""
+    current: bool = False
+    """The shard entry was written for the very object listed (same ETag): its value is the item's."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The plans
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class StoreCore:
+    """Plans for every store operation over one bucket prefix."""
+
+    layout: StoreLayout
+    codec: StoreCodec
+    vector_shards: int = DEFAULT_VECTOR_SHARDS
+    indexed: bool = False
+    """Whether an index is configured: puts maintain the vector shards, queries read them."""
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    names: dict[str, str] = field(default_factory=dict)
+    """Digest segment -> real string, for name objects known to exist (written or read)."""
+
+    # -- batch ------------------------------------------------------------------------------------
+    def batch(
+        self,
+        ops: Sequence[Op],
+        put_vectors: dict[tuple[tuple[str, ...], str], Vectors],
+        queries: dict[str, list[float]],
+    ) -> Plan[list[Result]]:
+        """Reads see the state before the batch (they run first, in parallel); then the last write to
+        each (namespace, key) is applied, all writes in parallel."""
+        results: list[Result] = [None] * len(ops)
+        reads: list[tuple[int, Plan[Any]]] = []
+        writes: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                reads.append((i, self.get(op)))
+            elif isinstance(op, SearchOp):
+                query = queries.get(op.query) if op.query and self.indexed else None
+                reads.append((i, self.search(op, query)))
+            elif isinstance(op, ListNamespacesOp):
+                reads.append((i, self.list_namespaces(op)))
+            elif isinstance(op, PutOp):
+                writes[(tuple(op.namespace), op.key)] = op
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
+        if reads:
+            answers = yield from parallel([plan for _, plan in reads])
+            for (i, _), answer in zip(reads, answers, strict=True):
+                results[i] = answer
+        if writes:
+            yield from self.write(list(writes.values()), put_vectors)
+        return results
+
+    # -- get --------------------------------------------------------------------------------------
+    def get(self, op: GetOp) -> Plan[Item | None]:
+        key = self.layout.item(op.namespace, op.key)
+        obj = yield from _one(Get(key))
+        if obj is None:
+            return None
+        stored = self.codec.decode_item(key, obj)
+        now = self.now()
+        if stored.expired(now):
+            return None
+        if op.refresh_ttl:
+            yield from self._refresh([stored], now)
+        return stored.item
+
+    def _refresh(self, items: Sequence[Stored], now: datetime) -> Plan[None]:
+        """Push back the expiry of items with a TTL (``If-Match``: a concurrent rewrite wins)."""
+        puts: list[Request] = [
+            Put(s.key, self.codec.refreshed(s, now), if_match=s.etag) for s in items if s.ttl is not None
+        ]
+        if puts:
+            yield puts
+
+    # -- write ------------------------------------------------------------------------------------
+    def write(self, ops: Sequence[PutOp], put_vectors: dict[tuple[tuple[str, ...], str], Vectors]) -> Plan[None]:
+        """Items (and new name objects) in one round trip; vector shards beside them, one
+        read-modify-write plan per shard touched: its GET travels with the item PUTs, its PUT follows
+        and records each item's ETag, so that search knows a shard entry is current from a LIST."""
+        now = self.now()
+        requests: list[Request] = []
+        deletes: list[str] = []
+        shard_updates: dict[str, dict[str, list[Any] | None]] = {}
+        new_names: dict[str, str] = {}
+        entries: dict[str, list[Any]] = {}
+        for op in ops:
+            namespace = tuple(op.namespace)
+            key = self.layout.item(namespace, op.key)
+            version = uuid.uuid4().hex
+            if op.value is None:
+                deletes.append(key)
+            else:
+                for segment, real in self.layout.digests(namespace, None).items():
+                    if segment not in self.names:
+                        new_names[segment] = real
+                body = self.codec.encode_item(namespace, op.key, op.value, now, op.ttl, version)
+                requests.append(Put(key, body, expires=False))
+            if self.indexed:
+                vectors = put_vectors.get((namespace, op.key)) if op.value is not None else None
+                entry = (
+                    [
+                        version,
+                        {path: pack_vector(v) for path, v in vectors.items()},
+                        self.codec.codec.dump("store value", dict(op.value or {})),
+                        None,  # the item's ETag, once its PUT is answered
+                    ]
+                    if vectors
+                    else None
+                )
+                if entry is not None:
+                    entries[key] = entry
+                shard = self.layout.shard(namespace, op.key, self.vector_shards)
+                shard_updates.setdefault(shard, {})[op.key] = entry
+        for segment, real in new_names.items():
+            requests.append(Put(self.layout.name(segment), self.codec.encode_name(real), if_none_match=True))
+        for start in range(0, len(deletes), 1000):
+            requests.append(Delete(tuple(deletes[start : start + 1000])))
+        # parallel() hands each round trip's replies to the plans in order: _send (first) fills in the
+        # ETags before any shard plan builds the body of its PUT.
+        plans: list[Plan[Any]] = [self._send(requests, entries)]
+        plans += [self.update_shard(shard, changes) for shard, changes in shard_updates.items()]
+        yield from parallel(plans)
+        self.names.update(new_names)
+
+    @staticmethod
+    def _send(requests: list[Request], entries: dict[str, list[Any]]) -> Plan[None]:
+        if requests:
+            replies = yield requests
+            for request, reply in zip(requests, replies, strict=True):
+                if isinstance(request, Put) and isinstance(reply, Written) and request.key in entries:
+                    entries[request.key][3] = reply.etag
+
+    def update_shard(self, shard: str, changes: dict[str, list[Any] | None]) -> Plan[None]:
+        """Apply entries (``None`` removes one) to a vector shard: GET, then PUT conditioned on what was
+        read (``If-Match``, or ``If-None-Match`` for a new shard), again from the GET when refused."""
+        for _ in range(MAX_SHARD_ATTEMPTS):
+            obj = yield from _one(Get(shard))
+            entries = {} if obj is None else self.codec.decode_shard(shard, obj)
+            before = dict(entries)
+            for key, entry in changes.items():
+                if entry is None:
+                    entries.pop(key, None)
+                else:
+                    entries[key] = entry
+            if entries == before:
+                return
+            body = self.codec.encode_shard(entries)
+            if obj is None:
+                reply = yield from _one(Put(shard, body, if_none_match=True, expires=False))
+            elif not entries:
+                reply = yield from _one(DeleteIfMatch(shard, obj.etag))
+            else:
+                reply = yield from _one(Put(shard, body, if_match=obj.etag, expires=False))
+            if reply is not PRECONDITION_FAILED:
+                return
+        raise StoreConflictError(
+            f"Vector shard {shard!r} changed under {MAX_SHARD_ATTEMPTS} attempts to update it in a row; "
+            "the items were written, their vectors may be missing from semantic search. Retry the put."
+        )
+
+    # -- search -----------------------------------------------------------------------------------
+    def search(self, op: SearchOp, query: list[float] | None) -> Plan[list[SearchItem]]:
+        if query is not None:
+            return (yield from self._vector_search(op, query))
+        bounded = min(op.offset, op.limit) >= 0
+        need = op.offset + op.limit if bounded else None
+        found: list[Stored] = []
+        now = self.now()
+        prefix = self.layout.items(op.namespace_prefix)
+        token: str | None = None
+        while need is None or len(found) < need:
+            page: Page = yield from _one(ListKeys(prefix, token=token))
+            reads = [r for r in page.reads() if self.layout.is_item(r.key)]
+            at = 0
+            while at < len(reads) and (need is None or len(found) < need):
+                # Without a filter every live item counts: read only as many as still needed.
+                size = READ_CHUNK if op.filter or need is None else max(1, min(READ_CHUNK, need - len(found)))
+                chunk: list[Request] = list(reads[at : at + size])
+                at += len(chunk)
+                objs = yield chunk
+                for request, obj in zip(chunk, objs, strict=True):
+                    if obj is None:
+                        continue  # deleted since it was listed
+                    assert isinstance(request, Get)
+                    stored = self.codec.decode_item(request.key, obj)
+                    if not stored.expired(now) and matches(stored.item.value, op.filter):
+                        found.append(stored)
+                        if need is not None and len(found) == need:
+                            break
+            if page.token is None:
+                break
+            token = page.token
+        kept = found[op.offset : op.offset + op.limit]
+        if op.refresh_ttl:
+            yield from self._refresh(kept, now)
+        return [_search_item(s.item, None) for s in kept]
+
+    def _vector_search(self, op: SearchOp, query: list[float]) -> Plan[list[SearchItem]]:
+        """Rank by cosine similarity exactly as InMemoryStore does, reading vectors from the shards.
+
+        Without a filter: LIST shards, GET shards, GET the items in rank order, only as many as the page
+        needs (each GET verifies the item: missing, expired or of another version than the shard entry
+        means not ranked); the items are listed only if unscored items must fill the page. With a
+        filter: LIST items ∥ LIST shards, GET shards; the filter is applied to the values the shards
+        recorded for the very objects listed (same ETag), and again to each item read."""
+        now = self.now()
+        items_prefix = self.layout.items(op.namespace_prefix)
+        listed: list[_Candidate] | None = None
+        if op.filter:
+            item_pages, shard_pages = yield from parallel(
+                [_pages(items_prefix), _pages(self.layout.vectors(op.namespace_prefix))]
+            )
+            listed = [
+                _Candidate(r.key, r.etag) for page in item_pages for r in page.reads() if self.layout.is_item(r.key)
+            ]
+        else:
+            shard_pages = yield from _pages(self.layout.vectors(op.namespace_prefix))
+        shard_keys = [k for page in shard_pages for k in page.keys if self.layout.is_shard(k)]
+        by_key = {c.key: c for c in listed or ()}
+        shards = (yield [Get(k) for k in shard_keys]) if shard_keys else []
+        for shard_key, obj in zip(shard_keys, shards, strict=True):
+            if obj is None:
+                continue
+            for key, entry in self.codec.decode_shard(shard_key, obj).items():
+                item_key = self.layout.item_of_shard_entry(shard_key, key)
+                candidate = by_key.get(item_key)
+                if candidate is None:
+                    if listed is not None:
+                        continue  # the item is gone: a stale entry
+                    candidate = by_key[item_key] = _Candidate(item_key, None)
+                candidate.version = str(entry[0])
+                candidate.vectors = [bytes(v) for v in entry[1].values()]
+                candidate.shard_value = entry[2] if len(entry) > 2 else None
+                candidate.current = bool(
+                    len(entry) > 3 and entry[3] and candidate.etag and same_etag(entry[3], candidate.etag)
+                )
+        if listed is not None:
+            candidates = [
+                c
+                for c in listed
+                if not c.current or not c.vectors or matches(self.codec.codec.load(c.key, c.shard_value), op.filter)
+            ]
+        else:
+            # Key order, as a listing would give them: ties in score rank in key order.
+            candidates = sorted(by_key.values(), key=lambda c: c.key.encode("utf-8", "surrogatepass"))
+        flat = [(vector, c) for c in candidates for vector in c.vectors]
+        scores = cosine_scores(query, [v for v, _ in flat])
+        best: dict[str, float] = {}
+        order = sorted(zip(scores, (c for _, c in flat), strict=True), key=lambda pair: pair[0], reverse=True)
+        ranked: list[_Candidate] = []
+        for score, candidate in order:
+            if candidate.key not in best:
+                best[candidate.key] = score
+                ranked.append(candidate)
+        kept: list[tuple[float | None, _Candidate]] = []
+        position = 0
+        at = 0
+        while at < len(ranked) and position < op.offset + op.limit:
+            # Read only as many as can still be returned (more only if some turn out dead).
+            chunk = ranked[at : at + max(1, min(READ_CHUNK, op.offset + op.limit - position))]
+            at += len(chunk)
+            yield from self._load(chunk, now)
+            for candidate in chunk:
+                if candidate.stored is None or not matches(candidate.stored.item.value, op.filter):
+                    continue
+                if candidate.stored.version != candidate.version:
+                    # The shard describes another version of the item (a put in flight or interrupted):
+                    # the item is not ranked rather than ranked on a stale vector.
+                    candidate.vectors = []
+                    continue
+                if op.offset <= position < op.offset + op.limit:
+                    kept.append((best[candidate.key], candidate))
+                position += 1
+        scoreless: list[_Candidate] = []
+        if len(kept) < op.limit:
+            if listed is None:
+                item_pages = yield from _pages(items_prefix)
+                listed = [
+                    by_key.get(r.key) or _Candidate(r.key, r.etag)
+                    for page in item_pages
+                    for r in page.reads()
+                    if self.layout.is_item(r.key)
+                ]
+            scoreless = [c for c in listed if not c.vectors]
+        at = 0
+        while scoreless and at < len(scoreless) and len(kept) < op.limit:
+            chunk = scoreless[at : at + max(1, min(READ_CHUNK, op.limit - len(kept)))]
+            at += len(chunk)
+            if chunk:
+                yield from self._load(chunk, now)
+                for candidate in chunk:
+                    alive = candidate.stored is not None and matches(candidate.stored.item.value, op.filter)
+                    if alive and len(kept) < op.limit:
+                        kept.append((None, candidate))
+                if len(kept) >= op.limit:
+                    break
+        items = [c.stored for _, c in kept if c.stored is not None]
+        if op.refresh_ttl:
+            yield from self._refresh(items, now)
+        return [_search_item(c.stored.item, score) for score, c in kept if c.stored is not None]
+
+    def _load(self, candidates: Sequence[_Candidate], now: datetime) -> Plan[None]:
+        """Read the candidates not read yet; missing and expired ones keep ``stored = None``."""
+        todo = [c for c in candidates if not c.read]
+        for chunk in _chunks(todo, READ_CHUNK):
+            objs = yield [Get(c.key) for c in chunk]
+            for candidate, obj in zip(chunk, objs, strict=True):
+                candidate.read = True
+                if obj is not None:
+                    stored = self.codec.decode_item(candidate.key, obj)
+                    if not stored.expired(now):
+                        candidate.stored = stored
+
+    # -- list_namespaces --------------------------------------------------------------------------
+    def list_namespaces(self, op: ListNamespacesOp) -> Plan[list[tuple[str, ...]]]:
+        """Walk the namespace tree with delimiter LISTs, one level per round trip, pruning by the prefix
+        condition and stopping at ``max_depth`` when no suffix condition needs the full namespace.
+
+        Filer-backed servers (SeaweedFS) keep a folder after its last object is deleted and list it as
+        a common prefix, so a namespace is reported only once a LIST (``max_keys`` 10, in the next
+        level's round trip) shows an item in it, and likewise a subtree cut at ``max_depth``."""
+        conditions = tuple(op.match_conditions or ())
+        prefixes = [c.path for c in conditions if c.match_type == "prefix"]
+        has_suffix = any(c.match_type == "suffix" for c in conditions)
+        fixed: tuple[str, ...] = ()
+        if prefixes:
+            for label in prefixes[0]:
+                if label == "*":
+                    break
+                fixed += (label,)
+        longest = max((len(p) for p in prefixes), default=0)
+        max_depth = op.max_depth
+        found: set[tuple[str, ...]] = set()
+        frontier: list[tuple[str, ...]] = [fixed]
+        checks: dict[tuple[str, ...], list[str]] = {}
+        """Namespace to report -> listing prefixes of which one must hold an item."""
+        while frontier or checks:
+            pending = [(result, prefixes_) for result, prefixes_ in checks.items() if result not in found]
+            flat = [(result, prefix) for result, prefixes_ in pending for prefix in prefixes_]
+            listings, verdicts = yield from parallel(
+                [
+                    parallel([_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
+                    parallel([self._holds_item(prefix) for _, prefix in flat]),
+                ]
+            )
+            for (result, _), holds in zip(flat, verdicts, strict=True):
+                if holds:
+                    found.add(result)
+            checks = {}
+            children: list[tuple[tuple[str, ...], str]] = []
+            for namespace, pages in zip(frontier, listings, strict=True):
+                base = self.layout.items(namespace)
+                for page in pages:
+                    for common in page.prefixes:
+                        segment = common[len(base) : -1]
+                        if segment == HERE:
+                            if all(_does_match(c, namespace) for c in conditions):
+                                result = namespace if max_depth is None else namespace[:max_depth]
+                                checks.setdefault(result, []).append(common)
+                        elif segment:
+                            children.append((namespace, segment))
+            unknown = sorted({s for _, s in children if is_digest(s) and s not in self.names})
+            if unknown:
+                objs = yield [Get(self.layout.name(s)) for s in unknown]
+                for segment, obj in zip(unknown, objs, strict=True):
+                    if obj is not None:
+                        self.names[segment] = self.codec.decode_name(self.layout.name(segment), obj)
+            frontier = []
+            for parent, segment in children:
+                if is_digest(segment):
+                    if segment not in self.names:
+                        continue  # a label whose name object is missing cannot be named
+                    label = self.names[segment]
+                else:
+                    label = unescape(segment)
+                namespace = (*parent, label)
+                depth = len(namespace)
+                if any(depth <= len(p) and p[depth - 1] not in ("*", label) for p in prefixes):
+                    continue
+                if not has_suffix and max_depth is not None and depth >= max_depth and depth >= longest:
+                    # Every item below matches the prefix: report the cut namespace if there is one.
+                    checks.setdefault(namespace[:max_depth], []).append(self.layout.items(namespace))
+                    continue
+                frontier.append(namespace)
+        return sorted(found)[op.offset : op.offset + op.limit]
+
+    def _holds_item(self, prefix: str) -> Plan[bool]:
+        page: Page = yield from _one(ListKeys(prefix, max_keys=10))
+        return any(self.layout.is_item(key) for key in page.keys)
+
+    # -- TTL sweep --------------------------------------------------------------------------------
+    def sweep(self) -> Plan[int]:
+        """Delete every expired item (``DeleteIfMatch``: an item refreshed meanwhile stays) and its
+        vectors; returns how many were deleted. Reads every item once, page by page."""
+        now = self.now()
+        deleted = 0
+        token: str | None = None
+        while True:
+            page: Page = yield from _one(ListKeys(self.layout.items_root, token=token))
+            reads = [r for r in page.reads(with_etags=False) if self.layout.is_item(r.key)]
+            for chunk in _chunks(reads, READ_CHUNK):
+                objs = yield list[Request](chunk)
+                doomed = [
+                    s
+                    for s in (self.codec.decode_item(r.key, o) for r, o in zip(chunk, objs, strict=True) if o)
+                    if s.expired(now)
+                ]
+                if not doomed:
+                    continue
+                replies = yield [DeleteIfMatch(s.key, s.etag) for s in doomed]
+                gone = [s for s, reply in zip(doomed, replies, strict=True) if reply is not PRECONDITION_FAILED]
+                deleted += len(gone)
+                if self.indexed and gone:
+                    updates: dict[str, dict[str, list[Any] | None]] = {}
+                    for s in gone:
+                        shard = self.layout.shard(s.item.namespace, s.item.key, self.vector_shards)
+                        updates.setdefault(shard, {})[s.item.key] = None
+                    yield from parallel([self.update_shard(k, v) for k, v in updates.items()])
+            if page.token is None:
+                return deleted
+            token = page.token
+
+
+def _chunks(values: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _search_item(item: Item, score: float | None) -> SearchItem:
+    return SearchItem(
+        namespace=item.namespace,
+        key=item.key,
+        value=item.value,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        score=None if score is None else float(score),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Embedding (outside the plans: sync or async)
+# ------------------------------------------------------------------------------------------------
+def texts_to_embed(index: dict[str, Any], ops: Iterable[PutOp]) -> dict[str, list[tuple[tuple[str, ...], str, str]]]:
+    """Unique text -> the (namespace, key, path) fields it comes from, as InMemoryStore extracts them."""
+    out: dict[str, list[tuple[tuple[str, ...], str, str]]] = {}
+    for op in ops:
+        if op.value is None or op.index is False:
+            continue
+        paths = index["__tokenized_fields"] if op.index is None else [(p, tokenize_path(p)) for p in op.index]
+        for path, tokens in paths:
+            texts = get_text_at_path(op.value, tokens)
+            if len(texts) > 1:
+                for i, text in enumerate(texts):
+                    out.setdefault(text, []).append((tuple(op.namespace), op.key, f"{path}.{i}"))
+            elif texts:
+                out.setdefault(texts[0], []).append((tuple(op.namespace), op.key, path))
+    return out
+
+
+def assign_vectors(
+    to_embed: dict[str, list[tuple[tuple[str, ...], str, str]]], embeddings: Sequence[Sequence[float]]
+) -> dict[tuple[tuple[str, ...], str], Vectors]:
+    places = [place for places in to_embed.values() for place in places]
+    texts = [text for text, places in to_embed.items() for _ in places]
+    by_text = dict(zip(to_embed, embeddings, strict=True))
+    if len(places) != len(texts):  # pragma: no cover - same construction
+        raise ValueError("embedding count mismatch")
+    out: dict[tuple[tuple[str, ...], str], Vectors] = {}
+    for text, (namespace, key, path) in zip(texts, places, strict=True):
+        out.setdefault((namespace, key), {})[path] = list(by_text[text])
+    return out
+
+
+def _last_writes(ops: Sequence[Op]) -> list[PutOp]:
+    last: dict[tuple[tuple[str, ...], str], PutOp] = {}
+    for op in ops:
+        if isinstance(op, PutOp):
+            last[(tuple(op.namespace), op.key)] = op
+    return list(last.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# The stores
+# ------------------------------------------------------------------------------------------------
+def make_bucket_io(
+    client: Any,
+    bucket: str,
+    *,
+    max_concurrency: int = 32,
+    server_side_encryption: str | None = None,
+    sse_kms_key_id: str | None = None,
+    sse_customer_key: str | None = None,
+    transport: str = "boto3",
+) -> BucketIO:
+    """The I/O shell with the saver's encryption and transport settings."""
+    if transport not in ("boto3", "direct"):
+        raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
+    put_args: dict[str, Any] = {}
+    get_args: dict[str, Any] = {}
+    copy_args: dict[str, Any] = {}
+    if server_side_encryption:
+        put_args["ServerSideEncryption"] = server_side_encryption
+    if sse_kms_key_id:
+        put_args["SSEKMSKeyId"] = sse_kms_key_id
+    if sse_customer_key:
+        customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": sse_customer_key}
+        put_args.update(customer)
+        get_args.update(customer)
+        copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
+    memory = isinstance(client, MemoryBucket)
+    return BucketIO(
+        client,
+        bucket,
+        max_concurrency=max_concurrency,
+        put_args=put_args,
+        get_args=get_args,
+        copy_args=copy_args,
+        direct=DirectTransport(
+            client, bucket, put_args=put_args, get_args=get_args, max_connections=max_concurrency * 2
+        )
+        if transport == "direct" and not memory
+        else None,
+        backend=client if memory else None,
+    )
+
+
+class BaseS3Store(BaseStore):
+    """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`."""
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        *,
+        bucket: str,
+        prefix: str = "",
+        client: Any = None,
+        serde: SerializerProtocol | None = None,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        compress_threshold: int | None = DEFAULT_COMPRESS_THRESHOLD,
+        max_concurrency: int = 32,
+        create_bucket: bool = False,
+        require_conditional_writes: bool = True,
+        server_side_encryption: str | None = None,
+        sse_kms_key_id: str | None = None,
+        sse_customer_key: str | None = None,
+        transport: str = "boto3",
+        vector_shards: int = DEFAULT_VECTOR_SHARDS,
+        **client_options: Any,
+    ) -> None:
+        if not bucket:
+            raise InvalidConfigError("bucket is required")
+        if not 1 <= int(vector_shards) <= 256:
+            raise InvalidConfigError(f"vector_shards must be between 1 and 256, got {vector_shards!r}")
+        if client is None:
+            client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
+            client = make_client(**client_options)
+        elif client_options:
+            raise InvalidConfigError(
+                f"client options {sorted(client_options)} only apply when the store creates the client"
+            )
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.client = client
+        self.create_bucket = create_bucket
+        self.require_conditional_writes = require_conditional_writes
+        self.serde: SerializerProtocol = serde or JsonPlusSerializer()
+        self.ttl_config = ttl
+        self.index_config: dict[str, Any] | None = None
+        self.embeddings: Any = None
+        if index:
+            config: dict[str, Any] = dict(index)
+            self.embeddings = ensure_embeddings(config.get("embed"))
+            config["__tokenized_fields"] = [
+                (p, tokenize_path(p)) if p != "$" else (p, p) for p in (config.get("fields") or ["$"])
+            ]
+            self.index_config = config
+        self._io = make_bucket_io(
+            client,
+            bucket,
+            max_concurrency=max_concurrency,
+            server_side_encryption=server_side_encryption,
+            sse_kms_key_id=sse_kms_key_id,
+            sse_customer_key=sse_customer_key,
+            transport=transport,
+        )
+        codec = Codec(self.serde, compress_threshold=compress_threshold)
+        self._codec = codec
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_stop = threading.Event()
+        self._sweeper_future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._core = StoreCore(
+            layout=StoreLayout(self.prefix),
+            codec=StoreCodec(codec),
+            vector_shards=int(vector_shards),
+            indexed=self.embeddings is not None,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+    @classmethod
+    def _from_url(cls: type[StoreT], url: str, **kwargs: Any) -> StoreT:
+        bucket, prefix, options = parse_url(url)
+        # One URL serves saver and store: options that only the saver uses are ignored here.
+        for name in SAVER_ONLY_OPTIONS:
+            options.pop(name, None)
+        for name in ("vector_shards",):
+            if isinstance(options.get(name), str):
+                try:
+                    options[name] = int(options[name])
+                except ValueError:
+                    raise InvalidConfigError(f"URL option {name}={options[name]!r} must be an integer") from None
+        options.update(kwargs)
+        return cls(bucket=bucket, prefix=prefix, **options)
+
+    def close(self) -> None:
+        """Stop the TTL sweeper and release the worker threads. The store must not be used afterwards."""
+        self.stop_ttl_sweeper()
+        self._io.close()
+
+    def _setup_plan(self) -> Plan[None]:
+        core = Core(layout=Layout(self.prefix), codec=self._codec)
+        return core.setup(
+            create_bucket=self.create_bucket,
+            require_conditional_writes=self.require_conditional_writes,
+            bucket=self.bucket,
+            token=uuid.uuid4().hex,
+        )
+
+    # -- preparing a batch ------------------------------------------------------------------------
+    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], list[PutOp], list[str]]:
+        listed = list(ops)
+        for op in listed:
+            validate_op_namespace(op)
+        if self.index_config is None:
+            return listed, [], []
+        writes = _last_writes(listed)
+        queries = sorted({op.query for op in listed if isinstance(op, SearchOp) and op.query})
+        return listed, writes, queries
+
+    def _guard(self, what: str) -> None:
+        """Sync calls are fine everywhere on S3Store; AsyncS3Store refuses them on the event loop."""
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        self._guard("batch")
+        listed, writes, queries = self._prepare(ops)
+        put_vectors: dict[tuple[tuple[str, ...], str], Vectors] = {}
+        query_vectors: dict[str, list[float]] = {}
+        if self.index_config is not None:
+            to_embed = texts_to_embed(self.index_config, writes)
+            if to_embed:
+                put_vectors = assign_vectors(to_embed, self.embeddings.embed_documents(list(to_embed)))
+            query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
+        return self._io.run(self._core.batch(listed, put_vectors, query_vectors))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        listed, writes, queries = self._prepare(ops)
+        put_vectors: dict[tuple[tuple[str, ...], str], Vectors] = {}
+        query_vectors: dict[str, list[float]] = {}
+        if self.index_config is not None:
+            to_embed = texts_to_embed(self.index_config, writes)
+            if to_embed:
+                put_vectors = assign_vectors(to_embed, await self.embeddings.aembed_documents(list(to_embed)))
+            if queries:
+                answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
+                query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
+        return await self._io.arun(self._core.batch(listed, put_vectors, query_vectors))
+
+    # -- TTL ----------------------------------------------------------------------------------------
+    def sweep_ttl(self) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
+        self._guard("sweep_ttl")
+        return self._io.run(self._core.sweep())
+
+    async def asweep_ttl(self) -> int:
+        return await self._io.arun(self._core.sweep())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
+        daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
+        Without a ``ttl_config`` nothing starts."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.ttl_config:
+            future.set_result(None)
+            return future
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper_future
+        interval = float(sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5)
+        stop = self._sweeper_stop
+        stop.clear()
+
+        def loop() -> None:
+            while not stop.wait(interval * 60):
+                try:
+                    swept = self._io.run(self._core.sweep())
+                    if swept:
+                        logger.info("S3Store TTL sweep deleted %d expired items", swept)
+                except Exception:
+                    logger.exception("S3Store TTL sweep failed; retrying at the next interval")
+            future.set_result(None)
+
+        self._sweeper = threading.Thread(target=loop, daemon=True, name="lgs3-store-ttl-sweeper")
+        self._sweeper_future = future
+        self._sweeper.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
+        if self._sweeper is None:
+            return True
+        self._sweeper_stop.set()
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+class S3Store(BaseS3Store):
+    """LangGraph long-term memory in an S3 bucket, beside (and independent of) the saver's threads.
+
+    ```python
+    with S3Store.from_conn_string("s3://agent-state/prod") as store:
+        store.setup()
+        graph = builder.compile(checkpointer=saver, store=store)
+    ```
+    Its async methods (``aget``, ``asearch`` ...) work too; :class:`AsyncS3Store` is the same store
+    opened with ``async with`` and guarded against blocking calls on the event loop.
+    """
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
+    ) -> Iterator[S3Store]:
+        store = cls._from_url(url, index=index, ttl=ttl, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def setup(self) -> None:
+        """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support."""
+        self._io.run(self._setup_plan())
+
+
+class AsyncS3Store(BaseS3Store):
+    """The asyncio twin of :class:`S3Store` (same objects, same plans, awaited)."""
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[AsyncS3Store]:
+        store = cls._from_url(url, index=index, ttl=ttl, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    async def setup(self) -> None:
+        await self._io.arun(self._setup_plan())
+
+    def _guard(self, what: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise SaverMisuseError(
+            f"AsyncS3Store.{what}() blocks and was called from a running event loop's thread. "
+            "Use the async methods (await store.aget/aput/asearch ...), call it from another thread, "
+            "or use S3Store."
+        )
+
+
+__all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreCore", "StoreLayout"]
