@@ -29,9 +29,8 @@ An ORPHAN can never become committed: its head PUT was conditioned on a head tha
 (the head only moves forward), so it is garbage at once. A PENDING record may still commit, so only
 its age (by the server's clock) makes it garbage. The "missing link" row is safe because whoever deletes
 committed records (``delete_for_runs``, ``prune``) first deletes the orphans in the range it opens up,
-so the first record below a gap is the next committed one. The one exception is a ``prune`` interrupted
-part-way (it deletes newest first): until it is run again, an orphan directly below the gap it left is
-taken for committed — and a record that prune would delete anyway may be taken for an orphan.
+so the first record below a gap is the next committed one; ``prune`` deletes records oldest first, so
+an interrupted prune leaves the chain contiguous from the head down to where it stopped.
 """
 
 from __future__ import annotations

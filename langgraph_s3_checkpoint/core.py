@@ -1060,7 +1060,7 @@ class Core:
                 return Standing.PENDING if head_id is None or parsed.checkpoint_id > head_id else Standing.ORPHAN
             return Standing.PENDING if Layout.is_blob(blobs_prefix, key) else None
 
-        def prune_page(page: Page) -> Plan[None]:
+        def victims_of(page: Page) -> list[str]:
             young = (page.served or datetime.now(timezone.utc)) - PRUNE_GRACE
             victims = []
             for key, modified in zip(page.keys, page.modified, strict=True):
@@ -1069,13 +1069,30 @@ class Core:
                 found = standing(key)
                 if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
                     victims.append(key)
+            return victims
+
+        # Records (with their writes) oldest first: an interrupted prune then leaves the head's chain
+        # contiguous down to where it stopped, never a gap with an orphan below it (see chain.py). That
+        # needs the namespace's victim keys in memory (keys only, one namespace at a time).
+        doomed: list[str] = []
+
+        def take(page: Page) -> Plan[None]:
+            doomed.extend(victims_of(page))
+            yield from ()
+
+        yield from each(pages(records_prefix), take)
+        for request in deletes(doomed[::-1]):
+            yield [request]
+        del doomed[:]
+
+        # Blobs after records: a crash in between must not leave a record whose blobs are gone, which
+        # list() would fail on until the prune runs again.
+        def prune_blobs(page: Page) -> Plan[None]:
+            victims = victims_of(page)
             if victims:
                 yield deletes(victims)
 
-        # Records (with their writes) before blobs: a crash in between must not leave a record whose
-        # blobs are gone, which list() would fail on until the prune runs again.
-        for part in (records_prefix, blobs_prefix):
-            yield from each(pages(part), prune_page)
+        yield from each(pages(blobs_prefix), prune_blobs)
         self.memory.forget_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
