@@ -484,7 +484,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._run("get_delta_channel_history", self._core.delta_history(config, channels))
+        return self._run("get_delta_channel_history", self._core.get_delta_channel_history(config, channels))
 
     def expire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
         """Delete every thread not updated for ``older_than`` (its newest head is older); returns their ids.
@@ -548,7 +548,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._arun("aget_delta_channel_history", self._core.delta_history(config, channels))
+        return await self._arun("aget_delta_channel_history", self._core.get_delta_channel_history(config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """``{counter:032}.{random:016}``: ordered like the built-in savers, unique across writers."""

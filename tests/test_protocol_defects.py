@@ -26,8 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
-from langgraph_s3_checkpoint import core as core_module
+from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver, maintenance
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Put
 
@@ -332,7 +331,7 @@ def test_d_prune_judges_age_by_the_server_clock(
     def on_batch(step: list[Any]) -> None:
         if any(is_head(r) for r in step) and not pruned:
             with monkeypatch.context() as m:
-                m.setattr(core_module, "datetime", _AheadClock)
+                m.setattr(maintenance, "datetime", _AheadClock)
                 pruner.prune(["t"])
             pruned.append(True)
 

@@ -1,0 +1,358 @@
+"""Committing: ``put`` (the commit protocol, in one place) and ``put_writes``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    get_checkpoint_metadata,
+)
+
+from .chain import Standing
+from .codec import RawWrite
+from .errors import (
+    CheckpointConflictError,
+    ClockSkewError,
+)
+from .fencing import Fence, Fenced, HeadSeen, Join
+from .keys import escape, is_digest
+from .plans import one
+from .reading import Reading, checkpoint_config, parse_config
+from .requests import (
+    Delete,
+    Get,
+    Obj,
+    Plan,
+    Put,
+    Request,
+    Stored,
+)
+
+WRITE_ATTEMPTS = 8
+"""How often ``put_writes`` merges into a task's writes object that another call changed meanwhile."""
+JOIN_ATTEMPTS = 5
+"""How often an unfenced ``put`` re-reads a head that moved under it before giving up."""
+SUPERSEDED = "<superseded>"
+"""ETag of a head this saver committed that another writer has already continued: its next put loses."""
+
+
+class Committing(Reading):
+    """Plans that write a thread's checkpoints and pending writes."""
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan[RunnableConfig]:
+        """Commit one checkpoint.
+
+        1. *Prerequisites*, in parallel: large values the new record references that are not known
+           to exist, run-index entries on a run's first put in the namespace, ``name`` objects for
+           ids too long to be key segments, and — for a :class:`Join` — a GET of the head.
+        2. *Commit*: the record ``c/{R}/checkpoint`` and the head are sent together. The head is a full
+           copy of the record, replaced conditionally (the :data:`Fence`): ``If-Match`` on the ETag
+           this saver observed at the parent, ``If-None-Match: *`` for a new thread, or ``If-Match`` on
+           the ETag just read for a join. That conditional PUT is the commit and the point where a
+           second writer loses. The record names the head it replaces (``previous_head``), which is
+           what makes the committed records a chain (see :mod:`langgraph_s3_checkpoint.chain`).
+        3. *Outcome* of a refused head PUT (:func:`refused_outcome`): the saver reads the head, and if
+           this checkpoint is the head or on its chain, an earlier attempt was applied and only its
+           answer was lost — committed. Otherwise a join retries on the new head, and a fenced put
+           deletes its record (provably never committed) and raises :class:`CheckpointConflictError`.
+        """
+        t = parse_config(config)
+        thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
+        checkpoint_id = checkpoint["id"]
+        stored_metadata = get_checkpoint_metadata(config, metadata)
+        run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
+        fence = self.memory.fence(thread_id, ns, parent_id)
+        if isinstance(fence, Fenced):
+            if fence.seen.etag == SUPERSEDED:
+                raise CheckpointConflictError(thread_id, ns)
+            if parent_id is not None and checkpoint_id <= parent_id:
+                raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id)
+        now = datetime.now(timezone.utc)
+        values = self._split_values(thread_id, ns, checkpoint, new_versions, fence, now)
+        prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, fence)]
+        if not isinstance(fence, Fenced):
+            prerequisites += self._names(thread_id, ns)  # a fenced parent's head proves they exist
+        head_key = self.layout.head(thread_id, ns)
+        record_key = self.layout.record(thread_id, ns, checkpoint_id)
+        joining = isinstance(fence, Join)
+        head_now: Obj | None = None
+        if prerequisites or joining:
+            replies = yield [*prerequisites, *([Get(head_key)] if joining else [])]
+            head_now = replies[-1] if joining else None
+
+        def record(previous_head: str | None, detached: bool) -> bytes:
+            return self.codec.encode_record(
+                checkpoint,
+                stored_metadata,
+                parent_id,
+                values.inline,
+                values.blobs,
+                previous_head=previous_head,
+                detached=detached,
+            )
+
+        commit = _Commit(thread_id, ns, checkpoint_id, parent_id, stored_metadata.get("source"), head_key, record_key)
+        committed_etag = yield from self._commit(commit, fence, head_now, record)
+        if committed_etag is not None:
+            seen = HeadSeen(committed_etag, dict(values.blobs), run_id)
+            self.memory.saw_head(thread_id, ns, checkpoint_id, seen)
+        self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def _commit(
+        self, c: _Commit, fence: Fence, head_now: Obj | None, record: Callable[[str | None, bool], bytes]
+    ) -> Plan[str | None]:
+        """Send the record and the head until one of :class:`Outcome` settles it; the committed head's
+        ETag (``None`` for a detached commit, :data:`SUPERSEDED` if another writer already continued it)."""
+        for _ in range(JOIN_ATTEMPTS):
+            attempt = self._attempt(c, fence, head_now)
+            if isinstance(attempt, str):
+                return attempt  # this very put already committed (a retry through a new saver)
+            if attempt is None:
+                # An older id than the head's (a fork that lost a race with a newer one): it does not
+                # move the head, exactly as "latest" is the newest id for every LangGraph saver. Its
+                # record alone is the commit.
+                yield [Put(c.record_key, record(None, True))]
+                return None
+            previous, head_put, extra = attempt
+            body = record(previous, False)
+            replies = yield [Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra]
+            if isinstance(replies[1], Stored):
+                return replies[1].etag
+            head_now = yield from one(Get(c.head_key))
+            ours = Standing.PENDING
+            if head_now is not None:
+                mine = self.codec.decode_record(c.record_key, body)
+                ours = yield from self._standing(c.thread_id, c.ns, mine, head_now)
+            outcome = refused_outcome(fence, head_now, c.checkpoint_id, ours, self.codec.peek_head_id, c.head_key)
+            if outcome is Outcome.COMMITTED:
+                if head_now is not None and self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id:
+                    return head_now.etag
+                return SUPERSEDED
+            if outcome is Outcome.CONFLICT:
+                break
+        yield [Delete((c.record_key,))]  # never committed, and never can be
+        self.memory.forget_namespace(c.thread_id, c.ns)
+        detail = "" if not isinstance(fence, Join) else f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
+        raise CheckpointConflictError(c.thread_id, c.ns, detail)
+
+    def _attempt(self, c: _Commit, fence: Fence, head_now: Obj | None) -> _HeadSwap | str | None:
+        """What one commit attempt sends, decided from the fence and the head just read (no I/O).
+
+        Returns ``(previous_head, head PUT without its body, extra requests)``; the head's ETag if the
+        head already holds this checkpoint; ``None`` for a detached commit. Raises for a straggler and
+        for a clock behind the head's.
+        """
+        if isinstance(fence, Fenced):
+            return c.parent_id, Put(c.head_key, b"", if_match=fence.seen.etag), []
+        if head_now is None:
+            return None, Put(c.head_key, b"", if_none_match=True), []
+        head_id = self.codec.peek_head_id(c.head_key, head_now.body)
+        if head_id == c.checkpoint_id:
+            return head_now.etag
+        straggler = isinstance(fence, Join) and not fence.fork and c.source == "loop"
+        if straggler and c.parent_id not in (None, head_id):
+            # A step continues its parent, which must still be the head: this is a straggler whose
+            # saver no longer remembers the head it read (the memory is bounded), not a replay (those
+            # read their starting checkpoint explicitly, which marks it a fork).
+            raise CheckpointConflictError(c.thread_id, c.ns)
+        if c.checkpoint_id < head_id:
+            if c.parent_id == head_id:
+                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id)
+            return None
+        # The head may be a head-only commit (its record PUT failed): make sure its record exists
+        # before the head moves on, or it would be lost from history.
+        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head_now.body, if_none_match=True)
+        return head_id, Put(c.head_key, b"", if_match=head_now.etag), [repair]
+
+    def _split_values(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+        fence: Fence,
+        now: datetime,
+    ) -> _Values:
+        """Inline the small channel values; store the large ones once per (channel, version).
+
+        A large value is sent unless the fenced parent references the same version (its head is
+        still there, so its values are). Anything else is offered with ``If-None-Match``, which the
+        server refuses without storing if it exists. With a lifecycle TTL, values are rewritten once
+        they are older than half of it: the rule expires objects by their own age, and a live
+        thread must not lose a value it still references.
+        """
+        values = checkpoint["channel_values"]
+        result = _Values()
+        for channel, version in checkpoint["channel_versions"].items():
+            if channel not in values:
+                continue
+            typed = self.codec.encode_value(channel, values[channel])
+            if len(typed[1]) <= self.inline_threshold:
+                result.inline[channel] = typed
+                continue
+            version = str(version)
+            result.blobs[channel] = version
+            key = self.layout.blob(thread_id, ns, channel, version)
+            vouched = isinstance(fence, Fenced) and fence.seen.blobs.get(channel) == version
+            if self.ttl is None:
+                if not vouched:
+                    result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
+                continue
+            written = self.memory.blob_written(thread_id, ns, channel, version)
+            if not vouched or written is None or now - written > self.ttl / 2:
+                result.puts.append(Put(key, self.codec.encode_blob(typed)))
+                result.renewed[channel] = version
+        return result
+
+    def _run_entries(
+        self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence
+    ) -> list[Request]:
+        """Run-index entries (the run's first checkpoint id here), unless the fenced parent is the run's."""
+        if run_id is None or (isinstance(fence, Fenced) and fence.seen.run_id == run_id):
+            return []
+        marker = checkpoint_id.encode()
+        return [
+            Put(self.layout.run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+        ]
+
+    def _names(self, thread_id: str, ns: str) -> list[Request]:
+        """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
+        named = ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns)))
+        return [
+            Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False)
+            for value, key in named
+            if is_digest(escape(value))
+        ]
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> Plan[None]:
+        """Store a task's writes with InMemorySaver's rule, per (task, idx): the first write of a regular
+        channel wins, a special channel (error, interrupt, resume, scheduled) replaces.
+
+        One object per task holds all its writes. The first call creates it (``If-None-Match``: one
+        PUT, and a retried PUT changes nothing). A later call for the same task — a node that
+        interrupts and then completes, a task retried after a crash — reads it and replaces it with the
+        merge, conditional on the ETag it read, so concurrent calls cannot drop each other's writes.
+        """
+        t = parse_config(config, need_checkpoint_id=True)
+        assert t.checkpoint_id is not None
+        if not writes:
+            return
+        new = [
+            (WRITES_IDX_MAP.get(channel, i), channel, self.codec.dump(f"the write to channel {channel!r}", value))
+            for i, (channel, value) in enumerate(writes)
+        ]
+        key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
+        put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
+        for _ in range(WRITE_ATTEMPTS):
+            if isinstance((yield from one(put)), Stored):
+                return
+            stored = yield from one(Get(key))
+            if stored is None:
+                put = dataclasses.replace(put, if_match=None, if_none_match=True)
+                continue  # deleted meanwhile (a rollback): create it again
+            merged = merge_task_writes(self.codec.peek_task_writes(key, stored.body), new)
+            if merged is None:
+                return  # nothing new: a retry, or writes that lost to earlier ones
+            put = Put(key, self.codec.encode_task_writes(task_id, task_path, merged), if_match=stored.etag)
+        raise CheckpointConflictError(
+            t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
+        )
+
+
+class Outcome(Enum):
+    COMMITTED = "committed"
+    """The checkpoint is the head, or on the head's chain: an earlier attempt landed, its answer was lost."""
+    RETRY = "retry"
+    """A join found a newer head: commit on top of it."""
+    CONFLICT = "conflict"
+    """Another writer moved the head this put was fenced on: it loses."""
+
+
+def refused_outcome(
+    fence: Fence,
+    head_now: Obj | None,
+    checkpoint_id: str,
+    ours: Standing,
+    head_id_of: Callable[[str, bytes], str],
+    head_key: str,
+) -> Outcome:
+    """What a refused head PUT means, given the head read right after it and this checkpoint's standing.
+
+    ====================================  ===========  =========
+    head now                              fence        outcome
+    ====================================  ===========  =========
+    this checkpoint, or a descendant      any          COMMITTED
+    another writer's, or gone             Join         RETRY
+    another writer's, or gone             Fenced/New   CONFLICT
+    ====================================  ===========  =========
+    """
+    if head_now is not None and (head_id_of(head_key, head_now.body) == checkpoint_id or ours is Standing.COMMITTED):
+        return Outcome.COMMITTED
+    return Outcome.RETRY if isinstance(fence, Join) else Outcome.CONFLICT
+
+
+_HeadSwap = tuple[str | None, Put, list[Request]]
+"""One commit attempt: the record's ``previous_head``, the head PUT (without its body), extra requests."""
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """The checkpoint a ``put`` is committing, as its commit attempts need it."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    source: Any
+    head_key: str
+    record_key: str
+
+
+@dataclass
+class _Values:
+    """A checkpoint's channel values as ``put`` stores them."""
+
+    inline: dict[str, list[Any]] = field(default_factory=dict)
+    blobs: dict[str, str] = field(default_factory=dict)
+    puts: list[Request] = field(default_factory=list)
+    """Large values to store before the commit."""
+    renewed: dict[str, str] = field(default_factory=dict)
+    """Large values rewritten now (their age restarts, for the lifecycle rule)."""
+
+
+def merge_task_writes(stored: Sequence[RawWrite], new: Sequence[RawWrite]) -> list[RawWrite] | None:
+    """InMemorySaver's rule for a later ``put_writes`` call of a task; ``None`` when nothing changes.
+
+    For each (idx, channel, value) of the call: a regular write (idx >= 0) is dropped if that index
+    is already stored; a special one (negative idx) replaces it.
+    """
+    merged = {write[0]: write for write in stored}
+    changed = False
+    for write in new:
+        idx = write[0]
+        if idx >= 0 and idx in merged:
+            continue
+        if merged.get(idx) != write:
+            merged[idx] = write
+            changed = True
+    return list(merged.values()) if changed else None

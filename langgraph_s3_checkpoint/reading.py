@@ -1,0 +1,596 @@
+"""Reading: ``get_tuple`` (latest and by id), ``list`` and the DeltaChannel history, all through the commit
+chain (:mod:`langgraph_s3_checkpoint.chain`): a record is shown only if it was committed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    writes_sort_key,
+)
+
+from .chain import Chain, Standing
+from .codec import Codec, Record, WriteBatch
+from .errors import (
+    CorruptObjectError,
+    InvalidConfigError,
+)
+from .fencing import HeadSeen, SaverMemory
+from .keys import Layout, escape, is_digest, unescape
+from .plans import MAX_PAGE, READ_BATCH, chunks, collect, each, list_all, one, pages
+from .requests import (
+    Emit,
+    Get,
+    ListKeys,
+    Obj,
+    Page,
+    Plan,
+    Put,
+    Request,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> Target:
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        raise InvalidConfigError(
+            "config['configurable']['thread_id'] is required, e.g. {'configurable': {'thread_id': 'my-thread'}}"
+        )
+    ns = configurable.get("checkpoint_ns") or ""
+    checkpoint_id = configurable.get("checkpoint_id") or None
+    if need_checkpoint_id and checkpoint_id is None:
+        raise InvalidConfigError(
+            "config['configurable']['checkpoint_id'] is required here: pass the config returned by put()"
+        )
+    if not isinstance(ns, str) or (checkpoint_id is not None and not isinstance(checkpoint_id, str)):
+        raise InvalidConfigError("checkpoint_ns and checkpoint_id must be strings")
+    return Target(str(thread_id), ns, checkpoint_id)
+
+
+def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+@dataclass
+class _Limit:
+    remaining: int | None
+
+    @property
+    def done(self) -> bool:
+        return self.remaining is not None and self.remaining <= 0
+
+    def take(self) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1
+
+
+@dataclass
+class _NsCursor:
+    """Newest-first stream of one namespace's committed records, each with its writes keys.
+
+    One LIST of ``c/`` returns every record followed by the keys of its pending writes, so the cursor
+    groups them as they come; a record is complete once the next record (or the end) has been seen.
+    Which records are committed is the :class:`~langgraph_s3_checkpoint.chain.Chain`'s decision.
+    """
+
+    checkpoint_ns: str
+    prefix: str
+    start_after: str | None
+    page_size: int
+    reuse: bool = True
+    """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
+    chain: Chain = field(default_factory=lambda: Chain(None, None))
+    buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
+    token: str | None = None
+    exhausted: bool = False
+    _current: str | None = None
+    """Checkpoint id of the record the writes being listed belong to (``None``: skip them)."""
+
+    def restart(self) -> None:
+        """List from the newest record: the chain must be walked from the head."""
+        self.start_after, self.token, self.exhausted, self._current = None, None, False, None
+        self.buffer.clear()
+
+    def admit(self, record: Record) -> bool:
+        """Whether a record (met in newest-first order) was committed."""
+        return self.chain.standing(record.checkpoint["id"], record.previous_head, record.detached) is Standing.COMMITTED
+
+    def accept(self, page: Page) -> None:
+        # Start small and double: a walk that stops early (a page of history, the writes since the
+        # last DeltaChannel snapshot) lists and parses only a little more than it uses. Scans start
+        # at the full page size.
+        self.page_size = min(MAX_PAGE, self.page_size * 2)
+        self.token = page.token
+        head_id = self.chain.head_id
+        # Without a head nothing in the namespace is committed.
+        self.exhausted = page.token is None or head_id is None
+        if head_id is None:
+            return
+        for read in page.reads(with_etags=self.reuse):
+            parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
+            if parsed is None:
+                continue  # not ours (a folder marker, a foreign object)
+            if parsed.is_record:
+                # Records newer than the head are puts in flight (or dead): never visible.
+                self._current = parsed.checkpoint_id if parsed.checkpoint_id <= head_id else None
+                if self._current is not None:
+                    self.buffer.append((read, []))
+            elif parsed.checkpoint_id == self._current:
+                # Writes belong to the record listed just before them, and only to it: writes whose
+                # record is missing (a cancelled run's, a loser's) are nobody's.
+                self.buffer[-1][1].append(read)
+
+    def ready(self) -> int:
+        """How many buffered records are complete (their writes fully listed)."""
+        return len(self.buffer) if self.exhausted else max(0, len(self.buffer) - 1)
+
+    def request(self) -> ListKeys:
+        return ListKeys(
+            self.prefix,
+            start_after=None if self.token else self.start_after,
+            max_keys=self.page_size,
+            token=self.token,
+        )
+
+
+@dataclass
+class CoreState:
+    """What every plan of the core works with: one bucket prefix, its codec, and the saver's memory."""
+
+    layout: Layout
+    codec: Codec
+    inline_threshold: int = 4096
+    ttl: timedelta | None = None
+    """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
+    memory: SaverMemory = field(default_factory=SaverMemory)
+
+
+class Reading(CoreState):
+    """Plans that read a thread."""
+
+    def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        t = parse_config(config)
+        if t.checkpoint_id is None:
+            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns))
+        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id))
+
+    def _get_latest(self, thread_id: str, ns: str) -> Plan[CheckpointTuple | None]:
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from one(Get(head_key))
+        if head is None:
+            self.memory.saw_head(thread_id, ns, None, None)
+            return None
+        record = self.codec.decode_record(head_key, head.body)
+        checkpoint_id = record.checkpoint["id"]
+        self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
+        folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
+        listing = yield from one(ListKeys(folder))
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        # The head was committed but its record was not (a crash between the two parallel PUTs):
+        # restore the record from the head, which is a copy of it.
+        repair = [] if key in listing.keys else [Put(key, head.body, if_none_match=True)]
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        return tuples[0]
+
+    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str) -> Plan[CheckpointTuple | None]:
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        head_key = self.layout.head(thread_id, ns)
+        obj, listing, head = yield [
+            Get(key),
+            ListKeys(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)),
+            Get(head_key),
+        ]
+        repair: list[Request] = []
+        if obj is None:
+            if head is None or self.codec.peek_head_id(head_key, head.body) != checkpoint_id:
+                return None
+            # A head-only commit (see _get_latest): the head holds the record.
+            obj, key = head, head_key
+            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, if_none_match=True))
+        record = self.codec.decode_record(key, obj.body)
+        if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
+            return None  # a put that never committed (or has not yet): not part of the thread
+        # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
+        # fork (joins the current head), never a fenced continuation.
+        self.memory.read_explicitly(thread_id, ns, checkpoint_id)
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        return tuples[0]
+
+    def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[list[Get]]:
+        """Reads of a checkpoint's writes objects, from the listing of its folder (and its next pages)."""
+        prefix = self.layout.records(thread_id, ns)
+        keys = list(listing.keys)
+        if listing.token is not None:
+            keys += yield from list_all(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id), listing.token)
+        reads = []
+        for key in keys:
+            parsed = Layout.parse_checkpoint_key(prefix, key)
+            if parsed is not None and not parsed.is_record and parsed.checkpoint_id == checkpoint_id:
+                reads.append(Get(key))
+        return reads
+
+    def _standing(self, thread_id: str, ns: str, record: Record, head: Obj | None) -> Plan[Standing]:
+        """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
+        if head is None:
+            return Standing.PENDING
+        try:
+            head_id, head_previous = self.codec.peek_chain(self.layout.head(thread_id, ns), head.body)
+        except CorruptObjectError:
+            # A damaged head fails the latest read, which names it; what was committed below it cannot
+            # be judged, so a record read by id is trusted rather than the whole history hidden.
+            return Standing.COMMITTED
+        chain = Chain.from_head(head_id, head_previous)
+        checkpoint_id = record.checkpoint["id"]
+        if not record.detached and (known := chain.decided(checkpoint_id)) is not None:
+            return known
+        if record.detached:
+            return chain.standing(checkpoint_id, record.previous_head, True)
+        # Walk the records between the head and this one: each names the head it replaced.
+        prefix = self.layout.records(thread_id, ns)
+        start_after: str | None = self.layout.record(thread_id, ns, head_id)
+        token: str | None = None
+        page_size = 100
+        while True:
+            page: Page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
+            page_size = min(MAX_PAGE, page_size * 2)
+            reads = []
+            for read in page.reads():
+                parsed = Layout.parse_checkpoint_key(prefix, read.key)
+                if parsed is not None and parsed.is_record and checkpoint_id <= parsed.checkpoint_id < head_id:
+                    reads.append((parsed.checkpoint_id, read))
+            for chunk in chunks(reads, READ_BATCH):
+                objs = yield [read for _, read in chunk]
+                for (cid, read), obj in zip(chunk, objs, strict=True):
+                    if cid == checkpoint_id:
+                        return chain.standing(cid, record.previous_head, record.detached)
+                    try:
+                        if obj is None:
+                            continue  # deleted since the listing: a missing link
+                        previous, detached = self.codec.peek_link(read.key, obj.body)
+                    except CorruptObjectError:
+                        continue  # a damaged record is reported when read itself; here, a missing link
+                    chain.standing(cid, previous, detached)
+                    if (known := chain.decided(checkpoint_id)) is not None:
+                        return known
+            if page.token is None:
+                return chain.standing(checkpoint_id, record.previous_head, record.detached)
+            start_after, token = None, page.token
+
+    def _assemble(
+        self, thread_id: str, items: Sequence[tuple[str, Record, list[Get]]], extra: Sequence[Request] = ()
+    ) -> Plan[list[CheckpointTuple]]:
+        """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch."""
+        requests: list[Request] = []
+        for ns, record, write_reads in items:
+            requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
+            requests.extend(write_reads)
+        requests.extend(extra)
+        replies = iter((yield requests) if requests else [])
+        tuples = []
+        for ns, record, write_reads in items:
+            values = dict(record.inline)
+            for ch, version in record.blobs.items():
+                key = self.layout.blob(thread_id, ns, ch, version)
+                blob = next(replies)
+                if blob is None:
+                    raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
+                values[ch] = self.codec.decode_blob(key, blob.body)
+                self.memory.wrote_blobs(thread_id, ns, {ch: version}, blob.modified)
+            batches = []
+            for read in write_reads:
+                obj = next(replies)
+                if obj is not None:
+                    batches.append(self.codec.decode_writes(read.key, obj.body))
+            tuples.append(self._tuple(thread_id, ns, record, values, batches))
+        return tuples
+
+    def _tuple(
+        self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: list[WriteBatch]
+    ) -> CheckpointTuple:
+        checkpoint = cast(Checkpoint, {**record.checkpoint, "channel_values": values})
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, ns, checkpoint["id"]),
+            checkpoint=checkpoint,
+            metadata=record.metadata,
+            parent_config=checkpoint_config(thread_id, ns, record.parent_id) if record.parent_id else None,
+            pending_writes=merge_writes(batches),
+        )
+
+    def list_checkpoints(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Plan[None]:
+        """Stream matching tuples newest first within each thread (threads in key order)."""
+        budget = _Limit(limit)
+        if budget.done:
+            return
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        if config is None:
+            root = self.layout.threads_root
+
+            def threads(page: Page) -> Plan[bool]:
+                for prefix in page.prefixes:
+                    thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                    if thread_id is None:
+                        continue  # a folder we did not make
+                    yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
+                    if budget.done:
+                        return False
+                return True
+
+            yield from each(pages(root, delimiter="/"), threads)
+            return
+        t = parse_config(config)
+        configurable = config.get("configurable") or {}
+        ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
+        yield from self._list_thread(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
+
+    def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
+        """The real id behind a thread or namespace segment; ``None`` for a segment we did not make
+        (a foreign folder such as ``%ZZ``, or a digest without its ``name`` object)."""
+        try:
+            if not is_digest(segment):
+                name = unescape(segment)
+            else:
+                obj = yield from one(Get(f"{prefix}name"))
+                if obj is None:
+                    return None
+                name = obj.body.decode("utf-8", "surrogatepass")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return name if escape(name) == segment else None
+
+    def _namespaces(self, thread_id: str) -> Plan[list[str]]:
+        root = self.layout.namespaces(thread_id)
+        found: list[Page] = []
+        yield from collect(pages(root, delimiter="/"), found)
+        names = []
+        for page in found:
+            for prefix in page.prefixes:
+                name = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                if name is not None:
+                    names.append(name)
+        return names
+
+    def _list_thread(
+        self,
+        thread_id: str,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Limit,
+        reuse: bool | None = None,
+        first_page: int | None = None,
+    ) -> Plan[None]:
+        """Stream a thread's committed tuples newest first.
+
+        ``reuse`` says whether the records read may be served from and kept in the read cache; by
+        default only bounded listings use it: a walk over a whole history is a scan, which would
+        evict what is worth keeping and make the listing's memory grow with the history.
+        ``first_page`` starts a walk that will probably stop early with a small page (pages double).
+        """
+        namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
+        if checkpoint_id is not None:
+            for name in namespaces:
+                tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
+                if (
+                    tup is not None
+                    and matches(tup.metadata, filter)
+                    and (before_id is None or checkpoint_id < before_id)
+                ):
+                    yield Emit(tup)
+                    budget.take()
+                    if budget.done:
+                        return
+            return
+        # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
+        if first_page is not None:
+            page_size = first_page
+        elif budget.remaining is None or filter:
+            page_size = MAX_PAGE  # a scan: full pages, so its peak memory is the same at any length
+        else:
+            page_size = min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
+        cursors = [
+            _NsCursor(
+                checkpoint_ns=name,
+                prefix=self.layout.records(thread_id, name),
+                start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
+                page_size=page_size,
+                reuse=budget.remaining is not None if reuse is None else reuse,
+            )
+            for name in namespaces
+        ]
+        if not cursors:
+            return
+        first: list[Request] = []
+        for c in cursors:
+            # The head, the first page, and (when paging) the record the page starts below, whose
+            # previous_head says where the commit chain continues.
+            start = Get(self.layout.record(thread_id, c.checkpoint_ns, before_id)) if before_id else None
+            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *([start] if start else [])])
+        replies = iter((yield first))
+        for c in cursors:
+            head, page = next(replies), next(replies)
+            head_id, head_previous = (
+                self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
+                if head is not None
+                else (None, None)
+            )
+            c.chain = Chain.from_head(head_id, head_previous)
+            if before_id:
+                below = next(replies)
+                bound = None if below is None else self.codec.decode_record(c.start_after or "", below.body)
+                standing = None
+                if bound is not None and not bound.detached:
+                    standing = yield from self._standing(thread_id, c.checkpoint_ns, bound, head)
+                if bound is None or standing is not Standing.COMMITTED:
+                    # The bound is not a record on this namespace's chain (another namespace's id, a
+                    # detached, deleted or never committed checkpoint): walk the chain from the head.
+                    c.restart()
+                    continue
+                c.chain = Chain.below(head_id, bound.previous_head)
+            c.accept(page)
+        # The cursors keep what they need of the first pages: drop the replies, or each namespace's
+        # first page (up to 1,000 keys with their stamps) stays alive for the whole listing.
+        del replies, head, page
+        while not budget.done:
+            batch = yield from self._next_batch(cursors, budget, filter)
+            if not batch:
+                return
+            objs = yield [read for _, read, _ in batch]
+            chosen: list[tuple[_NsCursor, Record, list[Get]]] = []
+            for (cursor, read, write_reads), obj in zip(batch, objs, strict=True):
+                if obj is None:  # deleted between the listing and the read
+                    continue
+                record = self.codec.decode_record(read.key, obj.body)
+                if (
+                    cursor.admit(record)
+                    and (before_id is None or record.checkpoint["id"] < before_id)
+                    and matches(record.metadata, filter)
+                ):
+                    chosen.append((cursor, record, write_reads))
+            if budget.remaining is not None:
+                chosen = chosen[: budget.remaining]
+            # One parallel round trip for the values and writes of every chosen record.
+            tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
+            for tup in tuples:
+                if before_id is not None:
+                    # Reading below a bound is how LangGraph finds a subgraph's state for a replay:
+                    # a put on top of what it returns is a fork, not a continuation.
+                    found_in = tup.config["configurable"]["checkpoint_ns"]
+                    self.memory.read_explicitly(thread_id, found_in, tup.checkpoint["id"])
+                yield Emit(tup)
+                budget.take()
+
+    def _next_batch(
+        self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
+    ) -> Plan[list[tuple[_NsCursor, Get, list[Get]]]]:
+        """Up to READ_BATCH complete records (record and writes reads), merged newest first across namespaces."""
+        want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
+        batch: list[tuple[_NsCursor, Get, list[Get]]] = []
+        while len(batch) < want:
+            starving = [c for c in cursors if not c.ready() and not c.exhausted]
+            if starving:
+                listed = yield [c.request() for c in starving]
+                for c, page in zip(starving, listed, strict=True):
+                    c.accept(page)
+                continue
+            live = [c for c in cursors if c.ready()]
+            if not live:
+                break
+            # Inverted ids: the smallest key is the newest checkpoint.
+            best = min(live, key=lambda c: c.buffer[0][0].key[len(c.prefix) :])
+            read, write_reads = best.buffer.pop(0)
+            batch.append((best, read, write_reads))
+        return batch
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    # -- DeltaChannel support -----------------------------------------------------------------------
+    def get_delta_channel_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        if not channels:
+            return {}
+        target = yield from self.get_tuple(config)
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        cursor = target.parent_config if target is not None else None
+        if cursor is not None:
+            t = parse_config(cursor)
+            assert t.checkpoint_id is not None
+
+            def visit(tup: CheckpointTuple) -> Plan[bool]:
+                """Take one ancestor's writes (or its value as the seed); False once nothing is left."""
+                nonlocal cursor
+                if cursor is None or tup.checkpoint["id"] != cursor["configurable"]["checkpoint_id"]:
+                    return True  # a record of another branch: not an ancestor
+                for write in reversed(tup.pending_writes or []):
+                    if write[1] in remaining:
+                        collected[write[1]].append(write)
+                for ch in list(remaining):
+                    if ch in tup.checkpoint["channel_values"]:
+                        seeds[ch] = tup.checkpoint["channel_values"][ch]
+                        remaining.discard(ch)
+                cursor = tup.parent_config
+                return cursor is not None and bool(remaining)
+                yield  # a plan that needs no request of its own
+
+            # One newest-first stream from the parent down, stopped at the last seed: ancestors come
+            # in batches, and bodies already read (listed with the same ETag) are not read again.
+            ancestors = self._list_thread(
+                t.thread_id,
+                t.checkpoint_ns,
+                None,
+                None,
+                _after(t.checkpoint_id),
+                _Limit(None),
+                reuse=True,
+                first_page=100,
+            )
+            yield from each(ancestors, visit)
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            result[ch] = entry
+        return result
+
+
+def _seen(head: Obj, record: Record) -> HeadSeen:
+    run_id = record.metadata.get("run_id")
+    return HeadSeen(head.etag, dict(record.blobs), None if run_id is None else str(run_id))
+
+
+def _after(checkpoint_id: str) -> str:
+    """A ``before`` bound that includes ``checkpoint_id`` itself (the smallest id greater than it)."""
+    return checkpoint_id + "\x00"
+
+
+def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
+    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order.
+
+    A standalone special write (an error, interrupt or resume value) replaces the same index from a
+    combined call; otherwise the first stored write for an index is the one that counts.
+    """
+    chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
+    for batch in sorted(batches, key=lambda b: len(b.writes) == 1 and b.writes[0][0] < 0):
+        for idx, channel, value in batch.writes:
+            chosen[(batch.task_id, idx)] = (batch.task_path, channel, value)
+    ordered = sorted(chosen.items(), key=lambda kv: writes_sort_key(kv[1][0], kv[0][0], kv[0][1]))
+    return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]
