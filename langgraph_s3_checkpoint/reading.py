@@ -341,7 +341,7 @@ class Reading(CoreState):
                     thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
                     if thread_id is None:
                         continue  # a folder we did not make
-                    yield from self._list_thread(thread_id, None, None, filter, before_id, budget)
+                    yield from self._list_thread(thread_id, None, filter, before_id, budget)
                     if budget.done:
                         return False
                 return True
@@ -351,7 +351,30 @@ class Reading(CoreState):
         t = parse_config(config)
         configurable = config.get("configurable") or {}
         ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
-        yield from self._list_thread(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
+        if t.checkpoint_id is not None:
+            yield from self._list_one(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
+        else:
+            yield from self._list_thread(t.thread_id, ns, filter, before_id, budget)
+
+    def _list_one(
+        self,
+        thread_id: str,
+        ns: str | None,
+        checkpoint_id: str,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Limit,
+    ) -> Plan[None]:
+        """``list`` of a config naming a checkpoint: that checkpoint, in each namespace that has it."""
+        if before_id is not None and checkpoint_id >= before_id:
+            return
+        for name in [ns] if ns is not None else (yield from self._namespaces(thread_id)):
+            tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
+            if tup is not None and matches(tup.metadata, filter):
+                yield Emit(tup)
+                budget.take()
+                if budget.done:
+                    return
 
     def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
         """The real id behind a thread or namespace segment; ``None`` for a segment we did not make
@@ -384,7 +407,6 @@ class Reading(CoreState):
         self,
         thread_id: str,
         ns: str | None,
-        checkpoint_id: str | None,
         filter: dict[str, Any] | None,
         before_id: str | None,
         budget: _Limit,
@@ -399,19 +421,6 @@ class Reading(CoreState):
         ``first_page`` starts a walk that will probably stop early with a small page (pages double).
         """
         namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
-        if checkpoint_id is not None:
-            for name in namespaces:
-                tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
-                if (
-                    tup is not None
-                    and matches(tup.metadata, filter)
-                    and (before_id is None or checkpoint_id < before_id)
-                ):
-                    yield Emit(tup)
-                    budget.take()
-                    if budget.done:
-                        return
-            return
         # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
         if first_page is not None:
             page_size = first_page
@@ -551,7 +560,6 @@ class Reading(CoreState):
             ancestors = self._list_thread(
                 t.thread_id,
                 t.checkpoint_ns,
-                None,
                 None,
                 _after(t.checkpoint_id),
                 _Limit(None),
