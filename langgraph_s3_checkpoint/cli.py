@@ -10,13 +10,19 @@ Examples::
     langgraph-s3 verify --json
     langgraph-s3 gc --dry-run
     langgraph-s3 repair support-42 --dry-run
+    langgraph-s3 store ls memories
+    langgraph-s3 store put memories.user-1 color '{"value": "teal"}' && langgraph-s3 store get memories.user-1 color
+
+``store`` commands work on the long-term memory store (:class:`~langgraph_s3_checkpoint.store.S3Store`) at
+the same location; a namespace is written with its labels joined by dots (``memories.user-1``), which is
+unambiguous because LangGraph forbids dots in labels.
 
 Exit codes: 0 success, 1 problems found, thread/checkpoint not found, or a question answered "no",
 2 usage or configuration error (including a missing or wrong decryption key), 3 S3 error (unreachable
 or silent endpoint, an endpoint that is not S3, missing bucket, refused or missing credentials),
 130 interrupted. Every failure prints one ``langgraph-s3: error: ...`` line on stderr, never a traceback.
 
-Destructive commands (``delete``, ``prune``, ``expire``, ``gc``, ``import --replace``) take ``--dry-run``
+Destructive commands (``delete``, ``prune``, ``expire``, ``gc``, ``import --replace``, ``store rm``) take ``--dry-run``
 (report, change nothing) and ask for confirmation when stdin is a terminal; ``--yes`` answers for them.
 Without a terminal (a pipe, a cron job) nothing is asked.
 """
@@ -37,7 +43,7 @@ import tarfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from langchain_core.runnables import RunnableConfig
@@ -55,6 +61,9 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .saver import S3Saver, parse_url
+
+if TYPE_CHECKING:
+    from .store import S3Store
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -199,6 +208,17 @@ class Context:
     as_json: bool
     progress: bool
     out: IO[str]
+    url: str = ""
+    store_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    memory_store: S3Store | None = None
+
+    def memory(self) -> S3Store:
+        """The long-term memory store at the same location (opened on first use, closed by ``main``)."""
+        if self.memory_store is None:
+            from .store import S3Store
+
+            self.memory_store = S3Store._from_url(self.url, **self.store_options)
+        return self.memory_store
 
     @property
     def layout(self) -> Any:
@@ -738,6 +758,154 @@ def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
+# Long-term memory store
+# ------------------------------------------------------------------------------------------------
+def parse_namespace(text: str) -> tuple[str, ...]:
+    """``memories.user-1`` -> ``("memories", "user-1")``; ``""`` is the root (every namespace)."""
+    if not text:
+        return ()
+    labels = tuple(text.split("."))
+    if any(not label for label in labels):
+        raise Failure(EXIT_USAGE, f"namespace {text!r}: empty label (write labels joined by single dots)")
+    return labels
+
+
+def _dotted(namespace: Sequence[str]) -> str:
+    return ".".join(namespace)
+
+
+def _json_arg(what: str, text: str, *, obj: bool) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Failure(EXIT_USAGE, f"{what}: not valid JSON ({exc})") from None
+    if obj and not isinstance(value, dict):
+        raise Failure(EXIT_USAGE, f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _item_dict(item: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "namespace": list(item.namespace),
+        "key": item.key,
+        "value": jsonable(item.value),
+        "created_at": item.created_at.isoformat(),
+        "updated_at": item.updated_at.isoformat(),
+    }
+    if getattr(item, "score", None) is not None:
+        data["score"] = item.score
+    return data
+
+
+def _store_call(call: Callable[[], Any]) -> Any:
+    """Namespace/key rules LangGraph enforces (``InvalidNamespaceError``, a ValueError) are usage errors."""
+    try:
+        return call()
+    except ValueError as exc:
+        if isinstance(exc, S3CheckpointError):
+            raise
+        raise Failure(EXIT_USAGE, f"{type(exc).__name__}: {exc}") from None
+
+
+def cmd_store_ls(ctx: Context, args: argparse.Namespace) -> int:
+    prefix = parse_namespace(args.prefix)
+    store = ctx.memory()
+    namespaces = _store_call(
+        lambda: store.list_namespaces(
+            prefix=prefix or None, max_depth=args.max_depth, limit=args.limit, offset=args.offset
+        )
+    )
+    if ctx.as_json:
+        ctx.emit_json([list(ns) for ns in namespaces])
+        return EXIT_OK
+    if not namespaces:
+        ctx.out.write(f"no namespaces{' under ' + repr(args.prefix) if prefix else ''} in {ctx.where}\n")
+        return EXIT_OK
+    for ns in namespaces:
+        ctx.out.write(_dotted(ns) + "\n")
+    return EXIT_OK
+
+
+def _require_item(ctx: Context, namespace: tuple[str, ...], key: str) -> Any:
+    store = ctx.memory()
+    item = _store_call(lambda: store.get(namespace, key, refresh_ttl=False))
+    if item is None:
+        raise Failure(EXIT_PROBLEMS, f"item {key!r} not found in namespace {_dotted(namespace)!r} under {ctx.where}")
+    return item
+
+
+def cmd_store_get(ctx: Context, args: argparse.Namespace) -> int:
+    item = _require_item(ctx, parse_namespace(args.namespace), args.key)
+    if ctx.as_json:
+        ctx.emit_json(_item_dict(item))
+    else:
+        ctx.out.write(json.dumps(jsonable(item.value), indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+    return EXIT_OK
+
+
+def cmd_store_put(ctx: Context, args: argparse.Namespace) -> int:
+    namespace = parse_namespace(args.namespace)
+    if not namespace:
+        raise Failure(EXIT_USAGE, "store put: the namespace must have at least one label")
+    value = _json_arg("store put VALUE", args.value, obj=True)
+    if args.ttl is not None and args.ttl <= 0:
+        raise Failure(EXIT_USAGE, "store put: --ttl must be positive (minutes)")
+    store = ctx.memory()
+    _store_call(lambda: store.put(namespace, args.key, value, index=False if args.no_index else None, ttl=args.ttl))
+    return _done(
+        ctx,
+        f"put {args.key!r} in {_dotted(namespace)!r}",
+        {"namespace": list(namespace), "key": args.key, "put": True},
+    )
+
+
+def cmd_store_rm(ctx: Context, args: argparse.Namespace) -> int:
+    namespace = parse_namespace(args.namespace)
+    _require_item(ctx, namespace, args.key)
+    data = {"namespace": list(namespace), "key": args.key, "dry_run": args.dry_run}
+    if args.dry_run:
+        return _done(ctx, f"would delete {args.key!r} from {_dotted(namespace)!r}", data)
+    ctx.confirm(args, f"delete item {args.key!r} from namespace {_dotted(namespace)!r}?")
+    store = ctx.memory()
+    _store_call(lambda: store.delete(namespace, args.key))
+    return _done(ctx, f"deleted {args.key!r} from {_dotted(namespace)!r}", data)
+
+
+def cmd_store_search(ctx: Context, args: argparse.Namespace) -> int:
+    prefix = parse_namespace(args.prefix)
+    filter_ = _json_arg("--filter", args.filter, obj=True) if args.filter is not None else None
+    store = ctx.memory()
+    items = _store_call(
+        lambda: store.search(prefix, filter=filter_, limit=args.limit, offset=args.offset, refresh_ttl=False)
+    )
+    if ctx.as_json:
+        ctx.emit_json([_item_dict(i) for i in items])
+        return EXIT_OK
+    if not items:
+        ctx.out.write(f"no items under {args.prefix or 'the root'!r} in {ctx.where}\n")
+        return EXIT_OK
+    rows = [
+        [
+            _dotted(i.namespace),
+            i.key,
+            _short_time(i.updated_at.isoformat()),
+            shorten(json.dumps(jsonable(i.value), ensure_ascii=False, sort_keys=True), 60),
+        ]
+        for i in items
+    ]
+    _table(["NAMESPACE", "KEY", "UPDATED", "VALUE"], rows, ctx.out)
+    return EXIT_OK
+
+
+def cmd_store_sweep(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.confirm(args, f"delete every expired item under {ctx.where}?")
+    swept = ctx.memory().sweep_ttl()
+    return _done(ctx, f"deleted {swept} expired items", {"deleted": swept})
+
+
+# ------------------------------------------------------------------------------------------------
 # Parser and entry point
 # ------------------------------------------------------------------------------------------------
 def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -843,6 +1011,48 @@ def build_parser() -> argparse.ArgumentParser:
     destructive(sub)
     sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
     sub.add_argument("thread", nargs="?", default=None)
+
+    group = commands.add_parser(
+        "store",
+        help="long-term memory store: ls, get, put, rm, search, sweep",
+        description="Inspect and edit the long-term memory store (S3Store) at the same location. "
+        "Namespaces are written with their labels joined by dots: memories.user-1",
+    )
+    store_commands = group.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
+
+    def store_command(name: str, handler: Callable[[Context, argparse.Namespace], int], text: str) -> Any:
+        sub = store_commands.add_parser(name, help=text, description=text)
+        _add_global_options(sub, top=False)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def paging(sub: Any, limit: int) -> None:
+        sub.add_argument("--limit", type=int, default=limit, help=f"at most N results (default {limit})")
+        sub.add_argument("--offset", type=int, default=0, help="skip the first N results")
+
+    sub = store_command("ls", cmd_store_ls, "list the namespaces that hold items, sorted")
+    sub.add_argument("prefix", nargs="?", default="", metavar="NAMESPACE_PREFIX")
+    sub.add_argument("--max-depth", type=int, default=None, help="truncate namespaces to N labels")
+    paging(sub, 1000)
+    sub = store_command("get", cmd_store_get, "print one item's value (--json: the whole item)")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    sub = store_command("put", cmd_store_put, "write one item (VALUE: a JSON object, '-' for stdin)")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    sub.add_argument("value")
+    sub.add_argument("--ttl", type=float, default=None, help="expire the item after N minutes")
+    sub.add_argument("--no-index", action="store_true", help="do not embed the item (stores with an index)")
+    sub = store_command("rm", cmd_store_rm, "delete one item")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    destructive(sub)
+    sub = store_command("search", cmd_store_search, "list items under a namespace prefix, optionally filtered")
+    sub.add_argument("prefix", nargs="?", default="", metavar="NAMESPACE_PREFIX")
+    sub.add_argument("--filter", default=None, metavar="JSON", help='e.g. \'{"kind": "pref", "score": {"$gt": 3}}\'')
+    paging(sub, 100)
+    sub = store_command("sweep", cmd_store_sweep, "delete every expired (TTL) item now")
+    sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
 
 
@@ -885,6 +1095,8 @@ def _open(args: argparse.Namespace) -> Context:
     # The CLI never creates buckets and needs no write probe: it reads what savers wrote.
     options.pop("create_bucket", None)
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
+    store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}
+    store_options["create_bucket"] = False
     store = ops.OpsStore.like(saver._store)
     store.deadline = None  # operator commands walk whole threads; each request is still bounded by the timeouts
     return Context(
@@ -893,6 +1105,8 @@ def _open(args: argparse.Namespace) -> Context:
         as_json=args.json,
         progress=not args.json and not args.no_progress and sys.stderr.isatty(),
         out=sys.stdout,
+        url=url,
+        store_options=store_options,
     )
 
 
@@ -932,6 +1146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(EXIT_PROBLEMS, f"unexpected {type(exc).__name__}: {exc} (please report this as a bug)")
     finally:
         if ctx is not None:
+            if ctx.memory_store is not None:
+                ctx.memory_store.close()
             ctx.store.close()
             ctx.saver.close()
 

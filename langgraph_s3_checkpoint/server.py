@@ -1,10 +1,12 @@
 """Use the S3 checkpointer in the LangGraph Agent Server (``langgraph dev``, ``langgraph up``, platform).
 
-Point ``langgraph.json`` at :func:`checkpointer` and configure the bucket with environment variables::
+Point ``langgraph.json`` at :func:`checkpointer` (and, for long-term memory, :func:`store`) and configure
+the bucket with environment variables::
 
     {
       "graphs": {"agent": "./agent.py:graph"},
-      "checkpointer": {"path": "langgraph_s3_checkpoint.server.checkpointer"}
+      "checkpointer": {"path": "langgraph_s3_checkpoint.server.checkpointer"},
+      "store": {"path": "langgraph_s3_checkpoint.server.store"}
     }
 
 The path is written with a dot before ``checkpointer``: langgraph-api 0.16 splits a module path at its
@@ -111,7 +113,8 @@ def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> A
 @asynccontextmanager
 async def store() -> AsyncIterator[AsyncS3Store]:
     """Yield a ready long-term memory store (``langgraph.json``: ``"store": {"path":
-    "langgraph_s3_checkpoint.server.store"}``); close it on exit. Not yet exercised by an Agent Server test."""
+    "langgraph_s3_checkpoint.server.store"}``, dotted like the checkpointer); close it on exit.
+    ``tests/test_server.py`` runs it in ``langgraph dev`` beside :func:`checkpointer`."""
     memory = store_from_env()
     try:
         await memory.setup()

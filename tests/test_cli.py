@@ -499,3 +499,81 @@ def test_values_render_as_json() -> None:
     }
     assert jsonable(object).startswith("<class")
     assert clip({"s": "x" * 10, "n": [1]}, 4) == {"s": "xxxx... (6 more characters; --full shows all)", "n": [1]}
+
+
+# -- the long-term memory store ---------------------------------------------------------------------
+def test_store_commands_roundtrip_with_the_api(env: Env) -> None:
+    """``store put/get/ls/search/rm/sweep`` through the real entry point, checked against S3Store itself."""
+    from langgraph_s3_checkpoint import S3Store
+
+    memory = S3Store(bucket=CLI_BUCKET, prefix=env.prefix, client=env.server.client())
+    try:
+        memory.put(("memories", "ada"), "city", {"fact": "lives in Lisbon", "kind": "place"})
+        memory.put(("memories", "ada", "work"), "job", {"fact": "engineer", "kind": "job"})
+        env.finished("thread-beside-the-store")  # the saver's objects do not show up as memories
+
+        assert env.json("store", "ls") == [["memories", "ada"], ["memories", "ada", "work"]]
+        assert env.json("store", "ls", "memories", "--max-depth", "1") == [["memories"]]
+        plain = env.run("store", "ls", "memories.ada")
+        assert plain.returncode == 0, plain.stderr
+        assert plain.stdout.splitlines() == ["memories.ada", "memories.ada.work"]
+
+        put = env.run("store", "put", "memories.ada", "color", '{"fact": "likes teal", "kind": "pref", "n": 3}')
+        assert put.returncode == 0, put.stderr
+        item = memory.get(("memories", "ada"), "color")
+        assert item is not None and item.value == {"fact": "likes teal", "kind": "pref", "n": 3}
+        got = env.json("store", "get", "memories.ada", "color")
+        assert (got["namespace"], got["key"], got["value"]) == (["memories", "ada"], "color", item.value)
+        assert json.loads(env.run("store", "get", "memories.ada", "color").stdout) == item.value
+
+        everything = env.json("store", "search", "memories")
+        assert sorted(i["key"] for i in everything) == ["city", "color", "job"]
+        assert [i["key"] for i in env.json("store", "search", "memories", "--filter", '{"n": {"$gt": 2}}')] == [
+            "color"
+        ]
+        table = env.run("store", "search", "memories.ada.work")
+        assert table.returncode == 0 and "job" in table.stdout and "engineer" in table.stdout
+
+        dry = env.run("store", "rm", "memories.ada", "city", "--dry-run")
+        assert dry.returncode == 0 and "would delete" in dry.stdout
+        assert memory.get(("memories", "ada"), "city") is not None
+        assert env.json("store", "rm", "memories.ada", "city")["key"] == "city"
+        assert memory.get(("memories", "ada"), "city") is None
+
+        memory.put(("memories", "old"), "gone", {"fact": "x"}, ttl=0.001)
+        short = env.run("store", "put", "memories.old", "brief", '{"fact": "y"}', "--ttl", "0.001")
+        assert short.returncode == 0, short.stderr
+        time.sleep(0.2)
+        assert env.run("store", "get", "memories.old", "brief").returncode == 1  # expired: invisible to reads
+        assert env.json("store", "sweep")["deleted"] == 2
+        assert env.json("store", "ls", "memories.old") == []
+    finally:
+        memory.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("store", "get", "memories.ada", "nothing"), 1, "item 'nothing' not found in namespace 'memories.ada'"),
+        (("store", "rm", "memories.ada", "nothing"), 1, "not found"),
+        (("store", "put", "memories.ada", "k", "[1, 2]"), 2, "expected a JSON object"),
+        (("store", "put", "memories.ada", "k", "{nope"), 2, "not valid JSON"),
+        (("store", "put", "", "k", "{}"), 2, "at least one label"),
+        (("store", "get", "memories..ada", "k"), 2, "empty label"),
+        (("store", "search", "--filter", "3"), 2, "expected a JSON object"),
+        (("store", "frobnicate"), 2, "invalid choice"),
+    ],
+)
+def test_store_command_failures(env: Env, args: tuple[str, ...], code: int, text: str) -> None:
+    done = env.run(*args)
+    assert done.returncode == code, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and text in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_store_on_a_missing_bucket_is_an_s3_error(env: Env) -> None:
+    url = f"s3://lgs3-missing-{uuid.uuid4().hex[:8]}/p?endpoint_url={env.server.endpoint_url}&region={env.server.region}"
+    done = env.run("store", "ls", "--url", url)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith("langgraph-s3: error: ") and len(done.stderr.strip().splitlines()) == 1

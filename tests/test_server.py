@@ -1,4 +1,5 @@
-"""The Agent Server (``langgraph dev``) running on the S3 checkpointer, end to end, against SeaweedFS.
+"""The Agent Server (``langgraph dev``) running on the S3 checkpointer and the S3 store, end to end,
+against SeaweedFS.
 
 The server is a real subprocess started from the venv's ``langgraph`` with ``tests/agent_app`` (copied
 to a temporary directory, since the dev server writes its own state next to ``langgraph.json``), and
@@ -34,6 +35,7 @@ from langgraph_s3_checkpoint.errors import InvalidConfigError
 from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.ops import Checked, OpsStore, Problem, verify_thread
 from langgraph_s3_checkpoint.server import checkpointer, options_from_env, saver_from_env
+from langgraph_s3_checkpoint.store import StoreLayout
 
 APP_DIR = Path(__file__).parent / "agent_app"
 SERVER_BUCKET = "lgs3-agent-server"
@@ -267,6 +269,57 @@ async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: Age
     assert state["values"]["steps"] == ["prepare fast"]
     runs = await sdk.runs.list(tid)
     assert [r["run_id"] for r in runs] == [fast["run_id"]]
+
+
+async def test_store_through_the_sdk_and_a_graph_node(agent_server: AgentServer, sdk: Any) -> None:
+    """``langgraph.json``'s ``store.path`` loads our AsyncS3Store beside the saver, on the same prefix:
+    the SDK's store routes and a graph node's ``get_store()`` both read and write the bucket."""
+    layout = StoreLayout(agent_server.prefix)
+    ns = ["profiles", f"u-{os.urandom(3).hex()}"]
+    await sdk.store.put_item(ns, "color", {"value": "teal", "kind": "pref"})
+    await sdk.store.put_item(ns, "food", {"value": "ramen", "kind": "pref"})
+    await sdk.store.put_item([*ns, "notes"], "n1", {"value": "likes trains", "kind": "note"})
+    assert "Using custom store: AsyncS3Store" in agent_server.log.read_text()
+    assert agent_server.keys(layout.item(ns, "color")) == [layout.item(ns, "color")]
+
+    item = await sdk.store.get_item(ns, "color")
+    assert (item["namespace"], item["key"], item["value"]) == (ns, "color", {"value": "teal", "kind": "pref"})
+    assert await _missing(sdk, ns, "nothing")
+
+    found = await sdk.store.search_items(ns, filter={"kind": "pref"})
+    assert sorted(i["key"] for i in found["items"]) == ["color", "food"]
+    everything = await sdk.store.search_items(ns, limit=10)
+    assert sorted(i["key"] for i in everything["items"]) == ["color", "food", "n1"]
+    namespaces = await sdk.store.list_namespaces(prefix=ns)
+    assert sorted(namespaces["namespaces"]) == [ns, [*ns, "notes"]]
+    shallow = await sdk.store.list_namespaces(prefix=ns, max_depth=2)
+    assert shallow["namespaces"] == [ns]
+
+    await sdk.store.delete_item(ns, "food")
+    assert await _missing(sdk, ns, "food")
+    assert agent_server.keys(layout.item(ns, "food")) == []
+
+    # A graph node remembers across threads through get_store(); the SDK sees what it wrote.
+    user = f"user-{os.urandom(3).hex()}"
+    first = await sdk.runs.wait((await sdk.threads.create())["thread_id"], "memory", input={"user": user, "fact": "a"})
+    assert first["recalled"] == []
+    second = await sdk.runs.wait(
+        (await sdk.threads.create())["thread_id"], "memory", input={"user": user, "fact": "b"}
+    )
+    assert second["recalled"] == ["a"]
+    memories = await sdk.store.search_items(["memories", user])
+    assert sorted((i["key"], i["value"]["fact"]) for i in memories["items"]) == [("fact-0", "a"), ("fact-1", "b")]
+    assert agent_server.keys(layout.items(["memories", user]))
+
+
+async def _missing(sdk: Any, namespace: list[str], key: str) -> bool:
+    """The SDK's get_item for an absent key: langgraph-api answers 404 (raised) or a null body."""
+    from httpx import HTTPStatusError
+
+    try:
+        return await sdk.store.get_item(namespace, key) is None
+    except HTTPStatusError as err:
+        return err.response.status_code == 404
 
 
 # -- configuration from the environment (no server process needed) ---------------------------------

@@ -1,7 +1,10 @@
-"""A small graph for the Agent Server end-to-end test: one human-in-the-loop pause, one slow step.
+"""Small graphs for the Agent Server end-to-end test.
 
-``delay`` makes the first node wait, so a test can start a second run while the first one is still
-busy (``multitask_strategy="rollback"``).
+``graph``: one human-in-the-loop pause, one slow step. ``delay`` makes the first node wait, so a test can
+start a second run while the first one is still busy (``multitask_strategy="rollback"``).
+
+``memory_graph``: one node that reads a user's memories from the long-term store (``get_store()``, which
+the server wires to ``langgraph.json``'s ``store``) and writes a new one.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import asyncio
 import operator
 from typing import Annotated, Any, TypedDict
 
+from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -44,3 +48,25 @@ builder.add_edge("prepare", "ask")
 builder.add_edge("ask", "finish")
 builder.add_edge("finish", END)
 graph = builder.compile()
+
+
+class MemoryState(TypedDict, total=False):
+    user: str
+    fact: str
+    recalled: list[str]
+
+
+async def remember(state: MemoryState) -> MemoryState:
+    store = get_store()
+    namespace = ("memories", state["user"])
+    recalled = sorted(item.value["fact"] for item in await store.asearch(namespace, limit=100))
+    if fact := state.get("fact"):
+        await store.aput(namespace, f"fact-{len(recalled)}", {"fact": fact})
+    return {"recalled": recalled}
+
+
+memory_builder = StateGraph(MemoryState)
+memory_builder.add_node("remember", remember)
+memory_builder.add_edge(START, "remember")
+memory_builder.add_edge("remember", END)
+memory_graph = memory_builder.compile()
