@@ -210,11 +210,27 @@ def make_client(
         s3={"addressing_style": addressing_style} if addressing_style else None,
     )
     try:
-        return boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **client_kwargs
         )
     except ValueError as exc:  # botocore: an endpoint_url that is not a URL, a bad region name
         raise InvalidConfigError(f"cannot create the S3 client: {exc}") from None
+    without_expect_continue(client)
+    return client
+
+
+def without_expect_continue(client: Any) -> Any:
+    """Stop ``client`` from sending ``Expect: 100-continue`` on PutObject, so a PUT costs one round trip.
+
+    botocore adds the header to every PUT/POST with a file-like body (PutObject bodies always are) and
+    then waits for the server's interim ``100 Continue`` before sending the body: a second round trip
+    per PUT. Checkpoint bodies are small, so the header's only benefit (not uploading a large body the
+    server would refuse) does not apply; some servers never answer it for an empty body (SeaweedFS).
+    Only this client's handlers change (botocore copies the session's handlers into each client)."""
+    from botocore.handlers import add_expect_header
+
+    client.meta.events.unregister("before-call.s3", add_expect_header)
+    return client
 
 
 def parse_url(url: str) -> tuple[str, str, dict[str, Any]]:

@@ -1,0 +1,357 @@
+"""Supersteps at real network latency: a latency proxy in front of a throwaway SeaweedFS.
+
+    python benchmarks/latency.py                      # 5, 20 and 60 ms round trips, every saver found
+    python benchmarks/latency.py --rtt 20 --only ours,ours-direct --repeats 2
+
+For each round trip (``--rtt``, ms; half of it is added in each direction by ``latencyproxy.py``) and each
+saver, a graph whose one node loops on itself runs with ``durability="sync"`` for 1 and for 31 supersteps on
+fresh threads; the difference over 30 is the cost of one more one-node superstep (wall ms, requests, "waves"
+= times a request starts while none is in flight, client CPU). Medians of ``--repeats``. Each saver runs in
+its own subprocess (peers from their own venvs, see README); the proxy and SeaweedFS run in this process's
+children / threads. Writes ``results/latency.md`` and ``results/latency.json``.
+
+Savers: ``ours-expect`` (S3Saver given a plain boto3 client: botocore's default ``Expect: 100-continue`` on
+PutObject, i.e. the default before the fast path), ``ours`` (S3Saver built from options, the default now),
+``ours-direct`` (``transport="direct"``), ``tigris`` and ``objectstorage`` (skipped when their venv is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TypedDict
+
+HERE = Path(__file__).resolve().parent
+BUCKET = "lgs3-latency"
+ALL_SAVERS = ("ours-expect", "ours", "ours-direct", "tigris", "objectstorage")
+PEER_PYTHON = {
+    "tigris": os.environ.get("BENCH_TIGRIS_PYTHON", "/tmp/lg-bench-tigris/bin/python"),
+    "objectstorage": os.environ.get("BENCH_OBJECTSTORAGE_PYTHON", "/tmp/lg-bench-objstore/bin/python"),
+}
+LABELS = {
+    "ours-expect": "S3Saver, boto3 with `Expect: 100-continue` (old default)",
+    "ours": "S3Saver, default (boto3, no `Expect`)",
+    "ours-direct": 'S3Saver, `transport="direct"`',
+    "tigris": "TigrisSaver (on moto)",
+    "objectstorage": "ObjectStorageSaver (s3fs)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# child: one saver
+
+
+class LoopState(TypedDict):
+    step: int
+    data: str
+
+
+def loop_graph(steps: int) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    def work(state: LoopState) -> dict[str, Any]:
+        return {"step": state["step"] + 1, "data": f"payload-{state['step']:05d}-" + "x" * 64}
+
+    g = StateGraph(LoopState)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_conditional_edges("work", lambda s: END if s["step"] >= steps else "work", ["work", END])
+    return g
+
+
+def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
+    prefix = f"lat/{name}/{uuid.uuid4().hex[:8]}"
+    plain = {
+        "endpoint_url": s3["endpoint_url"],
+        "aws_access_key_id": s3["access_key"],
+        "aws_secret_access_key": s3["secret_key"],
+        "region_name": s3["region"],
+    }
+
+    def boto3_client() -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(s3={"addressing_style": "path"}, max_pool_connections=64, retries={"max_attempts": 3})
+        return boto3.session.Session().client("s3", config=config, **plain)
+
+    if name in ("ours", "ours-expect", "ours-direct"):
+        from langgraph_s3_checkpoint import S3Saver
+
+        if name == "ours-expect":
+            saver = S3Saver(bucket=BUCKET, prefix=prefix, client=boto3_client())
+        else:
+            transport = "direct" if name == "ours-direct" else "boto3"
+            saver = S3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
+        counter.attach_boto3(saver.client)
+        if saver._store.direct is not None:
+            counter.attach_direct(saver._store.direct)
+        saver.setup()
+        return saver
+    if name == "tigris":
+        from langgraph.checkpoint.tigris import TigrisSaver
+
+        client = boto3_client()
+        counter.attach_boto3(client)
+        saver = TigrisSaver(BUCKET, client=client, prefix=prefix + "/")
+        saver.setup()
+        return saver
+    if name == "objectstorage":
+        import s3fs
+        from langgraph_checkpoint_objectstorage import ObjectStorageSaver
+
+        counter.attach_aiobotocore()
+        fs = s3fs.S3FileSystem(
+            key=s3["access_key"],
+            secret=s3["secret_key"],
+            client_kwargs={"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]},
+            skip_instance_cache=True,
+        )
+        return ObjectStorageSaver(fs, f"{BUCKET}/{prefix}")
+    raise ValueError(name)
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from worker import Counter
+
+    counter = Counter()
+    saver = make_saver(spec["saver"], spec["s3"], counter)
+    short, long = spec["short"], spec["long"]
+    graphs = {n: loop_graph(n).compile(checkpointer=saver) for n in (short, long)}
+    # Warm up: connections, imports, first requests.
+    graphs[short].invoke({"step": 0, "data": ""}, {"configurable": {"thread_id": "warm"}}, durability="sync")
+    runs: dict[int, list[dict[str, float]]] = {short: [], long: []}
+    for r in range(spec["repeats"]):
+        for n in (short, long):
+            counter.reset()
+            config = {"configurable": {"thread_id": f"r{r}-{n}-{uuid.uuid4().hex[:6]}"}}
+            c0, t0 = time.process_time(), time.perf_counter()
+            out = graphs[n].invoke({"step": 0, "data": ""}, config, durability="sync")
+            t1, c1 = time.perf_counter(), time.process_time()
+            assert out["step"] == n, out
+            snap = counter.snapshot()
+            counts = {k: float(v) for k, v in snap.items()}
+            runs[n].append({"ms": (t1 - t0) * 1000, "cpu_ms": (c1 - c0) * 1000, **counts})
+    steps = long - short
+    result: dict[str, Any] = {}
+    for key in ("ms", "cpu_ms", "total", "waves", "PUT", "GET", "LIST", "HEAD"):
+        result[key] = (
+            statistics.median(x[key] for x in runs[long]) - statistics.median(x[key] for x in runs[short])
+        ) / steps
+    result["runs"] = runs
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# parent
+
+
+def bare(server: Any, proxy_url: str, samples: int) -> dict[str, float]:
+    """Median ms of a 1 KiB PutObject / GetObject through the proxy, per client."""
+    from langgraph_s3_checkpoint import make_client
+    from langgraph_s3_checkpoint.requests import Get, Put
+    from langgraph_s3_checkpoint.transport import DirectTransport
+
+    opts = {
+        "endpoint_url": proxy_url,
+        "aws_access_key_id": server.access_key,
+        "aws_secret_access_key": server.secret_key,
+        "region_name": server.region,
+    }
+    import boto3
+    from botocore.config import Config
+
+    expect = boto3.session.Session().client("s3", config=Config(s3={"addressing_style": "path"}), **opts)
+    fast = make_client(**opts)
+    direct = DirectTransport(fast, BUCKET)
+    body = b"x" * 1024
+    out: dict[str, float] = {}
+    for name, put, get in (
+        ("boto3-expect", lambda k: expect.put_object(Bucket=BUCKET, Key=k, Body=body), None),
+        (
+            "boto3",
+            lambda k: fast.put_object(Bucket=BUCKET, Key=k, Body=body),
+            lambda k: fast.get_object(Bucket=BUCKET, Key=k)["Body"].read(),
+        ),
+        ("direct", lambda k: direct.execute(Put(k, body)), lambda k: direct.execute(Get(k))),
+    ):
+        for op, send in (("put", put), ("get", get)):
+            if send is None:
+                continue
+            walls = []
+            for i in range(samples + 2):
+                t0 = time.perf_counter()
+                send(f"bare/{name}/{i}")
+                if i >= 2:
+                    walls.append((time.perf_counter() - t0) * 1000)
+            out[f"{name} {op}"] = statistics.median(walls)
+    direct.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rtt", default="5,20,60", help="round trips in ms, comma-separated")
+    ap.add_argument("--only", default=",".join(ALL_SAVERS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--short", type=int, default=1)
+    ap.add_argument("--long", type=int, default=31)
+    ap.add_argument("--timeout", type=float, default=300.0, help="per saver and round trip, seconds")
+    ap.add_argument("--out", default=str(HERE / "results" / "latency"))
+    ap.add_argument("--tigris-on-seaweedfs", action="store_true", help="default: moto (it hangs on SeaweedFS)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        spec = json.loads(Path(args.child).read_text())
+        Path(spec["out"]).write_text(json.dumps(child(spec)))
+        return
+
+    sys.path.insert(0, str(HERE))
+    from latencyproxy import LatencyProxy
+
+    from langgraph_s3_checkpoint import local
+
+    rtts = [float(x) for x in args.rtt.split(",")]
+    savers = [s for s in args.only.split(",") if s]
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load_before = os.getloadavg()
+    server = local.start_seaweedfs()
+    # TigrisSaver hangs on SeaweedFS (an empty-body PUT with `Expect: 100-continue` is never answered):
+    # it runs on moto behind the same proxy instead (moto closes every connection, but the proxy does not
+    # delay the handshake, so that costs no extra round trip here).
+    moto = local.start("moto") if "tigris" in savers and not args.tigris_on_seaweedfs else None
+    results: dict[str, Any] = {"rtts": rtts, "savers": savers, "bare": {}, "rows": {}, "failures": {}}
+    results["tigris_server"] = "moto" if moto is not None else "seaweedfs"
+    try:
+        for s in (server, moto):
+            if s is not None:
+                s.create_bucket(BUCKET)
+        host, port = server.endpoint_url.removeprefix("http://").split(":")
+        with tempfile.TemporaryDirectory() as tmp:
+            for rtt in rtts:
+                with LatencyProxy(host, int(port), one_way_ms=rtt / 2, lifetime=3600) as main_proxy:
+                    results["bare"][str(rtt)] = bare(server, main_proxy.url, samples=10)
+                    for name in savers:
+                        target = moto if name == "tigris" and moto is not None else server
+                        mhost, mport = target.endpoint_url.removeprefix("http://").split(":")
+                        proxy = LatencyProxy(mhost, int(mport), one_way_ms=rtt / 2) if target is moto else main_proxy
+                        python = PEER_PYTHON.get(name, sys.executable)
+                        if not Path(python).exists():
+                            results["failures"][name] = f"no venv at {python} (see README)"
+                            continue
+                        spec = {
+                            "saver": name,
+                            "repeats": args.repeats,
+                            "short": args.short,
+                            "long": args.long,
+                            "out": os.path.join(tmp, f"{name}-{rtt}.json"),
+                            "s3": {
+                                "endpoint_url": proxy.url,
+                                "access_key": target.access_key,
+                                "secret_key": target.secret_key,
+                                "region": target.region,
+                            },
+                        }
+                        spec_path = os.path.join(tmp, f"{name}-{rtt}-spec.json")
+                        Path(spec_path).write_text(json.dumps(spec))
+                        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if name.startswith("ours") else None
+                        try:
+                            proc = subprocess.run(
+                                [python, str(Path(__file__).resolve()), "--child", spec_path],
+                                capture_output=True,
+                                text=True,
+                                timeout=args.timeout,
+                                env=env,
+                            )
+                        except subprocess.TimeoutExpired:
+                            results["failures"][f"{name} @ {rtt:g} ms"] = f"timed out after {args.timeout:g}s"
+                            continue
+                        finally:
+                            if proxy is not main_proxy:
+                                proxy.stop()
+                        if proc.returncode != 0:
+                            tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+                            results["failures"][f"{name} @ {rtt:g} ms"] = tail[0][:300]
+                            continue
+                        row = json.loads(Path(spec["out"]).read_text())
+                        results["rows"].setdefault(str(rtt), {})[name] = row
+                        print(
+                            f"rtt {rtt:g} ms {name}: {row['ms']:.1f} ms/step, {row['total']:.2f} req, "
+                            f"{row['waves']:.2f} waves, cpu {row['cpu_ms']:.2f} ms",
+                            flush=True,
+                        )
+    finally:
+        server.stop()
+        if moto is not None:
+            moto.stop()
+    results["load"] = {"before": load_before, "after": os.getloadavg()}
+    results["started"] = started
+    Path(args.out + ".json").write_text(json.dumps(results, indent=1))
+    Path(args.out + ".md").write_text(report(results, args))
+    print(Path(args.out + ".md").read_text())
+
+
+def report(res: dict[str, Any], args: Any) -> str:
+    lb, la = res["load"]["before"], res["load"]["after"]
+    lines = [
+        "# Supersteps at real latency (`benchmarks/latency.py`)",
+        "",
+        f"Started {res['started']}; {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}. "
+        f"Load average (1/5/15 min) {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f} before, "
+        f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f} after (the machine is shared).",
+        "",
+        "SeaweedFS (`weed mini`, keeps connections alive) behind `latencyproxy.py`, which delays every chunk by "
+        "half the round trip in each direction (order kept, bandwidth not serialized, `TCP_NODELAY`; the TCP "
+        'handshake is not delayed). A one-node graph, `durability="sync"`, run for '
+        f"{args.short} and {args.long} supersteps on fresh threads; the difference divided by "
+        f"{args.long - args.short} is one more superstep. Medians of {args.repeats} repeats. "
+        "Waves = requests started while none was in flight (sequential round trips on the critical path); "
+        "ms / RTT = the wall time per superstep in round trips. Client CPU is the saver process's, all threads. "
+        "Waves undercount when requests of consecutive supersteps overlap (a step's `put_writes` may still be in "
+        "flight when the next step starts); for the peers, whose requests overlap on background threads or an "
+        "event loop, a difference of medians can even be negative: read ms / RTT for them.",
+        "",
+    ]
+    for rtt in res["rtts"]:
+        rows = res["rows"].get(str(rtt), {})
+        lines += [
+            f"## {rtt:g} ms round trip",
+            "",
+            "| saver | ms / superstep | ms / RTT | requests / superstep | waves / superstep | client CPU ms / step |",
+            "|---|---:|---:|---|---:|---:|",
+        ]
+        for name in res["savers"]:
+            r = rows.get(name)
+            if r is None:
+                continue
+            kinds = ", ".join(f"{k} {r[k]:.2f}" for k in ("PUT", "GET", "LIST", "HEAD") if abs(r[k]) > 0.005)
+            lines.append(
+                f"| {LABELS[name]} | {r['ms']:.1f} | {r['ms'] / rtt:.2f} | {r['total']:.2f} ({kinds}) | "
+                f"{r['waves']:.2f} | {r['cpu_ms']:.2f} |"
+            )
+        bare = res["bare"].get(str(rtt), {})
+        if bare:
+            lines += [
+                "",
+                "Bare 1 KiB requests through the proxy (median ms): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in bare.items())
+                + ".",
+            ]
+        lines.append("")
+    if res["failures"]:
+        lines += ["## Not measured", ""] + [f"- **{k}**: {v}" for k, v in res["failures"].items()] + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
