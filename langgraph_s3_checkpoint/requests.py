@@ -114,6 +114,16 @@ PRECONDITION_FAILED = _PreconditionFailed()
 """Reply to a conditional :class:`Put` whose condition did not hold."""
 
 
+def condition_failed(request: Put, *, refused: bool, missing: bool) -> bool:
+    """Whether a failed PUT means :data:`PRECONDITION_FAILED`, for every transport.
+
+    ``refused``: the server answered 412 Precondition Failed (or 409 ConditionalRequestConflict, a
+    concurrent conditional write). ``missing``: it answered 404. A missing key under ``If-Match`` is
+    404 on AWS and moto and 412 on SeaweedFS; both mean the object is not the one expected.
+    """
+    return refused or (missing and request.if_match is not None)
+
+
 @dataclass(frozen=True)
 class Page:
     """Reply to :class:`ListKeys`."""

@@ -50,6 +50,7 @@ from .requests import (
     Put,
     Request,
     Stored,
+    condition_failed,
 )
 from .transport import DirectTransport, list_arguments, put_arguments
 
@@ -281,8 +282,7 @@ class BucketIO:
                 reply = c.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
             except ClientError as exc:
                 code = _code(exc)
-                # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
-                if code in _PRECONDITION_CODES or (request.if_match is not None and code in _MISSING_CODES):
+                if condition_failed(request, refused=code in _PRECONDITION_CODES, missing=code in _MISSING_CODES):
                     return PRECONDITION_FAILED
                 raise
             if "ETag" not in reply:

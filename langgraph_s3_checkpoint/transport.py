@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 import urllib3
 
 from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
-from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Put, Stored
+from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Put, Stored, condition_failed
 
 _RETRY_STATUS = {500, 502, 503, 504}
 _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
@@ -199,8 +199,7 @@ class DirectTransport:
     def _put(self, request: Put) -> Any:
         headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
         status, reply, _ = self._send("PUT", request.key, {}, request.body, headers)
-        # A missing key under If-Match is 404 on AWS and moto, 412 on SeaweedFS.
-        if status in (409, 412) or (status == 404 and request.if_match is not None):
+        if condition_failed(request, refused=status in (409, 412), missing=status == 404):
             return PRECONDITION_FAILED
         if "etag" not in reply:
             raise self._not_s3(status, reply, b"")
