@@ -390,7 +390,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
                 else:
                     yield Emit(Problem(key, "unexpected key: not part of the checkpoint layout"))
             except CorruptObjectError as exc:
-                yield Emit(Problem(key, _reason(exc)))
+                yield Emit(Problem(key, exc.reason))  # the key is in the report; advice is the verifier's
             except UnicodeDecodeError as exc:
                 yield Emit(Problem(key, f"not valid UTF-8 ({exc})"))
         checked += len(chunk)
@@ -401,15 +401,6 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
             others = f" and {len(referrers) - 1} more" if len(referrers) > 1 else ""
             yield Emit(Problem(missing, f"missing {what} referenced by {referrers[0]!r}{others}"))
     return checked
-
-
-def _reason(exc: CorruptObjectError) -> str:
-    """The reason alone: the key is already in the report, and the advice is the verifier's job."""
-    text = str(exc)
-    lead = f"Object {exc.key!r} is corrupt or unreadable: "
-    if text.startswith(lead):
-        text = text[len(lead) :].partition(". Other checkpoints are unaffected")[0]
-    return text
 
 
 __all__ = [
