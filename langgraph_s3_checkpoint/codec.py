@@ -33,7 +33,6 @@ FORMAT_VERSION = 1
 _PLAIN = 0
 _ZLIB = 1
 
-Typed = tuple[str, bytes]
 RawWrite = tuple[int, str, list[Any]]
 """One pending write as stored: (idx, channel, [serde type tag, bytes]), not deserialized."""
 

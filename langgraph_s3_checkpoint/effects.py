@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -149,15 +149,32 @@ class EffectLedger:
         at_least_once: ``action`` runs if the key is unmarked, then the marker is written; if
         ``action`` raises, nothing is marked and the next call tries again.
         """
+        steps = self._order()
+        answer: bool | None = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return bool(done.value)
+            if step == "act":
+                action()
+                answer = None
+            else:
+                answer = self.mark(key) if step == "mark" else self.done(key)
+
+    def _order(self) -> Generator[str, bool | None, bool]:
+        """The order of :meth:`once` for this mode, once for both the sync and the async form: yields
+        ``"mark"`` (create the marker: True if this call created it), ``"done"`` (is it marked?) or
+        ``"act"`` (run the action), receives the answer, and returns whether the action ran."""
         if self.mode == "at_most_once":
-            if not self.mark(key):
+            if not (yield "mark"):
                 return False
-            action()
+            yield "act"
             return True
-        if self.done(key):
+        if (yield "done"):
             return False
-        action()
-        self.mark(key)
+        yield "act"
+        yield "mark"
         return True
 
     # -- async ----------------------------------------------------------------------------------
@@ -172,16 +189,18 @@ class EffectLedger:
 
     async def aonce(self, key: str, action: Callable[[], Awaitable[object]]) -> bool:
         """The async form of :meth:`once`; ``action`` returns an awaitable."""
-        if self.mode == "at_most_once":
-            if not await self.amark(key):
-                return False
-            await action()
-            return True
-        if await self.adone(key):
-            return False
-        await action()
-        await self.amark(key)
-        return True
+        steps = self._order()
+        answer: bool | None = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return bool(done.value)
+            if step == "act":
+                await action()
+                answer = None
+            else:
+                answer = await (self.amark(key) if step == "mark" else self.adone(key))
 
 
 __all__ = ["EffectLedger", "Mode", "idempotency_key"]
