@@ -222,11 +222,11 @@ class Context:
 
     @property
     def layout(self) -> Any:
-        return self.saver._core.layout
+        return self.saver.plans.layout
 
     @property
     def core(self) -> Any:
-        return self.saver._core
+        return self.saver.plans
 
     def bar(self, label: str, total: int | None = None) -> Progress:
         return Progress(label, total=total, enabled=self.progress)
@@ -1097,7 +1097,7 @@ def _open(args: argparse.Namespace) -> Context:
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
     store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}
     store_options["create_bucket"] = False
-    store = ops.OpsStore.like(saver._store)
+    store = ops.OpsStore.like(saver.bucket_io)
     store.deadline = None  # operator commands walk whole threads; each request is still bounded by the timeouts
     return Context(
         saver=saver,

@@ -175,8 +175,8 @@ def _size(page: Page, i: int) -> int:
 
 class _Collector:
     def __init__(self, saver: BaseS3Saver, grace_seconds: float, dry_run: bool) -> None:
-        self.codec = saver._core.codec
-        self.root = saver._core.layout.prefix
+        self.codec = saver.plans.codec
+        self.root = saver.plans.layout.prefix
         self.grace = grace_seconds
         self.report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
         self.pending: list[tuple[str, str | None, int]] = []
@@ -524,15 +524,15 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
     as garbage.
     """
-    saver._store.check_open("gc")
+    saver.bucket_io.check_open("gc")
     # A sweep of the whole prefix: each request is bounded by the timeouts, the sweep by nothing.
-    return saver._store.run(_plan(saver, grace_seconds, dry_run), bounded=False)
+    return saver.bucket_io.run(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
     """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
-    saver._store.check_open("agc")
-    return await saver._store.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
+    saver.bucket_io.check_open("agc")
+    return await saver.bucket_io.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
 
 
 __all__ = ["GcReport", "agc", "gc"]

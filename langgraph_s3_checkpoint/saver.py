@@ -365,6 +365,17 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             ttl=timedelta(days=ttl_days) if ttl_days else None,
         )
 
+    @property
+    def plans(self) -> Core:
+        """The saver's plans, with its layout, codec and memory: the handle for tools built on the saver
+        (gc, repair, the CLI), which run their own plans through :attr:`bucket_io`."""
+        return self._core
+
+    @property
+    def bucket_io(self) -> BucketIO:
+        """The I/O shell that runs plans for this saver (its client, transport, read cache, timeouts)."""
+        return self._store
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
