@@ -61,6 +61,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .saver import S3Saver, parse_url
+from .shell import BucketIO
 
 if TYPE_CHECKING:
     from .store import S3Store
@@ -204,7 +205,7 @@ def _short_time(ts: str | None) -> str:
 @dataclasses.dataclass
 class Context:
     saver: S3Saver
-    store: ops.OpsStore
+    store: BucketIO
     as_json: bool
     progress: bool
     out: IO[str]
@@ -1097,8 +1098,8 @@ def _open(args: argparse.Namespace) -> Context:
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
     store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}
     store_options["create_bucket"] = False
-    store = ops.OpsStore.like(saver.bucket_io)
-    store.deadline = None  # operator commands walk whole threads; each request is still bounded by the timeouts
+    # Operator commands walk whole threads: no deadline per operation; each request is still bounded by the timeouts.
+    store = dataclasses.replace(saver.bucket_io, deadline=None)
     return Context(
         saver=saver,
         store=store,

@@ -1,9 +1,8 @@
 """Operator plans behind the ``langgraph-s3`` command: thread statistics, export/import, integrity checks.
 
 Like :mod:`core`, every operation is a plan (a generator yielding request batches and ``Emit``-ting
-results), so it runs on the saver's own store with the same credentials, SSE settings and thread pool.
-The one request type added here, :class:`ListStats`, is a listing that keeps object sizes and
-modification times; :class:`OpsStore` is the store that understands it.
+results), so it runs on the saver's own I/O shell (``saver.bucket_io``) with the same credentials,
+SSE settings and thread pool. Listings carry each object's size and modification time.
 
 What each kind of key under a thread is (see :mod:`keys` for the layout) is decided in one place,
 :func:`classify`, which the statistics, the importer and the verifier share.
@@ -21,109 +20,53 @@ from . import keys
 from .codec import Codec
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
-from .plans import READ_BATCH, collect
+from .plans import READ_BATCH, chunks, collect, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
-from .shell import BucketIO
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
-"""A plan that may also yield :class:`ListStats` requests (run it on an :class:`OpsStore`)."""
+"""A plan of the operator tools (run it with ``saver.bucket_io``)."""
 
 EXPORT_FORMAT = "langgraph-s3-thread"
 EXPORT_VERSION = 1
 
 
 # ------------------------------------------------------------------------------------------------
-# A listing with sizes and dates, and the store that executes it
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ListStats:
-    prefix: str
-    token: str | None = None
-    delimiter: str | None = None
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    key: str
-    size: int
-    modified: datetime
-
-
-@dataclass(frozen=True)
-class StatPage:
-    objects: list[ObjectInfo]
-    prefixes: list[str]
-    token: str | None
-
-
-@dataclass
-class OpsStore(BucketIO):
-    """An :class:`BucketIO` that also answers :class:`ListStats`."""
-
-    @classmethod
-    def like(cls, store: BucketIO) -> OpsStore:
-        """A store with the same client, bucket and SSE arguments as ``store``."""
-        return cls(**{f.name: getattr(store, f.name) for f in dataclasses.fields(store) if f.init})
-
-    def _execute(self, request: Any) -> Any:
-        if not isinstance(request, ListStats):
-            return super()._execute(request)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": request.prefix}
-        if request.delimiter:
-            kwargs["Delimiter"] = request.delimiter
-        if request.token:
-            kwargs["ContinuationToken"] = request.token
-        reply = self.client.list_objects_v2(**kwargs)
-        return StatPage(
-            objects=[ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"]) for o in reply.get("Contents", ())],
-            prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
-            token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
-        )
-
-
-# ------------------------------------------------------------------------------------------------
 # Small plan pieces
 # ------------------------------------------------------------------------------------------------
-def _one(request: Any) -> OpsPlan[Any]:
-    replies = yield [request]
-    return replies[0]
-
-
 def _listing(prefix: str, delimiter: str | None = None) -> OpsPlan[Iterator[Page]]:
     """Every page of a listing, collected (used where the listing is one thread's, or the thread list)."""
     pages: list[Page] = []
     token: str | None = None
     while True:
-        page: Page = yield from _one(ListKeys(prefix, delimiter=delimiter, token=token))
+        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
         pages.append(page)
         token = page.token
         if token is None:
             return iter(pages)
 
 
-def _stat_listing(prefix: str) -> OpsPlan[list[ObjectInfo]]:
-    objects: list[ObjectInfo] = []
-    token: str | None = None
-    while True:
-        page: StatPage = yield from _one(ListStats(prefix, token=token))
-        objects.extend(page.objects)
-        token = page.token
-        if token is None:
-            return objects
+@dataclass(frozen=True)
+class _Listed:
+    key: str
+    size: int
+    modified: datetime
+
+
+def _stat_listing(prefix: str) -> OpsPlan[list[_Listed]]:
+    """Every object under ``prefix`` with its size and modification time."""
+    objects: list[_Listed] = []
+    for page in (yield from _listing(prefix)):
+        objects.extend(map(_Listed, page.keys, page.sizes, page.modified))
+    return objects
 
 
 def _name_of(segment: str, prefix: str) -> OpsPlan[str]:
     """The real id behind a thread or namespace segment (digests keep theirs in a ``name`` object)."""
     if not is_digest(segment):
         return unescape(segment)
-    obj = yield from _one(Get(f"{prefix}name"))
+    obj = yield from one(Get(f"{prefix}name"))
     return segment if obj is None else obj.body.decode("utf-8", "surrogatepass")
-
-
-def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def thread_ids(layout: Layout) -> OpsPlan[None]:
@@ -131,7 +74,7 @@ def thread_ids(layout: Layout) -> OpsPlan[None]:
     root = layout.threads_root
     token: str | None = None
     while True:
-        page: Page = yield from _one(ListKeys(root, delimiter="/", token=token))
+        page: Page = yield from one(ListKeys(root, delimiter="/", token=token))
         for prefix in page.prefixes:
             yield Emit((yield from _name_of(layout.segment_after(prefix, root), prefix)))
         token = page.token
@@ -140,7 +83,7 @@ def thread_ids(layout: Layout) -> OpsPlan[None]:
 
 
 def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
-    page: Page = yield from _one(ListKeys(layout.thread(thread_id), max_keys=1))
+    page: Page = yield from one(ListKeys(layout.thread(thread_id), max_keys=1))
     return bool(page.keys)
 
 
@@ -272,7 +215,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     count = 0
     for page in (yield from _listing(prefix)):
         keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME)]
-        for chunk in _chunks(keys, READ_BATCH):
+        for chunk in chunks(keys, READ_BATCH):
             bodies: list[Obj | None] = yield [Get(k) for k in chunk]
             for key, obj in zip(chunk, bodies, strict=True):
                 if obj is not None:  # deleted since it was listed (pruned, or a run rolled back)
@@ -366,7 +309,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     present = set(keys)
     wanted: dict[str, list[str]] = {}
     checked = 0
-    for chunk in _chunks(keys, READ_BATCH):
+    for chunk in chunks(keys, READ_BATCH):
         bodies: list[Obj | None] = yield [Get(k) for k in chunk]
         for key, obj in zip(chunk, bodies, strict=True):
             if obj is None:
@@ -406,11 +349,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
 __all__ = [
     "Checked",
     "Exported",
-    "ListStats",
-    "ObjectInfo",
-    "OpsStore",
     "Problem",
-    "StatPage",
     "ThreadStats",
     "all_thread_stats",
     "classify",

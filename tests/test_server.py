@@ -33,8 +33,9 @@ from langgraph_s3_checkpoint import local
 from langgraph_s3_checkpoint.codec import Codec
 from langgraph_s3_checkpoint.errors import InvalidConfigError
 from langgraph_s3_checkpoint.keys import Layout
-from langgraph_s3_checkpoint.ops import Checked, OpsStore, Problem, verify_thread
+from langgraph_s3_checkpoint.ops import Checked, Problem, verify_thread
 from langgraph_s3_checkpoint.server import checkpointer, options_from_env, saver_from_env
+from langgraph_s3_checkpoint.shell import BucketIO
 from langgraph_s3_checkpoint.store import StoreLayout
 
 APP_DIR = Path(__file__).parent / "agent_app"
@@ -222,7 +223,7 @@ async def test_interrupt_resume_copy_delete(agent_server: AgentServer, sdk: Any)
     assert (await sdk.threads.get_state(cid))["values"] == final["values"]
     assert agent_server.thread_keys(cid) == copied_keys
     # Everything the server wrote passes the operator's integrity check.
-    store = OpsStore(agent_server.client, SERVER_BUCKET)
+    store = BucketIO(agent_server.client, SERVER_BUCKET)
     try:
         found = list(store.iterate(verify_thread(Layout(agent_server.prefix), Codec(JsonPlusSerializer()), cid)))
     finally:
