@@ -41,12 +41,11 @@ from langgraph.checkpoint.base import Checkpoint
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
+from .plans import READ_BATCH, one
 from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Plan, Put
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
-
-READ_BATCH = 32
 
 OK = "ok"
 REPAIRED = "repaired"
@@ -145,18 +144,13 @@ class RepairReport:
         }
 
 
-def _one(request: Any) -> Plan[Any]:
-    replies = yield [request]
-    return replies[0]
-
-
 def _all_keys(prefix: str, delimiter: str | None = None) -> Plan[Page]:
     """Every key (or common prefix) under ``prefix``, merged into one page."""
     keys: list[str] = []
     prefixes: list[str] = []
     token: str | None = None
     while True:
-        page: Page = yield from _one(ListKeys(prefix, delimiter=delimiter, token=token))
+        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
         keys.extend(page.keys)
         prefixes.extend(page.prefixes)
         token = page.token
@@ -174,7 +168,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
         segment = layout.segment_after(ns_prefix, root)
         name = unescape(segment) if not is_digest(segment) else segment
         if is_digest(segment):
-            obj = yield from _one(Get(f"{ns_prefix}name"))
+            obj = yield from one(Get(f"{ns_prefix}name"))
             if obj is not None:
                 name = obj.body.decode("utf-8", "surrogatepass")
         outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run)
@@ -186,7 +180,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
 
 def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) -> Plan[NamespaceRepair]:
     head_key = f"{ns_prefix}head"
-    head: Obj | None = yield from _one(Get(head_key))
+    head: Obj | None = yield from one(Get(head_key))
     known_id: str | None = None
     if head is not None:
         try:
@@ -285,7 +279,7 @@ def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) ->
         if head is not None
         else Put(head_key, chosen[1].body, if_none_match=True)
     )
-    reply = yield from _one(put)
+    reply = yield from one(put)
     if reply is PRECONDITION_FAILED:
         why = "the head changed while repairing (a writer committed): nothing written; run repair again"
         return NamespaceRepair(name, CHANGED, None, why, damaged)

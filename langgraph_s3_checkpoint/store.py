@@ -57,6 +57,7 @@ from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
 from .memory import MemoryBucket
+from .plans import chunks, one
 from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
 from .requests import Stored as Written
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_client, parse_url
@@ -338,11 +339,6 @@ _LITTLE = __import__("sys").byteorder == "little"
 # ------------------------------------------------------------------------------------------------
 # Plan helpers
 # ------------------------------------------------------------------------------------------------
-def _one(request: Request) -> Plan[Any]:
-    replies = yield [request]
-    return replies[0]
-
-
 def parallel(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
     """Run independent plans side by side: each round trip carries every plan's next batch."""
     results: list[Any] = [None] * len(plans)
@@ -376,7 +372,7 @@ def _pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
     pages: list[Page] = []
     token: str | None = None
     while True:
-        page: Page = yield from _one(ListKeys(prefix, delimiter=delimiter, token=token))
+        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
         pages.append(page)
         if page.token is None:
             return pages
@@ -463,7 +459,7 @@ class StoreCore:
     # -- get --------------------------------------------------------------------------------------
     def get(self, op: GetOp) -> Plan[Item | None]:
         key = self.layout.item(op.namespace, op.key)
-        obj = yield from _one(Get(key))
+        obj = yield from one(Get(key))
         if obj is None:
             return None
         stored = self.codec.decode_item(key, obj)
@@ -544,7 +540,7 @@ class StoreCore:
         """Apply entries (``None`` removes one) to a vector shard: GET, then PUT conditioned on what was
         read (``If-Match``, or ``If-None-Match`` for a new shard), again from the GET when refused."""
         for _ in range(MAX_SHARD_ATTEMPTS):
-            obj = yield from _one(Get(shard))
+            obj = yield from one(Get(shard))
             entries = {} if obj is None else self.codec.decode_shard(shard, obj)
             before = dict(entries)
             for key, entry in changes.items():
@@ -556,11 +552,11 @@ class StoreCore:
                 return
             body = self.codec.encode_shard(entries)
             if obj is None:
-                reply = yield from _one(Put(shard, body, if_none_match=True, expires=False))
+                reply = yield from one(Put(shard, body, if_none_match=True, expires=False))
             elif not entries:
-                reply = yield from _one(DeleteIfMatch(shard, obj.etag))
+                reply = yield from one(DeleteIfMatch(shard, obj.etag))
             else:
-                reply = yield from _one(Put(shard, body, if_match=obj.etag, expires=False))
+                reply = yield from one(Put(shard, body, if_match=obj.etag, expires=False))
             if reply is not PRECONDITION_FAILED:
                 return
         raise StoreConflictError(
@@ -579,7 +575,7 @@ class StoreCore:
         prefix = self.layout.items(op.namespace_prefix)
         token: str | None = None
         while need is None or len(found) < need:
-            page: Page = yield from _one(ListKeys(prefix, token=token))
+            page: Page = yield from one(ListKeys(prefix, token=token))
             reads = [r for r in page.reads() if self.layout.is_item(r.key)]
             at = 0
             while at < len(reads) and (need is None or len(found) < need):
@@ -712,7 +708,7 @@ class StoreCore:
     def _load(self, candidates: Sequence[_Candidate], now: datetime) -> Plan[None]:
         """Read the candidates not read yet; missing and expired ones keep ``stored = None``."""
         todo = [c for c in candidates if not c.read]
-        for chunk in _chunks(todo, READ_CHUNK):
+        for chunk in chunks(todo, READ_CHUNK):
             objs = yield [Get(c.key) for c in chunk]
             for candidate, obj in zip(chunk, objs, strict=True):
                 candidate.read = True
@@ -795,7 +791,7 @@ class StoreCore:
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def _holds_item(self, prefix: str) -> Plan[bool]:
-        page: Page = yield from _one(ListKeys(prefix, max_keys=10))
+        page: Page = yield from one(ListKeys(prefix, max_keys=10))
         return any(self.layout.is_item(key) for key in page.keys)
 
     # -- TTL sweep --------------------------------------------------------------------------------
@@ -806,9 +802,9 @@ class StoreCore:
         deleted = 0
         token: str | None = None
         while True:
-            page: Page = yield from _one(ListKeys(self.layout.items_root, token=token))
+            page: Page = yield from one(ListKeys(self.layout.items_root, token=token))
             reads = [r for r in page.reads(with_etags=False) if self.layout.is_item(r.key)]
-            for chunk in _chunks(reads, READ_CHUNK):
+            for chunk in chunks(reads, READ_CHUNK):
                 objs = yield list[Request](chunk)
                 doomed = [
                     s
@@ -829,11 +825,6 @@ class StoreCore:
             if page.token is None:
                 return deleted
             token = page.token
-
-
-def _chunks(values: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
 
 
 def _search_item(item: Item, score: float | None) -> SearchItem:
