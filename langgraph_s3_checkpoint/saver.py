@@ -250,6 +250,60 @@ def parse_url(url: str) -> tuple[str, str, dict[str, Any]]:
     return parts.netloc, parts.path.strip("/"), options
 
 
+def make_bucket_io(
+    client: Any,
+    bucket: str,
+    *,
+    max_concurrency: int = 32,
+    server_side_encryption: str | None = None,
+    sse_kms_key_id: str | None = None,
+    sse_customer_key: str | None = None,
+    transport: str = "boto3",
+    expiry_tag: str | None = None,
+    cache: BodyCache | None = None,
+    deadline: float | None = None,
+) -> BucketIO:
+    """The I/O shell for ``client``: encryption arguments, transport (an in-process :class:`MemoryBucket`
+    answers every request itself), the retention tag, read cache and deadline. Saver and store share it."""
+    if transport not in ("boto3", "direct"):
+        raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
+    put_args: dict[str, Any] = {}
+    get_args: dict[str, Any] = {}
+    copy_args: dict[str, Any] = {}
+    if server_side_encryption:
+        put_args["ServerSideEncryption"] = server_side_encryption
+    if sse_kms_key_id:
+        put_args["SSEKMSKeyId"] = sse_kms_key_id
+    if sse_customer_key:
+        customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": sse_customer_key}
+        put_args.update(customer)
+        get_args.update(customer)
+        copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
+    memory = isinstance(client, MemoryBucket)
+    return BucketIO(
+        client,
+        bucket,
+        max_concurrency=max_concurrency,
+        put_args=put_args,
+        get_args=get_args,
+        copy_args=copy_args,
+        expiry_tag=expiry_tag,
+        direct=DirectTransport(
+            client,
+            bucket,
+            put_args=put_args,
+            get_args=get_args,
+            expiry_tag=expiry_tag,
+            max_connections=max_concurrency * 2,
+        )
+        if transport == "direct" and not memory
+        else None,
+        cache=cache,
+        backend=client if memory else None,
+        deadline=deadline,
+    )
+
+
 class BaseS3Saver(BaseCheckpointSaver[str]):
     """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`."""
 
@@ -307,8 +361,6 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
         if cache_bytes < 0:
             raise InvalidConfigError(f"cache_bytes must be >= 0 (0 disables the cache), got {cache_bytes!r}")
-        if transport not in ("boto3", "direct"):
-            raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
         if ttl_days is not None and ttl_days < 1:
             raise InvalidConfigError(f"ttl_days must be a whole number of days >= 1, got {ttl_days!r}")
         if client is None:
@@ -324,38 +376,16 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
-        put_args: dict[str, Any] = {}
-        get_args: dict[str, Any] = {}
-        if server_side_encryption:
-            put_args["ServerSideEncryption"] = server_side_encryption
-        if sse_kms_key_id:
-            put_args["SSEKMSKeyId"] = sse_kms_key_id
-        copy_args: dict[str, Any] = {}
-        if sse_customer_key:
-            customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": sse_customer_key}
-            put_args.update(customer)
-            get_args.update(customer)
-            copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
-        self._store = BucketIO(
+        self._store = make_bucket_io(
             client,
             bucket,
             max_concurrency=max_concurrency,
-            put_args=put_args,
-            get_args=get_args,
-            copy_args=copy_args,
+            server_side_encryption=server_side_encryption,
+            sse_kms_key_id=sse_kms_key_id,
+            sse_customer_key=sse_customer_key,
+            transport=transport,
             expiry_tag=EXPIRY_TAG if ttl_days else None,
-            direct=DirectTransport(
-                client,
-                bucket,
-                put_args=put_args,
-                get_args=get_args,
-                expiry_tag=EXPIRY_TAG if ttl_days else None,
-                max_connections=max_concurrency * 2,
-            )
-            if transport == "direct" and not isinstance(client, MemoryBucket)
-            else None,
             cache=BodyCache(cache_bytes) if cache_bytes else None,
-            backend=client if isinstance(client, MemoryBucket) else None,
             deadline=self.operation_timeout,
         )
         self._core = Core(

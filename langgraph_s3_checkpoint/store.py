@@ -56,13 +56,11 @@ from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
-from .memory import MemoryBucket
 from .plans import chunks, one
 from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
 from .requests import Stored as Written
-from .saver import DEFAULT_COMPRESS_THRESHOLD, make_client, parse_url
-from .shell import BucketIO, same_etag
-from .transport import DirectTransport
+from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
+from .shell import same_etag
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -883,48 +881,6 @@ def _last_writes(ops: Sequence[Op]) -> list[PutOp]:
 # ------------------------------------------------------------------------------------------------
 # The stores
 # ------------------------------------------------------------------------------------------------
-def make_bucket_io(
-    client: Any,
-    bucket: str,
-    *,
-    max_concurrency: int = 32,
-    server_side_encryption: str | None = None,
-    sse_kms_key_id: str | None = None,
-    sse_customer_key: str | None = None,
-    transport: str = "boto3",
-) -> BucketIO:
-    """The I/O shell with the saver's encryption and transport settings."""
-    if transport not in ("boto3", "direct"):
-        raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
-    put_args: dict[str, Any] = {}
-    get_args: dict[str, Any] = {}
-    copy_args: dict[str, Any] = {}
-    if server_side_encryption:
-        put_args["ServerSideEncryption"] = server_side_encryption
-    if sse_kms_key_id:
-        put_args["SSEKMSKeyId"] = sse_kms_key_id
-    if sse_customer_key:
-        customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": sse_customer_key}
-        put_args.update(customer)
-        get_args.update(customer)
-        copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
-    memory = isinstance(client, MemoryBucket)
-    return BucketIO(
-        client,
-        bucket,
-        max_concurrency=max_concurrency,
-        put_args=put_args,
-        get_args=get_args,
-        copy_args=copy_args,
-        direct=DirectTransport(
-            client, bucket, put_args=put_args, get_args=get_args, max_connections=max_concurrency * 2
-        )
-        if transport == "direct" and not memory
-        else None,
-        backend=client if memory else None,
-    )
-
-
 class BaseS3Store(BaseStore):
     """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`."""
 
