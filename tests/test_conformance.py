@@ -9,7 +9,7 @@ direct HTTP one) run the whole suite.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -96,18 +96,19 @@ def _saver_kwargs(server: LocalS3Server, bucket: str, transport: str) -> dict[st
     return {"bucket": bucket, "prefix": prefix, "client": server.client(), "transport": transport}
 
 
-@pytest.mark.parametrize("transport", ["boto3", "direct"])
-@pytest.mark.parametrize("path", ["async", "sync"])
-async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: str, path: str, transport: str) -> None:
-    @checkpointer_test(name=f"S3Saver-{path}-{transport}-{s3_server.kind}")
+async def assert_conformance(name: str, path: str, saver_kwargs: Callable[[], dict[str, Any]]) -> None:
+    """Run the whole conformance suite on the async (``path="async"``) or the sync methods of savers
+    made from ``saver_kwargs()`` and assert every capability is detected and passes with the expected counts."""
+
+    @checkpointer_test(name=name)
     async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
         if path == "async":
-            saver: Any = AsyncS3Saver(**_saver_kwargs(s3_server, bucket, transport))
+            saver: Any = AsyncS3Saver(**saver_kwargs())
             await saver.setup()
             yield saver
             saver.close()
         else:
-            inner = S3Saver(**_saver_kwargs(s3_server, bucket, transport))
+            inner = S3Saver(**saver_kwargs())
             inner.setup()
             yield SyncPathSaver(inner)
             inner.close()
@@ -119,6 +120,14 @@ async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: st
     assert {name: r.tests_passed for name, r in report.results.items()} == EXPECTED_TESTS
     assert all(r.passed and r.tests_failed == 0 for r in report.results.values())
     assert report.passed_all()
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+@pytest.mark.parametrize("path", ["async", "sync"])
+async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: str, path: str, transport: str) -> None:
+    await assert_conformance(
+        f"S3Saver-{path}-{transport}-{s3_server.kind}", path, lambda: _saver_kwargs(s3_server, bucket, transport)
+    )
 
 
 def test_sync_wrapper_uses_only_sync_methods() -> None:

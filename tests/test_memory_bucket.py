@@ -12,18 +12,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
-from test_conformance import EXPECTED_TESTS, SyncPathSaver
+from test_conformance import assert_conformance
 
 from langgraph_s3_checkpoint import AsyncS3Saver, BucketNotFoundError, S3RequestError, S3Saver
 from langgraph_s3_checkpoint.memory import MemoryBucket
@@ -300,24 +297,7 @@ async def test_conformance_on_memory_bucket(path: str) -> None:
     bucket = MemoryBucket()
     counter = itertools.count()
 
-    @checkpointer_test(name=f"S3Saver-{path}-memory")
-    async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
-        prefix = f"conformance/{next(counter)}"  # one bucket, a fresh prefix per suite
-        if path == "async":
-            saver: Any = AsyncS3Saver(bucket="b", prefix=prefix, client=bucket)
-            await saver.setup()
-            yield saver
-            saver.close()
-        else:
-            inner = S3Saver(bucket="b", prefix=prefix, client=bucket)
-            inner.setup()
-            yield SyncPathSaver(inner)
-            inner.close()
+    def saver_kwargs() -> dict[str, Any]:
+        return {"bucket": "b", "prefix": f"conformance/{next(counter)}", "client": bucket}  # a fresh prefix per suite
 
-    report = await validate(factory)
-    failures = {name: result.failures for name, result in report.results.items() if result.failures}
-    assert not failures, failures
-    assert {name for name, r in report.results.items() if r.detected} == set(EXPECTED_TESTS)
-    assert {name: r.tests_passed for name, r in report.results.items()} == EXPECTED_TESTS
-    assert all(r.passed and r.tests_failed == 0 for r in report.results.values())
-    assert report.passed_all()
+    await assert_conformance(f"S3Saver-{path}-memory", path, saver_kwargs)
