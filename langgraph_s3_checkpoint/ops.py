@@ -11,7 +11,7 @@ What each kind of key under a thread is (see :mod:`keys` for the layout) is deci
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from . import keys
 from .codec import Codec
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
-from .plans import READ_BATCH, chunks, collect, one
+from .plans import READ_BATCH, all_pages, chunks, collect, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
 
 T = TypeVar("T")
@@ -34,18 +34,6 @@ EXPORT_VERSION = 1
 # ------------------------------------------------------------------------------------------------
 # Small plan pieces
 # ------------------------------------------------------------------------------------------------
-def _listing(prefix: str, delimiter: str | None = None) -> OpsPlan[Iterator[Page]]:
-    """Every page of a listing, collected (used where the listing is one thread's, or the thread list)."""
-    pages: list[Page] = []
-    token: str | None = None
-    while True:
-        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
-        pages.append(page)
-        token = page.token
-        if token is None:
-            return iter(pages)
-
-
 @dataclass(frozen=True)
 class _Listed:
     key: str
@@ -56,7 +44,7 @@ class _Listed:
 def _stat_listing(prefix: str) -> OpsPlan[list[_Listed]]:
     """Every object under ``prefix`` with its size and modification time."""
     objects: list[_Listed] = []
-    for page in (yield from _listing(prefix)):
+    for page in (yield from all_pages(prefix)):
         objects.extend(map(_Listed, page.keys, page.sizes, page.modified))
     return objects
 
@@ -210,10 +198,10 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     """
     prefix = layout.thread(thread_id)
     ns_root = layout.namespaces(thread_id)
-    namespaces = [p for page in (yield from _listing(ns_root, delimiter="/")) for p in page.prefixes]
+    namespaces = [p for page in (yield from all_pages(ns_root, delimiter="/")) for p in page.prefixes]
     heads: list[Obj | None] = (yield [Get(f"{p}head") for p in namespaces]) if namespaces else []
     count = 0
-    for page in (yield from _listing(prefix)):
+    for page in (yield from all_pages(prefix)):
         keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME)]
         for chunk in chunks(keys, READ_BATCH):
             bodies: list[Obj | None] = yield [Get(k) for k in chunk]
@@ -305,7 +293,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     Emits :class:`Checked` as it goes and returns the number of objects read.
     """
     prefix = layout.thread(thread_id)
-    keys = [k for page in (yield from _listing(prefix)) for k in page.keys]
+    keys = [k for page in (yield from all_pages(prefix)) for k in page.keys]
     present = set(keys)
     wanted: dict[str, list[str]] = {}
     checked = 0

@@ -55,6 +55,13 @@ def pages(
             return
 
 
+def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
+    """Every page of a listing known to be small enough to hold (one thread's, a namespace level)."""
+    found: list[Page] = []
+    yield from collect(pages(prefix, delimiter=delimiter), found)
+    return found
+
+
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]

@@ -41,8 +41,8 @@ from langgraph.checkpoint.base import Checkpoint
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
-from .plans import READ_BATCH, one
-from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Plan, Put
+from .plans import READ_BATCH, all_pages, one
+from .requests import PRECONDITION_FAILED, Get, Obj, Page, Plan, Put
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -146,16 +146,8 @@ class RepairReport:
 
 def _all_keys(prefix: str, delimiter: str | None = None) -> Plan[Page]:
     """Every key (or common prefix) under ``prefix``, merged into one page."""
-    keys: list[str] = []
-    prefixes: list[str] = []
-    token: str | None = None
-    while True:
-        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
-        keys.extend(page.keys)
-        prefixes.extend(page.prefixes)
-        token = page.token
-        if token is None:
-            return Page(keys=keys, prefixes=prefixes, token=None)
+    found = yield from all_pages(prefix, delimiter)
+    return Page(keys=[k for p in found for k in p.keys], prefixes=[x for p in found for x in p.prefixes], token=None)
 
 
 def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:

@@ -56,7 +56,7 @@ from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
-from .plans import chunks, one
+from .plans import all_pages, chunks, one
 from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
 from .requests import Stored as Written
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
@@ -366,17 +366,6 @@ def _step(plan: Plan[Any], reply: Any, i: int, steps: dict[int, list[Request]], 
     steps[i] = step
 
 
-def _pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
-    pages: list[Page] = []
-    token: str | None = None
-    while True:
-        page: Page = yield from one(ListKeys(prefix, delimiter=delimiter, token=token))
-        pages.append(page)
-        if page.token is None:
-            return pages
-        token = page.token
-
-
 def matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
     """InMemoryStore's filter; a comparison that cannot be made (missing or non-numeric field) is False."""
     if not filter:
@@ -612,13 +601,13 @@ class StoreCore:
         listed: list[_Candidate] | None = None
         if op.filter:
             item_pages, shard_pages = yield from parallel(
-                [_pages(items_prefix), _pages(self.layout.vectors(op.namespace_prefix))]
+                [all_pages(items_prefix), all_pages(self.layout.vectors(op.namespace_prefix))]
             )
             listed = [
                 _Candidate(r.key, r.etag) for page in item_pages for r in page.reads() if self.layout.is_item(r.key)
             ]
         else:
-            shard_pages = yield from _pages(self.layout.vectors(op.namespace_prefix))
+            shard_pages = yield from all_pages(self.layout.vectors(op.namespace_prefix))
         shard_keys = [k for page in shard_pages for k in page.keys if self.layout.is_shard(k)]
         by_key = {c.key: c for c in listed or ()}
         shards = (yield [Get(k) for k in shard_keys]) if shard_keys else []
@@ -678,7 +667,7 @@ class StoreCore:
         scoreless: list[_Candidate] = []
         if len(kept) < op.limit:
             if listed is None:
-                item_pages = yield from _pages(items_prefix)
+                item_pages = yield from all_pages(items_prefix)
                 listed = [
                     by_key.get(r.key) or _Candidate(r.key, r.etag)
                     for page in item_pages
@@ -743,7 +732,7 @@ class StoreCore:
             flat = [(result, prefix) for result, prefixes_ in pending for prefix in prefixes_]
             listings, verdicts = yield from parallel(
                 [
-                    parallel([_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
+                    parallel([all_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
                     parallel([self._holds_item(prefix) for _, prefix in flat]),
                 ]
             )
