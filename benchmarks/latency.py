@@ -1,14 +1,24 @@
 """Supersteps at real network latency: a latency proxy in front of a throwaway SeaweedFS.
 
-    python benchmarks/latency.py                      # 5, 20 and 60 ms round trips, every saver found
-    python benchmarks/latency.py --rtt 20 --only ours,ours-direct --repeats 2
+    python benchmarks/latency.py                      # 0, 5, 20 and 60 ms round trips, every saver found
+    python benchmarks/latency.py --rtt 0,20 --only ours,ours-direct --repeats 2 --no-throughput
 
 For each round trip (``--rtt``, ms; half of it is added in each direction by ``latencyproxy.py``) and each
 saver, a graph whose one node loops on itself runs with ``durability="sync"`` for 1 and for 31 supersteps on
 fresh threads; the difference over 30 is the cost of one more one-node superstep (wall ms, requests, "waves"
 = times a request starts while none is in flight, client CPU). Medians of ``--repeats``. Each saver runs in
 its own subprocess (peers from their own venvs, see README); the proxy and SeaweedFS run in this process's
-children / threads. Writes ``results/latency.md`` and ``results/latency.json``.
+children / threads. Writes ``results/latency.md``, ``results/latency.json`` and two plots.
+
+The 0 ms row runs through the same proxy with no delay: what a superstep costs in CPU (client, server,
+proxy) on this machine. ``(ms(rtt) - ms(0)) / rtt`` is then the number of sequential round trips a superstep
+waits for, the figure that matters once the server is across a network.
+
+PostgresSaver (``--postgres-rtt``, default 1 ms: a database in the same zone) runs behind the same proxy in
+front of a throwaway PostgreSQL (``run.py``'s ``Postgres``). The throughput section (``--throughput-rtt``,
+default 20 ms) runs AsyncS3Saver with each transport: ``--threads`` threads of ``--thread-steps`` one-node
+supersteps gathered on one event loop, against the same number of steps run one thread at a time, and
+reports the ratio and the client CPU per checkpoint (process CPU / ``aput`` calls).
 
 Savers: ``ours-expect`` (S3Saver given a plain boto3 client: botocore's default ``Expect: 100-continue`` on
 PutObject, i.e. the default before the fast path), ``ours`` (S3Saver built from options, the default now),
@@ -33,6 +43,7 @@ from typing import Any, TypedDict
 HERE = Path(__file__).resolve().parent
 BUCKET = "lgs3-latency"
 ALL_SAVERS = ("ours-expect", "ours", "ours-direct", "tigris", "objectstorage")
+ASYNC_SAVERS = ("ours-async", "ours-async-direct")
 PEER_PYTHON = {
     "tigris": os.environ.get("BENCH_TIGRIS_PYTHON", "/tmp/lg-bench-tigris/bin/python"),
     "objectstorage": os.environ.get("BENCH_OBJECTSTORAGE_PYTHON", "/tmp/lg-bench-objstore/bin/python"),
@@ -43,6 +54,9 @@ LABELS = {
     "ours-direct": 'S3Saver, `transport="direct"`',
     "tigris": "TigrisSaver (on moto)",
     "objectstorage": "ObjectStorageSaver (s3fs)",
+    "postgres": "PostgresSaver (psycopg)",
+    "ours-async": "AsyncS3Saver, default (boto3 on a thread pool)",
+    "ours-async-direct": 'AsyncS3Saver, `transport="direct"`',
 }
 
 
@@ -69,6 +83,15 @@ def loop_graph(steps: int) -> Any:
 
 
 def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
+    if name == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg import Connection
+        from psycopg.rows import dict_row
+
+        conn = Connection.connect(s3["dsn"], autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        saver = PostgresSaver(conn)
+        saver.setup()
+        return saver
     prefix = f"lat/{name}/{uuid.uuid4().hex[:8]}"
     plain = {
         "endpoint_url": s3["endpoint_url"],
@@ -93,9 +116,18 @@ def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
             transport = "direct" if name == "ours-direct" else "boto3"
             saver = S3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
         counter.attach_boto3(saver.client)
-        if saver._store.direct is not None:
-            counter.attach_direct(saver._store.direct)
+        if saver.bucket_io.direct is not None:
+            counter.attach_direct(saver.bucket_io.direct)
         saver.setup()
+        return saver
+    if name in ASYNC_SAVERS:
+        from langgraph_s3_checkpoint import AsyncS3Saver
+
+        transport = "direct" if name == "ours-async-direct" else "boto3"
+        saver = AsyncS3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
+        counter.attach_boto3(saver.client)
+        if saver.bucket_io.direct is not None:
+            counter.attach_direct(saver.bucket_io.direct)
         return saver
     if name == "tigris":
         from langgraph.checkpoint.tigris import TigrisSaver
@@ -126,6 +158,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     counter = Counter()
     saver = make_saver(spec["saver"], spec["s3"], counter)
+    if spec["saver"] in ASYNC_SAVERS:
+        import asyncio
+
+        return asyncio.run(throughput(saver, counter, spec))
     short, long = spec["short"], spec["long"]
     graphs = {n: loop_graph(n).compile(checkpointer=saver) for n in (short, long)}
     # Warm up: connections, imports, first requests.
@@ -152,8 +188,73 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def throughput(saver: Any, counter: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """Steps per second one thread at a time, then with ``threads`` threads gathered on this event loop."""
+    import asyncio
+
+    await saver.setup()
+    puts = 0
+    aput = saver.aput
+
+    async def counted_aput(*args: Any, **kwargs: Any) -> Any:
+        nonlocal puts
+        puts += 1
+        return await aput(*args, **kwargs)
+
+    saver.aput = counted_aput
+    steps, threads = spec["thread_steps"], spec["threads"]
+    graph = loop_graph(steps).compile(checkpointer=saver)
+
+    async def one(thread: str) -> None:
+        out = await graph.ainvoke({"step": 0, "data": ""}, {"configurable": {"thread_id": thread}}, durability="sync")
+        assert out["step"] == steps, out
+
+    await one("warm")
+    sequential = spec["sequential_threads"]
+    t0 = time.perf_counter()
+    for i in range(sequential):
+        await one(f"seq-{i}-{uuid.uuid4().hex[:6]}")
+    sequential_rate = sequential * steps / (time.perf_counter() - t0)
+    counter.reset()
+    puts = 0
+    c0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(one(f"par-{i}-{uuid.uuid4().hex[:6]}") for i in range(threads)))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    saver.close()
+    return {
+        "sequential_steps_per_s": sequential_rate,
+        "concurrent_steps_per_s": threads * steps / wall,
+        "speedup": threads * steps / wall / sequential_rate,
+        "cpu_ms_per_checkpoint": cpu * 1000 / puts,
+        "checkpoints": puts,
+        "requests": counter.snapshot()["total"],
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # parent
+
+
+def run_child(python: str, spec: dict[str, Any], tmp: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run one saver's measurement in a subprocess; its result, or why there is none."""
+    spec_path = os.path.join(tmp, f"{uuid.uuid4().hex}-spec.json")
+    spec["out"] = spec_path.replace("-spec", "")
+    Path(spec_path).write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if python == sys.executable else None
+    try:
+        proc = subprocess.run(
+            [python, str(Path(__file__).resolve()), "--child", spec_path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:g}s"
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        return None, tail[0][:300]
+    return json.loads(Path(spec["out"]).read_text()), ""
 
 
 def bare(server: Any, proxy_url: str, samples: int) -> dict[str, float]:
@@ -201,11 +302,16 @@ def bare(server: Any, proxy_url: str, samples: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rtt", default="5,20,60", help="round trips in ms, comma-separated")
-    ap.add_argument("--only", default=",".join(ALL_SAVERS))
+    ap.add_argument("--rtt", default="0,5,20,60", help="round trips in ms, comma-separated (0: proxy, no delay)")
+    ap.add_argument("--only", default=",".join((*ALL_SAVERS, "postgres", *ASYNC_SAVERS)))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--short", type=int, default=1)
     ap.add_argument("--long", type=int, default=31)
+    ap.add_argument("--postgres-rtt", type=float, default=1.0)
+    ap.add_argument("--throughput-rtt", type=float, default=20.0)
+    ap.add_argument("--threads", type=int, default=50)
+    ap.add_argument("--thread-steps", type=int, default=10)
+    ap.add_argument("--sequential-threads", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0, help="per saver and round trip, seconds")
     ap.add_argument("--out", default=str(HERE / "results" / "latency"))
     ap.add_argument("--tigris-on-seaweedfs", action="store_true", help="default: moto (it hangs on SeaweedFS)")
@@ -222,7 +328,8 @@ def main() -> None:
     from langgraph_s3_checkpoint import local
 
     rtts = [float(x) for x in args.rtt.split(",")]
-    savers = [s for s in args.only.split(",") if s]
+    chosen = [s for s in args.only.split(",") if s]
+    savers = [s for s in chosen if s in ALL_SAVERS]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load_before = os.getloadavg()
     server = local.start_seaweedfs()
@@ -230,8 +337,19 @@ def main() -> None:
     # it runs on moto behind the same proxy instead (moto closes every connection, but the proxy does not
     # delay the handshake, so that costs no extra round trip here).
     moto = local.start("moto") if "tigris" in savers and not args.tigris_on_seaweedfs else None
+    pg = None
     results: dict[str, Any] = {"rtts": rtts, "savers": savers, "bare": {}, "rows": {}, "failures": {}}
     results["tigris_server"] = "moto" if moto is not None else "seaweedfs"
+    results["settings"] = {k: getattr(args, k) for k in ("postgres_rtt", "throughput_rtt", "threads", "thread_steps")}
+
+    def s3_of(target: Any, url: str) -> dict[str, Any]:
+        return {
+            "endpoint_url": url,
+            "access_key": target.access_key,
+            "secret_key": target.secret_key,
+            "region": target.region,
+        }
+
     try:
         for s in (server, moto):
             if s is not None:
@@ -254,51 +372,117 @@ def main() -> None:
                             "repeats": args.repeats,
                             "short": args.short,
                             "long": args.long,
-                            "out": os.path.join(tmp, f"{name}-{rtt}.json"),
-                            "s3": {
-                                "endpoint_url": proxy.url,
-                                "access_key": target.access_key,
-                                "secret_key": target.secret_key,
-                                "region": target.region,
-                            },
+                            "s3": s3_of(target, proxy.url),
                         }
-                        spec_path = os.path.join(tmp, f"{name}-{rtt}-spec.json")
-                        Path(spec_path).write_text(json.dumps(spec))
-                        env = {**os.environ, "PYTHONPATH": str(HERE.parent)} if name.startswith("ours") else None
                         try:
-                            proc = subprocess.run(
-                                [python, str(Path(__file__).resolve()), "--child", spec_path],
-                                capture_output=True,
-                                text=True,
-                                timeout=args.timeout,
-                                env=env,
-                            )
-                        except subprocess.TimeoutExpired:
-                            results["failures"][f"{name} @ {rtt:g} ms"] = f"timed out after {args.timeout:g}s"
-                            continue
+                            row, why = run_child(python, spec, tmp, args.timeout)
                         finally:
                             if proxy is not main_proxy:
                                 proxy.stop()
-                        if proc.returncode != 0:
-                            tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
-                            results["failures"][f"{name} @ {rtt:g} ms"] = tail[0][:300]
+                        if row is None:
+                            results["failures"][f"{name} @ {rtt:g} ms"] = why
                             continue
-                        row = json.loads(Path(spec["out"]).read_text())
                         results["rows"].setdefault(str(rtt), {})[name] = row
                         print(
                             f"rtt {rtt:g} ms {name}: {row['ms']:.1f} ms/step, {row['total']:.2f} req, "
                             f"{row['waves']:.2f} waves, cpu {row['cpu_ms']:.2f} ms",
                             flush=True,
                         )
+            if "postgres" in chosen:
+                from run import Postgres
+
+                pg = Postgres()
+                with LatencyProxy("127.0.0.1", pg.port, one_way_ms=args.postgres_rtt / 2) as proxy:
+                    dsn = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?sslmode=disable"
+                    spec = {
+                        "saver": "postgres",
+                        "repeats": args.repeats,
+                        "short": args.short,
+                        "long": args.long,
+                        "s3": {"dsn": dsn},
+                    }
+                    row, why = run_child(sys.executable, spec, tmp, args.timeout)
+                if row is None:
+                    results["failures"][f"postgres @ {args.postgres_rtt:g} ms"] = why
+                else:
+                    results["postgres"] = row
+                    print(f"postgres @ {args.postgres_rtt:g} ms: {row['ms']:.2f} ms/step", flush=True)
+            with LatencyProxy(host, int(port), one_way_ms=args.throughput_rtt / 2) as proxy:
+                for name in (s for s in chosen if s in ASYNC_SAVERS):
+                    spec = {
+                        "saver": name,
+                        "threads": args.threads,
+                        "thread_steps": args.thread_steps,
+                        "sequential_threads": args.sequential_threads,
+                        "s3": s3_of(server, proxy.url),
+                    }
+                    row, why = run_child(sys.executable, spec, tmp, args.timeout)
+                    if row is None:
+                        results["failures"][f"{name} throughput"] = why
+                        continue
+                    results.setdefault("throughput", {})[name] = row
+                    print(f"throughput {name}: {row}", flush=True)
     finally:
         server.stop()
         if moto is not None:
             moto.stop()
+        if pg is not None:
+            pg.stop()
     results["load"] = {"before": load_before, "after": os.getloadavg()}
     results["started"] = started
     Path(args.out + ".json").write_text(json.dumps(results, indent=1))
     Path(args.out + ".md").write_text(report(results, args))
+    plot(results, args.out)
     print(Path(args.out + ".md").read_text())
+
+
+def round_trips(res: dict[str, Any], rtt: float, name: str) -> float | None:
+    """Sequential round trips per superstep: the time a round trip adds over the 0 ms run, per round trip."""
+    here, base = res["rows"].get(str(rtt), {}).get(name), res["rows"].get("0.0", {}).get(name)
+    if here is None or base is None or rtt == 0:
+        return None
+    return float(here["ms"] - base["ms"]) / rtt
+
+
+def plot(res: dict[str, Any], out: str) -> None:
+    """``<out>.png``: ms per superstep against the round trip; ``<out>_throughput.png``: the async runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name in res["savers"]:
+        points = [
+            (rtt, res["rows"][str(rtt)][name]["ms"]) for rtt in res["rtts"] if name in res["rows"].get(str(rtt), {})
+        ]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=LABELS[name])
+    if "postgres" in res:
+        ax.axhline(
+            res["postgres"]["ms"],
+            color="grey",
+            linestyle="--",
+            label=f"{LABELS['postgres']} at {res['settings']['postgres_rtt']:g} ms",
+        )
+    ax.set_xlabel("round trip to the server (ms)")
+    ax.set_ylabel("ms per one-node superstep")
+    ax.set_title('Supersteps at real latency (durability="sync")')
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out + ".png", dpi=110)
+    plt.close(fig)
+    rows = res.get("throughput", {})
+    if rows:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        names = list(rows)
+        ax.barh([LABELS[n] for n in names], [rows[n]["speedup"] for n in names])
+        ax.set_xlabel(f"{res['settings']['threads']} threads at once / one thread at a time (steps per second)")
+        ax.set_title(f"AsyncS3Saver throughput at {res['settings']['throughput_rtt']:g} ms round trip")
+        fig.tight_layout()
+        fig.savefig(out + "_throughput.png", dpi=110)
+        plt.close(fig)
 
 
 def report(res: dict[str, Any], args: Any) -> str:
@@ -327,17 +511,20 @@ def report(res: dict[str, Any], args: Any) -> str:
         lines += [
             f"## {rtt:g} ms round trip",
             "",
-            "| saver | ms / superstep | ms / RTT | requests / superstep | waves / superstep | client CPU ms / step |",
-            "|---|---:|---:|---|---:|---:|",
+            "| saver | ms / superstep | ms / RTT | round trips / superstep | requests / superstep "
+            "| waves / superstep | client CPU ms / step |",
+            "|---|---:|---:|---:|---|---:|---:|",
         ]
         for name in res["savers"]:
             r = rows.get(name)
             if r is None:
                 continue
             kinds = ", ".join(f"{k} {r[k]:.2f}" for k in ("PUT", "GET", "LIST", "HEAD") if abs(r[k]) > 0.005)
+            trips = round_trips(res, rtt, name)
+            per_rtt = f"{r['ms'] / rtt:.2f}" if rtt else "–"
             lines.append(
-                f"| {LABELS[name]} | {r['ms']:.1f} | {r['ms'] / rtt:.2f} | {r['total']:.2f} ({kinds}) | "
-                f"{r['waves']:.2f} | {r['cpu_ms']:.2f} |"
+                f"| {LABELS[name]} | {r['ms']:.1f} | {per_rtt} | {'–' if trips is None else f'{trips:.2f}'} | "
+                f"{r['total']:.2f} ({kinds}) | {r['waves']:.2f} | {r['cpu_ms']:.2f} |"
             )
         bare = res["bare"].get(str(rtt), {})
         if bare:
@@ -347,6 +534,41 @@ def report(res: dict[str, Any], args: Any) -> str:
                 + ", ".join(f"{k} {v:.1f}" for k, v in bare.items())
                 + ".",
             ]
+        lines.append("")
+    pg = res.get("postgres")
+    if pg is not None:
+        prtt = res["settings"]["postgres_rtt"]
+        lines += [
+            f"## PostgresSaver at {prtt:g} ms round trip",
+            "",
+            f"{pg['ms']:.2f} ms per superstep, client CPU {pg['cpu_ms']:.2f} ms (same graph, same proxy in front of "
+            "a throwaway PostgreSQL on this machine). Ours at 5 ms against it: "
+            + ", ".join(
+                f"{LABELS[n]} {res['rows']['5.0'][n]['ms'] / pg['ms']:.2f}x"
+                for n in res["savers"]
+                if n in res["rows"].get("5.0", {}) and n.startswith("ours")
+            )
+            + ".",
+            "",
+        ]
+    rows = res.get("throughput", {})
+    if rows:
+        st = res["settings"]
+        lines += [
+            f"## AsyncS3Saver throughput at {st['throughput_rtt']:g} ms round trip",
+            "",
+            f"{st['threads']} threads x {st['thread_steps']} one-node supersteps gathered on one event loop, against "
+            "the same graph run one thread at a time. Client CPU per checkpoint = the process's CPU during the "
+            "concurrent run / `aput` calls (SeaweedFS and the proxy share the same 2 cores).",
+            "",
+            "| saver | one at a time, steps/s | concurrent, steps/s | ratio | client CPU ms / checkpoint |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, r in rows.items():
+            lines.append(
+                f"| {LABELS[name]} | {r['sequential_steps_per_s']:.1f} | {r['concurrent_steps_per_s']:.1f} | "
+                f"{r['speedup']:.1f}x | {r['cpu_ms_per_checkpoint']:.2f} |"
+            )
         lines.append("")
     if res["failures"]:
         lines += ["## Not measured", ""] + [f"- **{k}**: {v}" for k, v in res["failures"].items()] + [""]
