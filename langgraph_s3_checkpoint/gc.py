@@ -51,7 +51,7 @@ for the namespace being scanned, the blob references and run ids of its committe
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -127,8 +127,17 @@ class _Walk:
         return self.chain.head_id is None
 
     @property
+    def pending_reason(self) -> str:
+        """The category of what may still commit here, so goes only by age."""
+        return "headless_namespace" if self.headless else "uncommitted_record"
+
+    @property
     def head_key(self) -> str:
         return f"{self.prefix}head"
+
+    @property
+    def name_key(self) -> str:
+        return f"{self.prefix}name"
 
     @property
     def records(self) -> str:
@@ -137,6 +146,32 @@ class _Walk:
     @property
     def blobs(self) -> str:
         return f"{self.prefix}b/"
+
+    def owns_outside_records(self, key: str) -> bool:
+        """Whether a key of the namespace outside ``c/`` is the saver's: a blob, the head or the name."""
+        if key.endswith("/"):
+            return False  # a folder marker
+        return Layout.is_blob(self.blobs, key) or key in (self.head_key, self.name_key)
+
+
+@dataclass
+class _BatchedReads:
+    """The bodies of some keys of a listing page, read ``READ_BATCH`` at a time: a batch is read when the
+    first key of it is needed (the keys must be asked for in order)."""
+
+    keys: Sequence[str]
+    to_read: list[int]
+    """Indexes of the keys to read, in order."""
+    next_read: int = 0
+    bodies: dict[int, Obj | None] = field(default_factory=dict)
+
+    def body(self, i: int) -> Plan[Obj | None]:
+        if i not in self.bodies:
+            batch = self.to_read[self.next_read : self.next_read + READ_BATCH]
+            self.next_read += len(batch)
+            objs = yield [Get(self.keys[j]) for j in batch]
+            self.bodies = dict(zip(batch, objs, strict=True))
+        return self.bodies[i]
 
 
 def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
@@ -264,7 +299,15 @@ class _Collector:
 
     def thread(self, prefix: str) -> Plan[None]:
         self.thread_kept = 0
-        thread_segment = prefix[len(f"{self.root}threads/") : -1]
+        namespaces = yield from self.namespaces(prefix)
+        yield from self.run_entries(prefix, namespaces)
+        # Listed last, once every other object of the thread has been judged ("name" sorts before
+        # "ns/" and "r/").
+        yield from self.thread_name(prefix)
+        yield from self.flush()
+
+    def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
+        """Scan each namespace of a thread; what was found in each, by namespace segment."""
         namespaces: dict[str, _Namespace] = {}
         ns_root = f"{prefix}ns/"
 
@@ -276,7 +319,11 @@ class _Collector:
                 namespaces[ns_prefix[len(ns_root) : -1]] = yield from self.namespace(ns_prefix)
 
         yield from each(pages(ns_root, delimiter="/"), ns_page)
+        return namespaces
 
+    def run_entries(self, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
+        """Judge a thread's run-index entries (``r/{run}/{ns}``), each with its global twin."""
+        thread_segment = prefix[len(f"{self.root}threads/") : -1]
         entries_root = f"{prefix}r/"
 
         def entries_page(page: Page) -> Plan[None]:
@@ -288,13 +335,7 @@ class _Collector:
                     self.foreign()
                     continue
                 run_segment, ns_segment = parts
-                info = namespaces.get(ns_segment)
-                dangling = (
-                    info is None
-                    or not info.committed
-                    or (info.run_segments is not None and run_segment not in info.run_segments)
-                )
-                if dangling:
+                if _dangling(namespaces.get(ns_segment), run_segment):
                     twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
                     self.doom(page, i, "dangling_run_entry", old, also=twin)
                 else:
@@ -303,6 +344,8 @@ class _Collector:
 
         yield from each(pages(entries_root), entries_page)
 
+    def thread_name(self, prefix: str) -> Plan[None]:
+        """Judge the keys directly under a thread: its ``name`` object, once everything else was judged."""
         name_key = f"{prefix}name"
 
         def top_page(page: Page) -> Plan[None]:
@@ -319,10 +362,7 @@ class _Collector:
                     self.keep()
             yield from self.flush_if_full()
 
-        # Listed last, once every other object of the thread has been judged ("name" sorts before
-        # "ns/" and "r/").
         yield from each(pages(prefix, delimiter="/"), top_page)
-        yield from self.flush()
 
     def namespace(self, prefix: str) -> Plan[_Namespace]:
         head_key = f"{prefix}head"
@@ -383,14 +423,14 @@ class _Collector:
         old = _age_cutoff(page, self.grace)
         chain = walk.chain
         parsed = [Layout.parse_checkpoint_key(walk.records, key) for key in page.keys]
-        to_read = [
-            i
-            for i, p in enumerate(parsed)
-            if p is not None and p.is_record and chain.decided(p.checkpoint_id) is not Standing.PENDING
-        ]
-        next_read = 0
-        bodies: dict[int, Obj | None] = {}
-        pending = "headless_namespace" if walk.headless else "uncommitted_record"
+        reads = _BatchedReads(
+            page.keys,
+            [
+                i
+                for i, p in enumerate(parsed)
+                if p is not None and p.is_record and chain.decided(p.checkpoint_id) is not Standing.PENDING
+            ],
+        )
         for i, p in enumerate(parsed):
             if p is None:
                 self.foreign()
@@ -398,23 +438,11 @@ class _Collector:
             cid = p.checkpoint_id
             reason: str | None
             if not p.is_record:
-                if walk.current is not None and walk.current[0] == cid:
-                    reason = walk.current[1]  # writes share their record's standing
-                elif chain.decided(cid) is Standing.PENDING:
-                    reason = pending  # no record (yet): newer than the head, or no head at all
-                elif cid == chain.head_id:
-                    reason = None  # the head's record is missing (restored by the next latest read)
-                else:
-                    reason = "orphan_writes"
+                reason = _writes_reason(walk, cid)
             elif chain.decided(cid) is Standing.PENDING:
-                reason = pending  # newer than the head, or no head: may still commit, goes by age
+                reason = walk.pending_reason  # newer than the head, or no head: may still commit, goes by age
             else:
-                if i not in bodies:
-                    batch = to_read[next_read : next_read + READ_BATCH]
-                    next_read += len(batch)
-                    objs = yield [Get(page.keys[j]) for j in batch]
-                    bodies = dict(zip(batch, objs, strict=True))
-                reason = self.judge_record(walk, page.keys[i], cid, bodies[i])
+                reason = self.judge_record(walk, page.keys[i], cid, (yield from reads.body(i)))
             if p.is_record:
                 walk.current = (cid, reason)
             if reason is None:
@@ -452,36 +480,23 @@ class _Collector:
     def rest_page(self, walk: _Walk, page: Page) -> None:
         """Judge the keys of a namespace outside ``c/``: blobs, the head, the ``name`` object."""
         old = _age_cutoff(page, self.grace)
-        name_key = f"{walk.prefix}name"
         for i, key in enumerate(page.keys):
             if key.startswith(walk.records):
                 continue  # judged by the walk over c/
             self.report.scanned += 1
-            if key.endswith("/"):
+            if not walk.owns_outside_records(key):
                 self.foreign()
-            elif Layout.is_blob(walk.blobs, key):
-                if walk.headless:
-                    self.doom(page, i, "headless_namespace", old, walk)
-                elif walk.chain_sure and walk.refs_known and key not in walk.referenced:
-                    self.doom(page, i, "orphan_blob", old, walk)
-                else:
-                    self.keep(walk)
-            elif key == walk.head_key:
-                if walk.headless:
-                    walk.aborted = True  # a first put committed since the head was read: leave it
-                    self.pending.clear()
-                    self.keep(walk)
-                    return
+                continue
+            if key == walk.head_key and walk.headless:
+                walk.aborted = True  # a first put committed since the head was read: leave it
+                self.pending.clear()
                 self.keep(walk)
-            elif key == name_key:
-                # Listed after everything else of the namespace; in a namespace without a head it goes
-                # only once nothing else stays (a first put in flight relies on it).
-                if walk.headless and walk.kept == 0:
-                    self.doom(page, i, "headless_namespace", old, walk)
-                else:
-                    self.keep(walk)
+                return
+            reason = _outside_records_reason(walk, key)
+            if reason is None:
+                self.keep(walk)
             else:
-                self.foreign()
+                self.doom(page, i, reason, old, walk)
 
     def global_runs(self) -> Plan[None]:
         """Global run-index entries whose per-thread twin is gone (the thread pass handled the rest)."""
@@ -508,6 +523,41 @@ class _Collector:
 
         yield from each(pages(runs_root), runs_page)
         yield from self.flush()
+
+
+def _dangling(info: _Namespace | None, run_segment: str) -> bool:
+    """Whether a run-index entry points at no committed checkpoint of its run: its namespace is gone or
+    has no head, or the run is not among its committed records' (when those are known)."""
+    return (
+        info is None or not info.committed or (info.run_segments is not None and run_segment not in info.run_segments)
+    )
+
+
+def _writes_reason(walk: _Walk, cid: str) -> str | None:
+    """The category of a writes object (``None``: it stays): its record's when that was listed just
+    before it, otherwise the chain's verdict on a checkpoint whose record is missing."""
+    if walk.current is not None and walk.current[0] == cid:
+        return walk.current[1]  # writes share their record's standing
+    if walk.chain.decided(cid) is Standing.PENDING:
+        return walk.pending_reason  # no record (yet): newer than the head, or no head at all
+    if cid == walk.chain.head_id:
+        return None  # the head's record is missing (restored by the next latest read)
+    return "orphan_writes"
+
+
+def _outside_records_reason(walk: _Walk, key: str) -> str | None:
+    """The category of a namespace's blob, head or ``name`` object (``None``: it stays)."""
+    if Layout.is_blob(walk.blobs, key):
+        if walk.headless:
+            return "headless_namespace"
+        if walk.chain_sure and walk.refs_known and key not in walk.referenced:
+            return "orphan_blob"
+        return None
+    if key == walk.name_key:
+        # Listed after everything else of the namespace; in a namespace without a head it goes
+        # only once nothing else stays (a first put in flight relies on it).
+        return "headless_namespace" if walk.headless and walk.kept == 0 else None
+    return None  # the head of a namespace that has one
 
 
 def _plan(saver: BaseS3Saver, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .chain import Chain, Standing
+from .codec import Record
 from .committing import Committing
 from .errors import (
     CREATE_BUCKET_ADVICE,
@@ -20,7 +22,7 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import Layout, escape
+from .keys import CheckpointKey, Layout, escape
 from .plans import READ_BATCH, chunks, collect, deletes, each, one, pages
 from .requests import (
     PRECONDITION_FAILED,
@@ -73,18 +75,37 @@ class Maintenance(Committing):
         self.memory.forget_thread(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
-        source_ns = self.layout.namespaces(source_thread_id)
-        target_ns = self.layout.namespaces(target_thread_id)
         src_pages: list[Page] = []
-        yield from collect(pages(source_ns, delimiter="/"), src_pages)
+        yield from collect(pages(self.layout.namespaces(source_thread_id), delimiter="/"), src_pages)
         prefixes = [p for page in src_pages for p in page.prefixes]
         if not prefixes:
             return
-        # Only a committed checkpoint (a head) makes the target exist. Objects of a copy that died
-        # before committing, and the emptied folders some servers (SeaweedFS) keep listing after a
-        # delete, must not block a new copy: it overwrites the former and ignores the latter.
+        yield from self._refuse_existing_target(target_thread_id)
+        # Snapshot the heads before copying anything: records newer than a snapshot head stay
+        # invisible in the copy, exactly as they would in the source.
+        heads = yield [Get(f"{p}head") for p in prefixes]
+        yield from self._copy_history(source_thread_id, target_thread_id)
+        names = self._names(target_thread_id, "")
+        if names:
+            yield names
+        # The heads last (If-None-Match): until they land the target reads as empty, never half-copied.
+        commits: list[Request] = []
+        for prefix, head in zip(prefixes, heads, strict=True):
+            if head is not None:
+                target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
+                commits.append(Put(target, head.body, if_none_match=True))
+        if commits:
+            yield commits
+
+    def _refuse_existing_target(self, target_thread_id: str) -> Plan[None]:
+        """Raise :class:`TargetThreadExistsError` if the copy's target has a committed checkpoint.
+
+        Only a committed checkpoint (a head) makes the target exist. Objects of a copy that died before
+        committing, and the emptied folders some servers (SeaweedFS) keep listing after a delete, must
+        not block a new copy: it overwrites the former and ignores the latter.
+        """
         target_pages: list[Page] = []
-        yield from collect(pages(target_ns, delimiter="/"), target_pages)
+        yield from collect(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)
         target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
         found = (yield [Get(k) for k in target_heads]) if target_heads else []
         if any(obj is not None for obj in found):
@@ -92,9 +113,10 @@ class Maintenance(Committing):
                 f"copy_thread: target thread {target_thread_id!r} already has checkpoints; "
                 "delete it first or choose a new thread id"
             )
-        # Snapshot the heads before copying anything: records newer than a snapshot head stay
-        # invisible in the copy, exactly as they would in the source.
-        heads = yield [Get(f"{p}head") for p in prefixes]
+
+    def _copy_history(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
+        """Server-side copies of every object of the source thread except its heads and its ``name`` (both
+        written by ``copy_thread`` for the target), with the global run-index twin of each run entry."""
         source_prefix = self.layout.thread(source_thread_id)
         target_segment = escape(target_thread_id)
         run_prefix = f"{source_prefix}r/"
@@ -111,16 +133,6 @@ class Maintenance(Committing):
                 yield list(chunk)
 
         yield from each(pages(source_prefix), copy_page)
-        names = self._names(target_thread_id, "")
-        if names:
-            yield names
-        commits: list[Request] = []
-        for prefix, head in zip(prefixes, heads, strict=True):
-            if head is not None:
-                target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
-                commits.append(Put(target, head.body, if_none_match=True))
-        if commits:
-            yield commits
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
         if isinstance(thread_ids, str):
@@ -137,74 +149,17 @@ class Maintenance(Committing):
                 yield from self._keep_latest(thread_id, ns)
 
     def _keep_latest(self, thread_id: str, ns: str) -> Plan[None]:
-        head_key = self.layout.head(thread_id, ns)
-        head = yield from one(Get(head_key))
-        keep: set[str] = {head_key, self.layout.ns_name(thread_id, ns)}
-        keep_prefixes: list[str] = []
-        if head is not None:
-            record = self.codec.decode_record(head_key, head.body)
-            # DeltaChannel values absent from the head are rebuilt from ancestors' writes back to the
-            # nearest ancestor that stores the channel: keep that chain, or the channel reads empty.
-            # LangGraph names those channels in this metadata field; other channels without a stored
-            # value (triggers such as "branch:to:x") are simply empty and need no ancestor.
-            delta_channels = set(record.metadata.get("counters_since_delta_snapshot") or ())
-            missing = delta_channels - set(record.inline) - set(record.blobs)
-            chain = [record]
-            cursor = record.parent_id
-            while missing and cursor is not None:
-                key = self.layout.record(thread_id, ns, cursor)
-                obj = yield from one(Get(key))
-                if obj is None:
-                    break
-                ancestor = self.codec.decode_record(key, obj.body)
-                chain.append(ancestor)
-                missing -= set(ancestor.inline) | set(ancestor.blobs)
-                cursor = ancestor.parent_id
-            for kept in chain:
-                cid = kept.checkpoint["id"]
-                keep.add(self.layout.record(thread_id, ns, cid))
-                keep_prefixes.append(self.layout.writes(thread_id, ns, cid))
-                keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in kept.blobs.items())
-        # A put still in flight writes its blobs and its record (newer than the head) before its head;
-        # such objects are spared while younger than the grace period, or the checkpoint it is about
-        # to commit would lose them. Any unreferenced large value may be one (a fork numbers its
-        # versions from an older checkpoint, so a version below the head's proves nothing). Records
-        # not newer than the head can never commit again (see chain.py) and go whatever their age.
-        # Age is judged by the server's clock (the listing's Date), never by this machine's.
-        head_id = record.checkpoint["id"] if head is not None else None
-        records_prefix = self.layout.records(thread_id, ns)
-        blobs_prefix = self.layout.blobs(thread_id, ns)
-
-        def standing(key: str) -> Standing | None:
-            """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
-            if key.startswith(records_prefix):
-                parsed = Layout.parse_checkpoint_key(records_prefix, key)
-                if parsed is None:
-                    return None
-                return Standing.PENDING if head_id is None or parsed.checkpoint_id > head_id else Standing.ORPHAN
-            return Standing.PENDING if Layout.is_blob(blobs_prefix, key) else None
-
-        def victims_of(page: Page) -> list[str]:
-            young = (page.served or datetime.now(timezone.utc)) - PRUNE_GRACE
-            victims = []
-            for key, modified in zip(page.keys, page.modified, strict=True):
-                if key in keep or any(key.startswith(p) for p in keep_prefixes):
-                    continue
-                found = standing(key)
-                if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
-                    victims.append(key)
-            return victims
-
+        scope = yield from self._prune_scope(thread_id, ns)
         # Records (with their writes) oldest first: an interrupted prune then leaves the head's chain
         # contiguous down to where it stopped, never a gap with an orphan below it (see chain.py). That
         # needs the namespace's victim keys in memory (keys only, one namespace at a time).
         doomed: list[str] = []
 
         def take(page: Page) -> Plan[None]:
-            doomed.extend(victims_of(page))
+            doomed.extend(scope.victims_of(page))
             yield from ()
 
-        yield from each(pages(records_prefix), take)
+        yield from each(pages(scope.records), take)
         for request in deletes(doomed[::-1]):
             yield [request]
         del doomed[:]
@@ -212,12 +167,57 @@ class Maintenance(Committing):
         # Blobs after records: a crash in between must not leave a record whose blobs are gone, which
         # list() would fail on until the prune runs again.
         def prune_blobs(page: Page) -> Plan[None]:
-            victims = victims_of(page)
+            victims = scope.victims_of(page)
             if victims:
                 yield deletes(victims)
 
-        yield from each(pages(blobs_prefix), prune_blobs)
+        yield from each(pages(scope.blobs), prune_blobs)
         self.memory.forget_thread(thread_id)
+
+    def _prune_scope(self, thread_id: str, ns: str) -> Plan[_PruneScope]:
+        """What ``prune(keep_latest)`` keeps in a namespace: the head, its record, writes and large values,
+        and those of the ancestors its DeltaChannel values are rebuilt from."""
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from one(Get(head_key))
+        scope = _PruneScope(
+            records=self.layout.records(thread_id, ns),
+            blobs=self.layout.blobs(thread_id, ns),
+            head_id=None,
+            keep={head_key, self.layout.ns_name(thread_id, ns)},
+        )
+        if head is None:
+            return scope
+        record = self.codec.decode_record(head_key, head.body)
+        scope.head_id = record.checkpoint["id"]
+        for kept in [record, *(yield from self._delta_ancestors(thread_id, ns, record))]:
+            cid = kept.checkpoint["id"]
+            scope.keep.add(self.layout.record(thread_id, ns, cid))
+            scope.keep_prefixes.append(self.layout.writes(thread_id, ns, cid))
+            scope.keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in kept.blobs.items())
+        return scope
+
+    def _delta_ancestors(self, thread_id: str, ns: str, head: Record) -> Plan[list[Record]]:
+        """The ancestors of the head that its DeltaChannel values are rebuilt from, newest first.
+
+        DeltaChannel values absent from the head are rebuilt from ancestors' writes back to the nearest
+        ancestor that stores the channel: keep that chain, or the channel reads empty. LangGraph names
+        those channels in this metadata field; other channels without a stored value (triggers such as
+        "branch:to:x") are simply empty and need no ancestor.
+        """
+        delta_channels = set(head.metadata.get("counters_since_delta_snapshot") or ())
+        missing = delta_channels - set(head.inline) - set(head.blobs)
+        ancestors: list[Record] = []
+        cursor = head.parent_id
+        while missing and cursor is not None:
+            key = self.layout.record(thread_id, ns, cursor)
+            obj = yield from one(Get(key))
+            if obj is None:
+                break
+            ancestor = self.codec.decode_record(key, obj.body)
+            ancestors.append(ancestor)
+            missing -= set(ancestor.inline) | set(ancestor.blobs)
+            cursor = ancestor.parent_id
+        return ancestors
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
@@ -265,7 +265,6 @@ class Maintenance(Committing):
         on the way are deleted first, so the gap the run leaves in the chain opens onto a committed
         record (see :mod:`langgraph_s3_checkpoint.chain`).
         """
-        records = self.layout.records(thread_id, ns)
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
         chain = Chain(None, None)
@@ -274,12 +273,24 @@ class Maintenance(Committing):
             chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
             # Counted from the head itself: a head-only commit of the run has no record to find.
             head_is_run = self._run_of(head_key, head) == run_id
-        doomed_ids: set[str] = set()
-        orphan_ids: set[str] = set()
-        doomed: list[str] = []
-        orphans: list[str] = []
-        survivor: Obj | None = None
-        reached_below = False  # met a committed record older than the run's first checkpoint
+        found = _RunRecords(run_id, first_id, chain, wants_survivor=head_is_run)
+        yield from self._find_run_records(self.layout.records(thread_id, ns), found)
+        if not found.doomed_ids and not head_is_run:
+            return True
+        if found.orphans:
+            yield deletes(found.orphans)
+        if head is not None and head_is_run:
+            moved = yield from self._move_head_back(head_key, head, found, run_id)
+            if not moved:
+                return False  # the run committed again meanwhile: start over
+        if found.doomed:
+            yield deletes(found.doomed)
+        self.memory.forget_namespace(thread_id, ns)
+        return True
+
+    def _find_run_records(self, records: str, found: _RunRecords) -> Plan[None]:
+        """Walk a namespace's records newest first, down to the first committed record older than the
+        run's first checkpoint, sorting their keys (records and writes) into ``found``."""
         token: str | None = None
         while True:
             page: Page = yield from one(ListKeys(records, token=token))
@@ -287,55 +298,52 @@ class Maintenance(Committing):
             record_keys = [(key, p.checkpoint_id) for key, p in parsed if p is not None and p.is_record]
             objs = yield [Get(key) for key, _ in record_keys]
             for (key, cid), obj in zip(record_keys, objs, strict=True):
-                if obj is None or reached_below:
-                    continue
-                try:
-                    previous, detached = self.codec.peek_link(key, obj.body)
-                    run_of = self._run_of(key, obj)
-                except CorruptObjectError:
-                    continue  # whose it is cannot be told: left alone (verify reports it), a missing link here
-                standing = chain.standing(cid, previous, detached)
-                if run_of == run_id:
-                    doomed_ids.add(cid)
-                elif standing is Standing.ORPHAN:
-                    orphan_ids.add(cid)
-                elif standing is Standing.COMMITTED:
-                    if survivor is None and head_is_run:
-                        # A detached survivor (a fork older than the head was) becomes an ordinary head:
-                        # its chain continues at the link below it, or everything older would be orphaned.
-                        survivor = obj if not detached else Obj(self.codec.relink(key, obj.body, chain.link), "")
-                    reached_below = cid < first_id
-            for key, p in parsed:
-                if p is not None and p.checkpoint_id in doomed_ids:
-                    doomed.append(key)
-                elif p is not None and p.checkpoint_id in orphan_ids:
-                    orphans.append(key)
+                if obj is not None and not found.reached_below:
+                    self._place_for_rollback(found, key, cid, obj)
+            found.take_keys(parsed)
             token = page.token
-            if token is None or reached_below:
-                break
-        if not doomed_ids and not head_is_run:
+            if token is None or found.reached_below:
+                return
+
+    def _place_for_rollback(self, found: _RunRecords, key: str, cid: str, obj: Obj) -> None:
+        """Decide one record met by the walk: the run's (doomed, committed or not), an orphan (deleted
+        first), or committed; the first committed one is the survivor, and one older than the run's first
+        checkpoint ends the walk."""
+        try:
+            previous, detached = self.codec.peek_link(key, obj.body)
+            run_of = self._run_of(key, obj)
+        except CorruptObjectError:
+            return  # whose it is cannot be told: left alone (verify reports it), a missing link here
+        standing = found.chain.standing(cid, previous, detached)
+        if run_of == found.run_id:
+            found.doomed_ids.add(cid)
+        elif standing is Standing.ORPHAN:
+            found.orphan_ids.add(cid)
+        elif standing is Standing.COMMITTED:
+            if found.survivor is None and found.wants_survivor:
+                # A detached survivor (a fork older than the head was) becomes an ordinary head: its
+                # chain continues at the link below it, or everything older would be orphaned.
+                found.survivor = obj if not detached else Obj(self.codec.relink(key, obj.body, found.chain.link), "")
+            found.reached_below = cid < found.first_id
+
+    def _move_head_back(self, head_key: str, head: Obj, found: _RunRecords, run_id: str) -> Plan[bool]:
+        """Move the head off the run: to the survivor, or, when the run holds the namespace's only
+        committed records, delete it. False if the run itself committed again meanwhile (start over).
+
+        Both are conditional on the head read before the walk: a writer that committed on top of the
+        run meanwhile must not lose its checkpoint to the rollback.
+        """
+        if found.survivor is not None:
+            reply = yield from one(Put(head_key, found.survivor.body, if_match=head.etag))
+        else:
+            reply = yield from one(DeleteIfMatch(head_key, head.etag))
+        if reply is not PRECONDITION_FAILED:
             return True
-        if orphans:
-            yield deletes(orphans)
-        if head is not None and head_is_run:
-            # Conditional on the head read above: a writer that committed on top of the run meanwhile
-            # must not lose its checkpoint to the rollback.
-            if survivor is not None:
-                reply = yield from one(Put(head_key, survivor.body, if_match=head.etag))
-            else:
-                reply = yield from one(DeleteIfMatch(head_key, head.etag))
-            if reply is PRECONDITION_FAILED:
-                # The head moved since it was read: to the survivor (a retried PUT whose first attempt
-                # was applied, answer lost), or to another run's checkpoint, which stays the head; the
-                # run's own records go either way. If the run itself committed again, start over to
-                # take that checkpoint too.
-                now = yield from one(Get(head_key))
-                if now is not None and self._run_of(head_key, now) == run_id:
-                    return False
-        if doomed:
-            yield deletes(doomed)
-        self.memory.forget_namespace(thread_id, ns)
-        return True
+        # The head moved since it was read: to the survivor (a retried PUT whose first attempt was
+        # applied, answer lost), or to another run's checkpoint, which stays the head; the run's own
+        # records go either way. If the run itself committed again, start over to take that checkpoint too.
+        now = yield from one(Get(head_key))
+        return not (now is not None and self._run_of(head_key, now) == run_id)
 
     # -- retention ------------------------------------------------------------------------------------
     def expire_threads(self, cutoff: datetime, *, dry_run: bool) -> Plan[None]:
@@ -389,6 +397,81 @@ class Maintenance(Committing):
                 "Use a server that supports them (AWS S3, SeaweedFS, recent MinIO, R2), or pass "
                 "require_conditional_writes=False if only one process ever writes each thread."
             )
+
+
+@dataclass
+class _PruneScope:
+    """What ``prune(keep_latest)`` keeps in one namespace, and which of the other keys it deletes now.
+
+    A put still in flight writes its blobs and its record (newer than the head) before its head; such
+    objects are spared while younger than the grace period, or the checkpoint it is about to commit
+    would lose them. Any unreferenced large value may be one (a fork numbers its versions from an older
+    checkpoint, so a version below the head's proves nothing). Records not newer than the head can never
+    commit again (see chain.py) and go whatever their age. Age is judged by the server's clock (the
+    listing's Date), never by this machine's.
+    """
+
+    records: str
+    """The namespace's records prefix (``c/``)."""
+    blobs: str
+    """The namespace's large values prefix (``b/``)."""
+    head_id: str | None
+    keep: set[str]
+    """Keys that stay."""
+    keep_prefixes: list[str] = field(default_factory=list)
+    """Prefixes whose keys stay (the kept records' writes)."""
+
+    def standing(self, key: str) -> Standing | None:
+        """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
+        if key.startswith(self.records):
+            parsed = Layout.parse_checkpoint_key(self.records, key)
+            if parsed is None:
+                return None
+            return Standing.PENDING if self.head_id is None or parsed.checkpoint_id > self.head_id else Standing.ORPHAN
+        return Standing.PENDING if Layout.is_blob(self.blobs, key) else None
+
+    def victims_of(self, page: Page) -> list[str]:
+        """The keys of a listing page to delete: not kept, and orphaned or pending past the grace period."""
+        young = (page.served or datetime.now(timezone.utc)) - PRUNE_GRACE
+        victims = []
+        for key, modified in zip(page.keys, page.modified, strict=True):
+            if key in self.keep or any(key.startswith(p) for p in self.keep_prefixes):
+                continue
+            found = self.standing(key)
+            if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
+                victims.append(key)
+        return victims
+
+
+@dataclass
+class _RunRecords:
+    """What ``delete_for_runs`` found in one namespace while walking down to below a run."""
+
+    run_id: str
+    first_id: str
+    """The run's first checkpoint in the namespace (from the run index)."""
+    chain: Chain
+    wants_survivor: bool
+    """Whether the head is the run's, so that it must move back to a survivor."""
+    doomed_ids: set[str] = field(default_factory=set)
+    orphan_ids: set[str] = field(default_factory=set)
+    doomed: list[str] = field(default_factory=list)
+    """Keys of the run's records and their writes."""
+    orphans: list[str] = field(default_factory=list)
+    """Keys of the orphans met (records and writes), deleted before the run's so the gap opens onto a
+    committed record."""
+    survivor: Obj | None = None
+    """The newest committed record of another run: the head's new body."""
+    reached_below: bool = False
+    """Whether a committed record older than the run's first checkpoint was met (the walk ends there)."""
+
+    def take_keys(self, parsed: Sequence[tuple[str, CheckpointKey | None]]) -> None:
+        """Sort a page's keys (records and writes) by their checkpoint's verdict."""
+        for key, p in parsed:
+            if p is not None and p.checkpoint_id in self.doomed_ids:
+                self.doomed.append(key)
+            elif p is not None and p.checkpoint_id in self.orphan_ids:
+                self.orphans.append(key)
 
 
 def _is_pair(relative: str) -> bool:

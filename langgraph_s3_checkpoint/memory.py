@@ -178,6 +178,10 @@ class MemoryBucket:
             return None
         if not self.exists:
             raise error_for_code("NoSuchBucket", self.name, type(request).__name__, "NoSuchBucket")
+        return self._apply_in_bucket(request)
+
+    def _apply_in_bucket(self, request: Request) -> Any:
+        """The reply to a request on objects (or the lifecycle rules) of the existing bucket."""
         if isinstance(request, Get):
             obj = self._objects.get(request.key)
             return None if obj is None else Obj(obj.body, obj.etag, obj.modified)
@@ -186,29 +190,34 @@ class MemoryBucket:
         if isinstance(request, ListKeys):
             return self._list(request)
         if isinstance(request, Delete):
-            if len(request.keys) > MAX_DELETE_KEYS:
-                raise S3RequestError(f"DeleteObjects of {len(request.keys)} keys: at most {MAX_DELETE_KEYS}")
-            for key in request.keys:
-                self._remove(key)
+            self._delete(request)
             return None
         if isinstance(request, DeleteIfMatch):
-            obj = self._objects.get(request.key)
-            if obj is None:
-                return None if self.missing_if_match == "404" else PRECONDITION_FAILED
-            if _bare(obj.etag) != _bare(request.etag) and request.etag != "*":
-                return PRECONDITION_FAILED
-            self._remove(request.key)
-            return None
+            return self._delete_if_match(request)
         if isinstance(request, Copy):
             source = self._objects.get(request.source)
-            if source is None:
-                return None
-            self._store(request.target, source.body, source.tagged)
+            if source is not None:
+                self._store(request.target, source.body, source.tagged)
             return None
         if isinstance(request, EnsureExpiryRule):
             self.lifecycle_rules[request.rule_id] = (request.prefix, request.days)
             return None
         raise TypeError(f"unknown request {request!r}")
+
+    def _delete(self, request: Delete) -> None:
+        if len(request.keys) > MAX_DELETE_KEYS:
+            raise S3RequestError(f"DeleteObjects of {len(request.keys)} keys: at most {MAX_DELETE_KEYS}")
+        for key in request.keys:
+            self._remove(key)
+
+    def _delete_if_match(self, request: DeleteIfMatch) -> Any:
+        obj = self._objects.get(request.key)
+        if obj is None:
+            return None if self.missing_if_match == "404" else PRECONDITION_FAILED
+        if _bare(obj.etag) != _bare(request.etag) and request.etag != "*":
+            return PRECONDITION_FAILED
+        self._remove(request.key)
+        return None
 
     def _put(self, request: Put) -> Any:
         current = self._objects.get(request.key)

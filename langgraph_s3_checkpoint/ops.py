@@ -11,13 +11,13 @@ What each kind of key under a thread is (see :mod:`keys` for the layout) is deci
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from . import keys
-from .codec import Codec
+from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
 from .plans import READ_BATCH, all_pages, chunks, collect, one
@@ -232,21 +232,14 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
     batch: list[Request] = []
     written = 0
     for item in objects:
-        if not is_safe_relative(item.relative):
-            raise CorruptObjectError(item.relative, "the archive holds a key that is not part of a thread")
-        kind = classify(item.relative)
+        kind = _archived_kind(item)
         key = prefix + item.relative
         if kind == THREAD_NAME:
             continue  # rewritten below for the new id
         if kind == HEAD:
             heads.append(Put(key, item.body, if_none_match=True))
             continue
-        # Unconditional, like copy_thread's copies: the emptiness check above and the conditional heads
-        # guard the thread, and a write key creates its record's "directory" on filer-backed servers,
-        # which an If-None-Match PUT of the record itself would then see as an existing object.
-        batch.append(Put(key, item.body))
-        if kind == RUN_ENTRY:
-            batch.append(Put(layout.global_run_entry_of(key, segment), item.body))
+        batch.extend(_history_puts(layout, key, item.body, kind, segment))
         written += 1
         if len(batch) >= READ_BATCH:
             yield from _put_all(batch)
@@ -259,6 +252,26 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         yield from _put_all(list(heads))
         written += len(heads)
     return written
+
+
+def _archived_kind(item: Exported) -> str:
+    """What an archived object is (:func:`classify`); an object outside a thread's layout is an error."""
+    if not is_safe_relative(item.relative):
+        raise CorruptObjectError(item.relative, "the archive holds a key that is not part of a thread")
+    return classify(item.relative)
+
+
+def _history_puts(layout: Layout, key: str, body: bytes, kind: str, segment: str) -> list[Request]:
+    """The PUTs of one imported object that is not a head: the object, and a run entry's global twin.
+
+    Unconditional, like copy_thread's copies: the emptiness check and the conditional heads guard the
+    thread, and a write key creates its record's "directory" on filer-backed servers, which an
+    If-None-Match PUT of the record itself would then see as an existing object.
+    """
+    puts: list[Request] = [Put(key, body)]
+    if kind == RUN_ENTRY:
+        puts.append(Put(layout.global_run_entry_of(key, segment), body))
+    return puts
 
 
 def _put_all(puts: list[Request]) -> OpsPlan[None]:
@@ -302,36 +315,54 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
         for key, obj in zip(chunk, bodies, strict=True):
             if obj is None:
                 continue  # deleted since it was listed
-            relative = key[len(prefix) :]
-            kind = classify(relative)
-            try:
-                if kind in (HEAD, RECORD):
-                    record = codec.decode_record(key, obj.body)
-                    ns_prefix = namespace_prefix(prefix, key)
-                    for channel, version in record.blobs.items():
-                        wanted.setdefault(blob_key(ns_prefix, channel, version), []).append(key)
-                    if kind == HEAD:
-                        wanted.setdefault(record_key(ns_prefix, record.checkpoint["id"]), []).append(key)
-                elif kind == WRITE:
-                    codec.decode_writes(key, obj.body)
-                elif kind == BLOB:
-                    codec.decode_blob(key, obj.body)
-                elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
-                    obj.body.decode("utf-8", "surrogatepass")
-                else:
-                    yield Emit(Problem(key, "unexpected key: not part of the checkpoint layout"))
-            except CorruptObjectError as exc:
-                yield Emit(Problem(key, exc.reason))  # the key is in the report; advice is the verifier's
-            except UnicodeDecodeError as exc:
-                yield Emit(Problem(key, f"not valid UTF-8 ({exc})"))
+            problem = _check_object(codec, prefix, key, obj.body, wanted)
+            if problem is not None:
+                yield Emit(problem)
         checked += len(chunk)
         yield Emit(Checked(len(chunk)))
+    for problem in _missing_references(present, wanted):
+        yield Emit(problem)
+    return checked
+
+
+def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict[str, list[str]]) -> Problem | None:
+    """The problem of one object of a thread: it does not decode as what its key says it is, or the key
+    is not part of the layout. A head or record adds the objects it references to ``wanted``."""
+    kind = classify(key[len(prefix) :])
+    try:
+        if kind in (HEAD, RECORD):
+            _note_references(codec.decode_record(key, body), kind, namespace_prefix(prefix, key), key, wanted)
+        elif kind == WRITE:
+            codec.decode_writes(key, body)
+        elif kind == BLOB:
+            codec.decode_blob(key, body)
+        elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
+            body.decode("utf-8", "surrogatepass")
+        else:
+            return Problem(key, "unexpected key: not part of the checkpoint layout")
+    except CorruptObjectError as exc:
+        return Problem(key, exc.reason)  # the key is in the report; advice is the verifier's
+    except UnicodeDecodeError as exc:
+        return Problem(key, f"not valid UTF-8 ({exc})")
+    return None
+
+
+def _note_references(record: Record, kind: str, ns_prefix: str, key: str, wanted: dict[str, list[str]]) -> None:
+    """Note, under each object a head or record needs (its large values; for a head, its record), that
+    ``key`` needs it."""
+    for channel, version in record.blobs.items():
+        wanted.setdefault(blob_key(ns_prefix, channel, version), []).append(key)
+    if kind == HEAD:
+        wanted.setdefault(record_key(ns_prefix, record.checkpoint["id"]), []).append(key)
+
+
+def _missing_references(present: set[str], wanted: dict[str, list[str]]) -> Iterator[Problem]:
+    """A problem for each referenced object that the listing did not show, naming who references it."""
     for missing, referrers in sorted(wanted.items()):
         if missing not in present:
             what = "checkpoint record" if "/c/" in missing else "channel value"
             others = f" and {len(referrers) - 1} more" if len(referrers) > 1 else ""
-            yield Emit(Problem(missing, f"missing {what} referenced by {referrers[0]!r}{others}"))
-    return checked
+            yield Problem(missing, f"missing {what} referenced by {referrers[0]!r}{others}")
 
 
 __all__ = [

@@ -3,6 +3,7 @@ chain (:mod:`langgraph_s3_checkpoint.chain`): a record is shown only if it was c
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -220,7 +221,7 @@ class Reading(CoreState):
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
 
-    def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[list[Get]]:
+    def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[builtins.list[Get]]:
         """Reads of a checkpoint's writes objects, from the listing of its folder (and its next pages)."""
         prefix = self.layout.records(thread_id, ns)
         keys = list(listing.keys)
@@ -245,44 +246,54 @@ class Reading(CoreState):
             return Standing.COMMITTED
         chain = Chain.from_head(head_id, head_previous)
         checkpoint_id = record.checkpoint["id"]
-        if not record.detached and (known := chain.decided(checkpoint_id)) is not None:
-            return known
         if record.detached:
             return chain.standing(checkpoint_id, record.previous_head, True)
-        # Walk the records between the head and this one: each names the head it replaced.
+        if (known := chain.decided(checkpoint_id)) is not None:
+            return known
+        return (yield from self._walk_down_to(thread_id, ns, chain, head_id, record))
+
+    def _walk_down_to(self, thread_id: str, ns: str, chain: Chain, head_id: str, record: Record) -> Plan[Standing]:
+        """The standing of a record the head alone cannot place: the records between the head and it are
+        read newest first, and each, naming the head it replaced, moves the chain down until it decides."""
         prefix = self.layout.records(thread_id, ns)
+        checkpoint_id = record.checkpoint["id"]
         start_after: str | None = self.layout.record(thread_id, ns, head_id)
         token: str | None = None
         page_size = 100
         while True:
             page: Page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
             page_size = min(MAX_PAGE, page_size * 2)
-            reads = []
-            for read in page.reads():
-                parsed = Layout.parse_checkpoint_key(prefix, read.key)
-                if parsed is not None and parsed.is_record and checkpoint_id <= parsed.checkpoint_id < head_id:
-                    reads.append((parsed.checkpoint_id, read))
-            for chunk in chunks(reads, READ_BATCH):
+            for chunk in chunks(_records_between(prefix, page, checkpoint_id, head_id), READ_BATCH):
                 objs = yield [read for _, read in chunk]
-                for (cid, read), obj in zip(chunk, objs, strict=True):
-                    if cid == checkpoint_id:
-                        return chain.standing(cid, record.previous_head, record.detached)
-                    try:
-                        if obj is None:
-                            continue  # deleted since the listing: a missing link
-                        previous, detached = self.codec.peek_link(read.key, obj.body)
-                    except CorruptObjectError:
-                        continue  # a damaged record is reported when read itself; here, a missing link
-                    chain.standing(cid, previous, detached)
-                    if (known := chain.decided(checkpoint_id)) is not None:
-                        return known
+                if (known := self._follow_links(chain, chunk, objs, record)) is not None:
+                    return known
             if page.token is None:
                 return chain.standing(checkpoint_id, record.previous_head, record.detached)
             start_after, token = None, page.token
 
+    def _follow_links(
+        self, chain: Chain, chunk: Sequence[tuple[str, Get]], objs: Sequence[Obj | None], record: Record
+    ) -> Standing | None:
+        """Feed a batch of records (newest first, above ``record`` or ``record`` itself) to the chain; the
+        standing of ``record`` once the chain has decided it, ``None`` while it has not."""
+        checkpoint_id = record.checkpoint["id"]
+        for (cid, read), obj in zip(chunk, objs, strict=True):
+            if cid == checkpoint_id:
+                return chain.standing(cid, record.previous_head, record.detached)
+            if obj is None:
+                continue  # deleted since the listing: a missing link
+            try:
+                previous, detached = self.codec.peek_link(read.key, obj.body)
+            except CorruptObjectError:
+                continue  # a damaged record is reported when read itself; here, a missing link
+            chain.standing(cid, previous, detached)
+            if (known := chain.decided(checkpoint_id)) is not None:
+                return known
+        return None
+
     def _assemble(
-        self, thread_id: str, items: Sequence[tuple[str, Record, list[Get]]], extra: Sequence[Request] = ()
-    ) -> Plan[list[CheckpointTuple]]:
+        self, thread_id: str, items: Sequence[tuple[str, Record, builtins.list[Get]]], extra: Sequence[Request] = ()
+    ) -> Plan[builtins.list[CheckpointTuple]]:
         """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch."""
         requests: list[Request] = []
         for ns, record, write_reads in items:
@@ -309,7 +320,7 @@ class Reading(CoreState):
         return tuples
 
     def _tuple(
-        self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: list[WriteBatch]
+        self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: builtins.list[WriteBatch]
     ) -> CheckpointTuple:
         checkpoint = cast(Checkpoint, {**record.checkpoint, "channel_values": values})
         return CheckpointTuple(
@@ -320,7 +331,7 @@ class Reading(CoreState):
             pending_writes=merge_writes(batches),
         )
 
-    def list_checkpoints(
+    def list(
         self,
         config: RunnableConfig | None,
         *,
@@ -391,7 +402,7 @@ class Reading(CoreState):
             return None
         return name if escape(name) == segment else None
 
-    def _namespaces(self, thread_id: str) -> Plan[list[str]]:
+    def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)
         found: list[Page] = []
         yield from collect(pages(root, delimiter="/"), found)
@@ -421,13 +432,7 @@ class Reading(CoreState):
         ``first_page`` starts a walk that will probably stop early with a small page (pages double).
         """
         namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
-        # Records and their writes share one listing; a generous page keeps it to one LIST for small k.
-        if first_page is not None:
-            page_size = first_page
-        elif budget.remaining is None or filter:
-            page_size = MAX_PAGE  # a scan: full pages, so its peak memory is the same at any length
-        else:
-            page_size = min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
+        page_size = _first_page_size(budget, filter, first_page)
         cursors = [
             _NsCursor(
                 checkpoint_ns=name,
@@ -440,12 +445,22 @@ class Reading(CoreState):
         ]
         if not cursors:
             return
-        first: list[Request] = []
+        yield from self._open_cursors(thread_id, cursors, before_id)
+        yield from self._stream(thread_id, cursors, filter, before_id, budget)
+
+    def _open_cursors(self, thread_id: str, cursors: builtins.list[_NsCursor], before_id: str | None) -> Plan[None]:
+        """Place each namespace's cursor on its commit chain, in one round trip for all of them: its head,
+        its first page and, when paging, the record the page starts below (whose ``previous_head`` says
+        where the chain continues).
+
+        The replies are dropped when this returns: the cursors keep what they need of the first pages,
+        where holding the replies would keep each namespace's first page (up to 1,000 keys with their
+        stamps) alive for the whole listing.
+        """
+        first: builtins.list[Request] = []
         for c in cursors:
-            # The head, the first page, and (when paging) the record the page starts below, whose
-            # previous_head says where the commit chain continues.
-            start = Get(self.layout.record(thread_id, c.checkpoint_ns, before_id)) if before_id else None
-            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *([start] if start else [])])
+            start = [Get(self.layout.record(thread_id, c.checkpoint_ns, before_id))] if before_id else []
+            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *start])
         replies = iter((yield first))
         for c in cursors:
             head, page = next(replies), next(replies)
@@ -456,37 +471,41 @@ class Reading(CoreState):
             )
             c.chain = Chain.from_head(head_id, head_previous)
             if before_id:
-                below = next(replies)
-                bound = None if below is None else self.codec.decode_record(c.start_after or "", below.body)
-                standing = None
-                if bound is not None and not bound.detached:
-                    standing = yield from self._standing(thread_id, c.checkpoint_ns, bound, head)
-                if bound is None or standing is not Standing.COMMITTED:
+                bound = next(replies)
+                if not (yield from self._continue_below(thread_id, c, head, bound)):
                     # The bound is not a record on this namespace's chain (another namespace's id, a
                     # detached, deleted or never committed checkpoint): walk the chain from the head.
                     c.restart()
                     continue
-                c.chain = Chain.below(head_id, bound.previous_head)
             c.accept(page)
-        # The cursors keep what they need of the first pages: drop the replies, or each namespace's
-        # first page (up to 1,000 keys with their stamps) stays alive for the whole listing.
-        del replies, head, page
+
+    def _continue_below(self, thread_id: str, cursor: _NsCursor, head: Obj | None, bound: Obj | None) -> Plan[bool]:
+        """Whether a listing paged with ``before`` can continue the chain right below the bound's record
+        (it is committed on this namespace's chain, so its ``previous_head`` is the next link); if so,
+        the cursor's chain resumes there."""
+        record = None if bound is None else self.codec.decode_record(cursor.start_after or "", bound.body)
+        if record is None or record.detached:
+            return False
+        if (yield from self._standing(thread_id, cursor.checkpoint_ns, record, head)) is not Standing.COMMITTED:
+            return False
+        cursor.chain = Chain.below(cursor.chain.head_id, record.previous_head)
+        return True
+
+    def _stream(
+        self,
+        thread_id: str,
+        cursors: builtins.list[_NsCursor],
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Limit,
+    ) -> Plan[None]:
+        """Emit the tuples the opened cursors show, newest first across namespaces, a batch at a time."""
         while not budget.done:
             batch = yield from self._next_batch(cursors, budget, filter)
             if not batch:
                 return
             objs = yield [read for _, read, _ in batch]
-            chosen: list[tuple[_NsCursor, Record, list[Get]]] = []
-            for (cursor, read, write_reads), obj in zip(batch, objs, strict=True):
-                if obj is None:  # deleted between the listing and the read
-                    continue
-                record = self.codec.decode_record(read.key, obj.body)
-                if (
-                    cursor.admit(record)
-                    and (before_id is None or record.checkpoint["id"] < before_id)
-                    and matches(record.metadata, filter)
-                ):
-                    chosen.append((cursor, record, write_reads))
+            chosen = self._shown(batch, objs, filter, before_id)
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
             # One parallel round trip for the values and writes of every chosen record.
@@ -500,9 +519,31 @@ class Reading(CoreState):
                 yield Emit(tup)
                 budget.take()
 
+    def _shown(
+        self,
+        batch: Sequence[tuple[_NsCursor, Get, builtins.list[Get]]],
+        objs: Sequence[Obj | None],
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+    ) -> builtins.list[tuple[_NsCursor, Record, builtins.list[Get]]]:
+        """The records of a batch the listing shows: committed (each cursor's chain judges its records in
+        order, so every record is offered to it), below the ``before`` bound, and matching the filter."""
+        chosen: builtins.list[tuple[_NsCursor, Record, builtins.list[Get]]] = []
+        for (cursor, read, write_reads), obj in zip(batch, objs, strict=True):
+            if obj is None:  # deleted between the listing and the read
+                continue
+            record = self.codec.decode_record(read.key, obj.body)
+            if (
+                cursor.admit(record)
+                and (before_id is None or record.checkpoint["id"] < before_id)
+                and matches(record.metadata, filter)
+            ):
+                chosen.append((cursor, record, write_reads))
+        return chosen
+
     def _next_batch(
-        self, cursors: list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
-    ) -> Plan[list[tuple[_NsCursor, Get, list[Get]]]]:
+        self, cursors: builtins.list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
+    ) -> Plan[builtins.list[tuple[_NsCursor, Get, builtins.list[Get]]]]:
         """Up to READ_BATCH complete records (record and writes reads), merged newest first across namespaces."""
         want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
         batch: list[tuple[_NsCursor, Get, list[Get]]] = []
@@ -531,49 +572,97 @@ class Reading(CoreState):
         if not channels:
             return {}
         target = yield from self.get_tuple(config)
-        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
-        seeds: dict[str, Any] = {}
-        remaining = set(channels)
-        cursor = target.parent_config if target is not None else None
-        if cursor is not None:
-            t = parse_config(cursor)
-            assert t.checkpoint_id is not None
+        history = _DeltaHistory(channels, target.parent_config if target is not None else None)
+        if history.next_ancestor is not None:
+            yield from self._walk_ancestors(history.next_ancestor, history)
+        return history.result()
 
-            def visit(tup: CheckpointTuple) -> Plan[bool]:
-                """Take one ancestor's writes (or its value as the seed); False once nothing is left."""
-                nonlocal cursor
-                if cursor is None or tup.checkpoint["id"] != cursor["configurable"]["checkpoint_id"]:
-                    return True  # a record of another branch: not an ancestor
-                for write in reversed(tup.pending_writes or []):
-                    if write[1] in remaining:
-                        collected[write[1]].append(write)
-                for ch in list(remaining):
-                    if ch in tup.checkpoint["channel_values"]:
-                        seeds[ch] = tup.checkpoint["channel_values"][ch]
-                        remaining.discard(ch)
-                cursor = tup.parent_config
-                return cursor is not None and bool(remaining)
-                yield  # a plan that needs no request of its own
+    def _walk_ancestors(self, parent: RunnableConfig, history: _DeltaHistory) -> Plan[None]:
+        """Offer ``history`` the records from ``parent`` down until it has found everything.
 
-            # One newest-first stream from the parent down, stopped at the last seed: ancestors come
-            # in batches, and bodies already read (listed with the same ETag) are not read again.
-            ancestors = self._list_thread(
-                t.thread_id,
-                t.checkpoint_ns,
-                None,
-                _after(t.checkpoint_id),
-                _Limit(None),
-                reuse=True,
-                first_page=100,
-            )
-            yield from each(ancestors, visit)
+        One newest-first stream from the parent down, stopped at the last seed: ancestors come in
+        batches, and bodies already read (listed with the same ETag) are not read again.
+        """
+        t = parse_config(parent)
+        assert t.checkpoint_id is not None
+
+        def visit(tup: CheckpointTuple) -> Plan[bool]:
+            return history.take(tup)
+            yield  # a plan that needs no request of its own
+
+        ancestors = self._list_thread(
+            t.thread_id,
+            t.checkpoint_ns,
+            None,
+            _after(t.checkpoint_id),
+            _Limit(None),
+            reuse=True,
+            first_page=100,
+        )
+        yield from each(ancestors, visit)
+
+
+@dataclass
+class _DeltaHistory:
+    """What ``get_delta_channel_history`` has gathered so far while walking a checkpoint's ancestors."""
+
+    channels: Sequence[str]
+    next_ancestor: RunnableConfig | None
+    """The config of the next ancestor to take (``None``: the walk is over)."""
+    collected: dict[str, list[PendingWrite]] = field(default_factory=dict)
+    """Each channel's writes since its seed, newest first."""
+    seeds: dict[str, Any] = field(default_factory=dict)
+    remaining: set[str] = field(default_factory=set)
+    """Channels whose seed (a stored value) has not been met yet."""
+
+    def __post_init__(self) -> None:
+        self.collected = {c: [] for c in self.channels}
+        self.remaining = set(self.channels)
+
+    def take(self, tup: CheckpointTuple) -> bool:
+        """Take one ancestor's writes (or its value as the seed); False once nothing is left to find."""
+        if self.next_ancestor is None or tup.checkpoint["id"] != self.next_ancestor["configurable"]["checkpoint_id"]:
+            return True  # a record of another branch: not an ancestor
+        for write in reversed(tup.pending_writes or []):
+            if write[1] in self.remaining:
+                self.collected[write[1]].append(write)
+        for ch in list(self.remaining):
+            if ch in tup.checkpoint["channel_values"]:
+                self.seeds[ch] = tup.checkpoint["channel_values"][ch]
+                self.remaining.discard(ch)
+        self.next_ancestor = tup.parent_config
+        return self.next_ancestor is not None and bool(self.remaining)
+
+    def result(self) -> dict[str, DeltaChannelHistory]:
+        """Each channel's writes oldest first, with its seed when one was found."""
         result: dict[str, DeltaChannelHistory] = {}
-        for ch in channels:
-            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
-            if ch in seeds:
-                entry["seed"] = seeds[ch]
+        for ch in self.channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(self.collected[ch]))}
+            if ch in self.seeds:
+                entry["seed"] = self.seeds[ch]
             result[ch] = entry
         return result
+
+
+def _records_between(prefix: str, page: Page, oldest: str, newest: str) -> list[tuple[str, Get]]:
+    """Reads of the records of a listing page from ``oldest`` (included) up to ``newest`` (excluded)."""
+    reads = []
+    for read in page.reads():
+        parsed = Layout.parse_checkpoint_key(prefix, read.key)
+        if parsed is not None and parsed.is_record and oldest <= parsed.checkpoint_id < newest:
+            reads.append((parsed.checkpoint_id, read))
+    return reads
+
+
+def _first_page_size(budget: _Limit, filter: dict[str, Any] | None, first_page: int | None) -> int:
+    """Keys of a listing's first page. Records and their writes share one listing, so a bounded listing
+    asks for a generous page (one LIST for a small ``limit``); a scan (no limit, or a filter) takes full
+    pages, so that its peak memory is the same at any history length."""
+    if first_page is not None:
+        return first_page
+    if budget.remaining is None or filter:
+        return MAX_PAGE
+    return min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
 
 
 def _seen(head: Obj, record: Record) -> HeadSeen:

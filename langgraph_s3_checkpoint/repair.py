@@ -32,6 +32,7 @@ An undecryptable head (a missing or wrong key) is not damage and is left alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -41,7 +42,7 @@ from langgraph.checkpoint.base import Checkpoint
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
-from .plans import READ_BATCH, all_pages, one
+from .plans import READ_BATCH, all_pages, chunks, one
 from .requests import PRECONDITION_FAILED, Get, Obj, Page, Plan, Put
 
 if TYPE_CHECKING:  # typing only
@@ -171,111 +172,172 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
 
 
 def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) -> Plan[NamespaceRepair]:
+    """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
     head_key = f"{ns_prefix}head"
     head: Obj | None = yield from one(Get(head_key))
-    known_id: str | None = None
-    if head is not None:
-        try:
-            record = codec.decode_record(head_key, head.body)
-            return NamespaceRepair(name, OK, str(record.checkpoint["id"]), "the head is readable")
-        except DecryptionError as exc:
-            return NamespaceRepair(name, UNDECRYPTABLE, None, f"not damaged: {exc}")
-        except CorruptObjectError as exc:
-            damage = f"the head is damaged ({exc.reason})"
-        try:
-            known_id = codec.peek_head_id(head_key, head.body)
-        except CorruptObjectError:
-            known_id = None
-    else:
-        damage = "the head is missing"
-    records_prefix = f"{ns_prefix}c/"
+    damage = _diagnose_head(codec, name, head_key, head)
+    if isinstance(damage, NamespaceRepair):
+        return damage
+    records = yield from _stored_records(f"{ns_prefix}c/")
+    if not records:
+        if head is None:
+            return NamespaceRepair(name, OK, None, "nothing stored")
+        return NamespaceRepair(name, UNREPAIRABLE, None, f"{damage.what} and no checkpoint record is stored")
+    try:
+        survey = yield from _survey(codec, records, damage.known_id)
+    except DecryptionError as exc:
+        return NamespaceRepair(name, UNDECRYPTABLE, None, f"the records cannot be decrypted: {exc}")
+    choice = _choose_head(survey, damage)
+    if choice is None:
+        why = f"{damage.what} and no intact checkpoint record is stored"
+        return NamespaceRepair(name, UNREPAIRABLE, None, why, survey.damaged)
+    (record, obj), reason = choice
+    planned = NamespaceRepair(name, WOULD_REPAIR, str(record.checkpoint["id"]), reason, survey.damaged)
+    if dry_run:
+        return planned
+    return (yield from _write_head(head_key, head, obj, planned))
+
+
+@dataclass(frozen=True)
+class _Damage:
+    """Why a namespace's head needs repair."""
+
+    what: str
+    """``the head is missing`` or ``the head is damaged (reason)``: the start of every reason reported."""
+    known_id: str | None
+    """The checkpoint id a damaged head still names, if that much of it is readable."""
+
+
+def _diagnose_head(codec: Codec, name: str, head_key: str, head: Obj | None) -> NamespaceRepair | _Damage:
+    """What is wrong with a head: nothing (a readable head, or an undecryptable one, which is not damage:
+    the report that it stays as it is) or the damage to repair."""
+    if head is None:
+        return _Damage("the head is missing", None)
+    try:
+        record = codec.decode_record(head_key, head.body)
+        return NamespaceRepair(name, OK, str(record.checkpoint["id"]), "the head is readable")
+    except DecryptionError as exc:
+        return NamespaceRepair(name, UNDECRYPTABLE, None, f"not damaged: {exc}")
+    except CorruptObjectError as exc:
+        damage = f"the head is damaged ({exc.reason})"
+    try:
+        known_id = codec.peek_head_id(head_key, head.body)
+    except CorruptObjectError:
+        known_id = None
+    return _Damage(damage, known_id)
+
+
+def _stored_records(records_prefix: str) -> Plan[list[tuple[str, str]]]:
+    """The key and checkpoint id of every record of a namespace, newest first (the listing order of
+    inverted ids)."""
     listing = yield from _all_keys(records_prefix)
     records: list[tuple[str, str]] = []
-    for key in listing.keys:  # newest first: the listing order of inverted ids
+    for key in listing.keys:
         parsed = Layout.parse_checkpoint_key(records_prefix, key)
         if parsed is not None and parsed.is_record:
             records.append((key, parsed.checkpoint_id))
-    if not records:
-        status = UNREPAIRABLE if head is not None else OK
-        why = f"{damage} and no checkpoint record is stored" if head is not None else "nothing stored"
-        return NamespaceRepair(name, status, None, why)
+    return records
 
-    damaged: list[str] = []
-    seen: list[tuple[Record, Obj]] = []
-    named: dict[str, list[str]] = {}
-    chosen: tuple[Record, Obj] | None = None
-    reason = ""
+
+@dataclass
+class _Survey:
+    """What a namespace's records say about each other, read newest first until one settles the choice."""
+
+    damaged: list[str] = field(default_factory=list)
+    """Keys of the damaged records met."""
+    seen: list[tuple[Record, Obj]] = field(default_factory=list)
+    """The intact records read before the one that settled it, newest first."""
+    named: dict[str, list[str]] = field(default_factory=dict)
+    """Checkpoint ids named as ``previous_head``, with the records that name them."""
+    known: tuple[Record, Obj] | None = None
+    """The record the damaged head still names (rule 1)."""
     anchor: tuple[Record, Obj] | None = None
-    for start in range(0, len(records), READ_BATCH):
-        chunk = records[start : start + READ_BATCH]
+    """X, the newest record that a newer record names as its ``previous_head`` (rule 2)."""
+
+    def take(self, codec: Codec, key: str, checkpoint_id: str, obj: Obj, known_id: str | None) -> bool:
+        """Take one record; True once it settles the choice (it is the head's, or X)."""
+        try:
+            record = codec.decode_record(key, obj.body)
+        except DecryptionError:
+            raise  # not damage: the caller reports the namespace as undecryptable
+        except CorruptObjectError:
+            self.damaged.append(key)
+            return False
+        if known_id is not None and checkpoint_id == known_id:
+            self.known = (record, obj)
+            return True
+        if checkpoint_id in self.named:
+            self.anchor = (record, obj)
+            return True
+        self.seen.append((record, obj))
+        if record.previous_head and not record.detached:
+            self.named.setdefault(record.previous_head, []).append(checkpoint_id)
+        return False
+
+
+def _survey(codec: Codec, records: list[tuple[str, str]], known_id: str | None) -> Plan[_Survey]:
+    """Read the records newest first, ``READ_BATCH`` at a time, until one settles the choice."""
+    survey = _Survey()
+    for chunk in chunks(records, READ_BATCH):
         objs: list[Obj | None] = yield [Get(key) for key, _ in chunk]
         for (key, checkpoint_id), obj in zip(chunk, objs, strict=True):
-            if obj is None:
-                continue
-            try:
-                record = codec.decode_record(key, obj.body)
-            except DecryptionError as exc:
-                return NamespaceRepair(name, UNDECRYPTABLE, None, f"the records cannot be decrypted: {exc}")
-            except CorruptObjectError:
-                damaged.append(key)
-                continue
-            if known_id is not None and checkpoint_id == known_id:
-                chosen = (record, obj)
-                reason = f"{damage}, but it still names checkpoint {known_id!r}, whose record is intact"
-                break
-            if checkpoint_id in named:
-                anchor = (record, obj)
-                break
-            seen.append((record, obj))
-            if record.previous_head and not record.detached:
-                named.setdefault(record.previous_head, []).append(checkpoint_id)
-        if chosen is not None or anchor is not None:
-            break
+            if obj is not None and survey.take(codec, key, checkpoint_id, obj, known_id):
+                return survey
+    return survey
 
-    if chosen is None and anchor is not None:
-        x_id = anchor[0].checkpoint["id"]
-        continuing = [(r, o) for r, o in seen if r.previous_head == x_id and not r.detached]
-        if len(continuing) == 1:
-            chosen = continuing[0]
-            reason = (
-                f"{damage}; checkpoint {chosen[0].checkpoint['id']!r} is the newest record whose chain is "
-                f"consistent: it replaced {x_id!r}, which a later record names as its predecessor (so it was "
-                "committed). If its writer died between the record and the head, it was not committed before."
-            )
-        elif not continuing:
-            chosen = anchor
-            reason = f"{damage}; {x_id!r} is the newest record another record names as its predecessor"
-        else:
-            chosen = anchor
-            others = ", ".join(repr(r.checkpoint["id"]) for r, _ in continuing)
-            reason = (
-                f"{damage}; several records ({others}) continue {x_id!r} (writers raced), and which one "
-                f"committed cannot be told: back to {x_id!r}, the newest record certainly committed"
-            )
-    if chosen is None:
-        candidates = [(r, o) for r, o in seen if not r.detached]
-        if not candidates:
-            why = f"{damage} and no intact checkpoint record is stored"
-            return NamespaceRepair(name, UNREPAIRABLE, None, why, damaged)
-        chosen = candidates[0]
+
+def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, Obj], str] | None:
+    """The record to make the head, and why, by the rules of the module docs; ``None``: no intact record."""
+    if survey.known is not None:
+        return survey.known, f"{damage.what}, but it still names checkpoint {damage.known_id!r}, whose record is intact"
+    if survey.anchor is not None:
+        return _choose_from_anchor(survey.anchor, survey.seen, damage.what)
+    candidates = [(r, o) for r, o in survey.seen if not r.detached]
+    if not candidates:
+        return None
+    reason = (
+        f"{damage.what}; no stored record names another as its predecessor (a new or pruned thread): "
+        f"{candidates[0][0].checkpoint['id']!r} is the newest intact record"
+    )
+    return candidates[0], reason
+
+
+def _choose_from_anchor(
+    anchor: tuple[Record, Obj], seen: list[tuple[Record, Obj]], damage: str
+) -> tuple[tuple[Record, Obj], str]:
+    """Rule 2: X (``anchor``) was a head once; the one record that continues it, or else X itself."""
+    x_id = anchor[0].checkpoint["id"]
+    continuing = [(r, o) for r, o in seen if r.previous_head == x_id and not r.detached]
+    if len(continuing) == 1:
         reason = (
-            f"{damage}; no stored record names another as its predecessor (a new or pruned thread): "
-            f"{chosen[0].checkpoint['id']!r} is the newest intact record"
+            f"{damage}; checkpoint {continuing[0][0].checkpoint['id']!r} is the newest record whose chain is "
+            f"consistent: it replaced {x_id!r}, which a later record names as its predecessor (so it was "
+            "committed). If its writer died between the record and the head, it was not committed before."
         )
+        return continuing[0], reason
+    if not continuing:
+        return anchor, f"{damage}; {x_id!r} is the newest record another record names as its predecessor"
+    others = ", ".join(repr(r.checkpoint["id"]) for r, _ in continuing)
+    reason = (
+        f"{damage}; several records ({others}) continue {x_id!r} (writers raced), and which one "
+        f"committed cannot be told: back to {x_id!r}, the newest record certainly committed"
+    )
+    return anchor, reason
 
-    head_id = str(chosen[0].checkpoint["id"])
-    if dry_run:
-        return NamespaceRepair(name, WOULD_REPAIR, head_id, reason, damaged)
+
+def _write_head(head_key: str, head: Obj | None, chosen: Obj, planned: NamespaceRepair) -> Plan[NamespaceRepair]:
+    """The fix: write the chosen record as the head, conditionally (``If-Match`` on the damaged head,
+    ``If-None-Match: *`` when it is missing), so that a writer committing meanwhile wins."""
     put = (
-        Put(head_key, chosen[1].body, if_match=head.etag)
+        Put(head_key, chosen.body, if_match=head.etag)
         if head is not None
-        else Put(head_key, chosen[1].body, if_none_match=True)
+        else Put(head_key, chosen.body, if_none_match=True)
     )
     reply = yield from one(put)
     if reply is PRECONDITION_FAILED:
         why = "the head changed while repairing (a writer committed): nothing written; run repair again"
-        return NamespaceRepair(name, CHANGED, None, why, damaged)
-    return NamespaceRepair(name, REPAIRED, head_id, reason, damaged)
+        return NamespaceRepair(planned.checkpoint_ns, CHANGED, None, why, planned.damaged)
+    return dataclasses.replace(planned, status=REPAIRED)
 
 
 __all__ = ["NamespaceRepair", "RepairReport", "SkippingCodec", "repair_plan"]

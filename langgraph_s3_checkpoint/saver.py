@@ -483,7 +483,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         :meth:`repair_thread`).
         """
         core = self._listing_core(skip_damaged, on_damaged)
-        return self._iterate("list", core.list_checkpoints(config, filter=filter, before=before, limit=limit))
+        return self._iterate("list", core.list(config, filter=filter, before=before, limit=limit))
 
     def _listing_core(self, skip_damaged: bool, on_damaged: Callable[[CorruptObjectError], None] | None) -> Core:
         if not skip_damaged:
@@ -571,9 +571,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         core = self._listing_core(skip_damaged, on_damaged)
-        async for item in self._aiterate(
-            "alist", core.list_checkpoints(config, filter=filter, before=before, limit=limit)
-        ):
+        async for item in self._aiterate("alist", core.list(config, filter=filter, before=before, limit=limit)):
             yield item
 
     async def aput(

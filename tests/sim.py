@@ -483,7 +483,7 @@ def observe_saver(saver: S3Saver, queries: list[Query]) -> dict[Query, Any]:
         return run_plan(saver, core.get_tuple(config))[0]  # type: ignore[arg-type]
 
     def lst(config: Any, before: Any = None) -> Any:
-        return run_plan(saver, core.list_checkpoints(config, before=before))[1]
+        return run_plan(saver, core.list(config, before=before))[1]
 
     return {q: _answer(q, get, lst) for q in queries}
 
