@@ -465,6 +465,23 @@ def cmd_copy(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
+    thread_ids = _threads_to_prune(ctx, args)
+    if args.dry_run:
+        return _report_prune_plan(ctx, thread_ids)
+    ctx.confirm(args, f"Delete all but the latest checkpoint of {len(thread_ids)} thread(s)?")
+    results = _prune_each(ctx, thread_ids)
+    if ctx.as_json:
+        ctx.emit_json({"ok": True, "dry_run": False, "threads": results})
+        return EXIT_OK
+    rows = [[r["thread_id"], r["removed_objects"], _size(r["removed_bytes"]), r["checkpoints_left"]] for r in results]
+    _table(["THREAD", "REMOVED OBJECTS", "REMOVED", "CHECKPOINTS LEFT"], rows, ctx.out)
+    return EXIT_OK
+
+
+def _threads_to_prune(ctx: Context, args: argparse.Namespace) -> list[str]:
+    """The threads ``prune`` works on: every thread with ``--all``, else the named ones, each of which
+    must exist. Refuses a call without ``--keep-latest`` (the strategy is never implied) or naming
+    threads and ``--all`` together (or neither)."""
     if not args.keep_latest:
         raise Failure(
             EXIT_USAGE,
@@ -474,31 +491,39 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
     if args.all == bool(args.threads):
         raise Failure(EXIT_USAGE, "prune: name the threads to prune, or pass --all (not both)")
     if args.all:
-        thread_ids = [t for t in ctx.store.iterate(ops.thread_ids(ctx.layout))]
+        return list(ctx.store.iterate(ops.thread_ids(ctx.layout)))
+    for thread_id in args.threads:
+        ctx.require_thread(thread_id)
+    return list(args.threads)
+
+
+def _report_prune_plan(ctx: Context, thread_ids: Sequence[str]) -> int:
+    """``prune --dry-run``: the checkpoints and objects each thread has now (threads with no object,
+    deleted since they were listed, are left out); changes nothing."""
+    planned = []
+    for thread_id in thread_ids:
+        stats = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
+        if stats.objects:
+            planned.append({"thread_id": thread_id, "checkpoints": stats.checkpoints, "objects": stats.objects})
+    if ctx.as_json:
+        ctx.emit_json({"ok": True, "dry_run": True, "threads": planned})
     else:
-        for thread_id in args.threads:
-            ctx.require_thread(thread_id)
-        thread_ids = list(args.threads)
-    if args.dry_run:
-        planned = []
-        for thread_id in thread_ids:
-            stats = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
-            if stats.objects:
-                planned.append({"thread_id": thread_id, "checkpoints": stats.checkpoints, "objects": stats.objects})
-        if ctx.as_json:
-            ctx.emit_json({"ok": True, "dry_run": True, "threads": planned})
-        else:
-            rows = [[p["thread_id"], p["checkpoints"], p["objects"]] for p in planned]
-            _table(["THREAD", "CHECKPOINTS NOW", "OBJECTS NOW"], rows, ctx.out)
-            ctx.out.write(f"would keep only the latest checkpoint of {len(planned)} thread(s)\n")
-        return EXIT_OK
-    ctx.confirm(args, f"Delete all but the latest checkpoint of {len(thread_ids)} thread(s)?")
+        rows = [[p["thread_id"], p["checkpoints"], p["objects"]] for p in planned]
+        _table(["THREAD", "CHECKPOINTS NOW", "OBJECTS NOW"], rows, ctx.out)
+        ctx.out.write(f"would keep only the latest checkpoint of {len(planned)} thread(s)\n")
+    return EXIT_OK
+
+
+def _prune_each(ctx: Context, thread_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Keep only the latest checkpoint of each thread, with a progress bar; what each lost, measured
+    by the thread's stats before and after. A thread with no object (deleted since it was listed, or
+    a foreign key that looks like a thread) is skipped and not reported."""
     bar = ctx.bar("prune", total=len(thread_ids))
     results = []
     for thread_id in thread_ids:
         before = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
         if not before.objects:
-            continue  # listed, but deleted meanwhile (or a foreign key that looks like a thread)
+            continue
         ctx.saver.prune([thread_id], strategy="keep_latest")
         after = ctx.store.run(ops.thread_stats(ctx.layout, thread_id))
         results.append(
@@ -511,12 +536,7 @@ def cmd_prune(ctx: Context, args: argparse.Namespace) -> int:
         )
         bar.advance(detail=thread_id)
     bar.close()
-    if ctx.as_json:
-        ctx.emit_json({"ok": True, "dry_run": False, "threads": results})
-        return EXIT_OK
-    rows = [[r["thread_id"], r["removed_objects"], _size(r["removed_bytes"]), r["checkpoints_left"]] for r in results]
-    _table(["THREAD", "REMOVED OBJECTS", "REMOVED", "CHECKPOINTS LEFT"], rows, ctx.out)
-    return EXIT_OK
+    return results
 
 
 def cmd_expire(ctx: Context, args: argparse.Namespace) -> int:
@@ -853,6 +873,10 @@ def cmd_store_put(ctx: Context, args: argparse.Namespace) -> int:
     value = _json_arg("store put VALUE", args.value, obj=True)
     if args.ttl is not None and args.ttl <= 0:
         raise Failure(EXIT_USAGE, "store put: --ttl must be positive (minutes)")
+    if args.index is not None:
+        if args.no_index:
+            raise Failure(EXIT_USAGE, "store put: --index and --no-index exclude each other")
+        ctx.store_options["index"] = _load_index(args.index)
     store = ctx.memory()
     _store_call(lambda: store.put(namespace, args.key, value, index=False if args.no_index else None, ttl=args.ttl))
     return _done(
@@ -938,6 +962,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+Handler = Callable[[Context, argparse.Namespace], int]
+
+
+def _add_command(commands: Any, name: str, handler: Handler, text: str) -> Any:
+    """One (sub)command: its help, the global options (accepted after its name too) and its handler."""
+    sub = commands.add_parser(name, help=text, description=text)
+    _add_global_options(sub, top=False)
+    sub.set_defaults(handler=handler)
+    return sub
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="langgraph-s3",
@@ -947,11 +982,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Callable[[Context, argparse.Namespace], int], text: str) -> Any:
-        sub = commands.add_parser(name, help=text, description=text)
-        _add_global_options(sub, top=False)
-        sub.set_defaults(handler=handler)
-        return sub
+    def command(name: str, handler: Handler, text: str) -> Any:
+        return _add_command(commands, name, handler, text)
 
     command("threads", cmd_threads, "list threads with checkpoint counts, sizes and last update")
     sub = command("history", cmd_history, "list a thread's checkpoints, newest first")
@@ -1021,11 +1053,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     store_commands = group.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
 
-    def store_command(name: str, handler: Callable[[Context, argparse.Namespace], int], text: str) -> Any:
-        sub = store_commands.add_parser(name, help=text, description=text)
-        _add_global_options(sub, top=False)
-        sub.set_defaults(handler=handler)
-        return sub
+    def store_command(name: str, handler: Handler, text: str) -> Any:
+        return _add_command(store_commands, name, handler, text)
 
     def paging(sub: Any, limit: int) -> None:
         sub.add_argument("--limit", type=int, default=limit, help=f"at most N results (default {limit})")
@@ -1043,6 +1072,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("key")
     sub.add_argument("value")
     sub.add_argument("--ttl", type=float, default=None, help="expire the item after N minutes")
+    sub.add_argument(
+        "--index",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="the application's IndexConfig (or a factory returning one): embed the item with it, so semantic "
+        "search finds it; without it the item gets no vectors",
+    )
     sub.add_argument("--no-index", action="store_true", help="do not embed the item (stores with an index)")
     sub = store_command("rm", cmd_store_rm, "delete one item")
     sub.add_argument("namespace")
@@ -1057,25 +1093,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_attr(option: str, spec: str, *, factory: Callable[[Any], bool]) -> Any:
+    """``module:attr[.attr...]`` named by ``option``; a value that ``factory`` says is a class or factory
+    is called without arguments. Any failure is a usage error naming the option."""
+    module_name, _, path = spec.partition(":")
+    if not module_name or not path:
+        raise Failure(EXIT_USAGE, f"{option} {spec!r}: expected MODULE:ATTR")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for attr in path.split("."):
+            value = getattr(value, attr)
+        if factory(value):
+            value = value()
+    except Exception as exc:  # whatever the user's factory raises is a configuration problem
+        raise Failure(EXIT_USAGE, f"{option} {spec!r}: {type(exc).__name__}: {exc}") from None
+    return value
+
+
 def _load_serde(spec: str) -> Any:
     """``module:attr[.attr...]``: a serializer, or a class or factory called without arguments.
 
     ``langgraph.checkpoint.serde.encrypted:EncryptedSerializer.from_pycryptodome_aes`` reads its key
     from ``LANGGRAPH_AES_KEY``, which makes encrypted checkpoints readable without writing any code.
     """
-    module_name, _, path = spec.partition(":")
-    if not module_name or not path:
-        raise Failure(EXIT_USAGE, f"--serde {spec!r}: expected MODULE:ATTR")
-    try:
-        value: Any = importlib.import_module(module_name)
-        for attr in path.split("."):
-            value = getattr(value, attr)
-        if not hasattr(value, "dumps_typed") and callable(value):
-            value = value()
-    except Exception as exc:  # whatever the user's factory raises is a configuration problem
-        raise Failure(EXIT_USAGE, f"--serde {spec!r}: {type(exc).__name__}: {exc}") from None
+    value = _load_attr("--serde", spec, factory=lambda v: not hasattr(v, "dumps_typed") and callable(v))
     if not hasattr(value, "dumps_typed") or not hasattr(value, "loads_typed"):
         raise Failure(EXIT_USAGE, f"--serde {spec!r} is not a serializer (no dumps_typed/loads_typed)")
+    return value
+
+
+def _load_index(spec: str) -> dict[str, Any]:
+    """``module:attr[.attr...]``: the application's ``IndexConfig`` (a dict with ``dims`` and ``embed``),
+    or a factory returning one, so that ``store put --index`` embeds items as the application does."""
+    value = _load_attr("--index", spec, factory=lambda v: not isinstance(v, dict) and callable(v))
+    if not isinstance(value, dict) or "dims" not in value or "embed" not in value:
+        raise Failure(EXIT_USAGE, f"--index {spec!r} is not an IndexConfig (a dict with 'dims' and 'embed')")
     return value
 
 
@@ -1116,6 +1168,36 @@ def _fail(code: int, message: str) -> NoReturn:
     raise SystemExit(code)
 
 
+EXIT_STATUS: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
+    ((InvalidConfigError, DecryptionError), EXIT_USAGE, "{exc}"),
+    ((BucketNotFoundError, S3AccessError, S3RequestError), EXIT_S3, "{exc}"),
+    ((BotoCoreError, ClientError), EXIT_S3, "S3 error: {exc}"),
+    ((S3CheckpointError,), EXIT_PROBLEMS, "{exc}"),
+    ((KeyboardInterrupt,), 130, "interrupted"),
+    ((OSError,), EXIT_PROBLEMS, "{kind}: {exc}"),  # a local file (export/import), not S3
+    ((Exception,), EXIT_PROBLEMS, "unexpected {kind}: {exc} (please report this as a bug)"),
+)
+"""Exception kinds, first match wins -> exit code and the one ``error:`` line (``{exc}``: its message,
+``{kind}``: its class name)."""
+
+
+def exit_status(exc: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message a command's exception ends the CLI with."""
+    if isinstance(exc, Failure):
+        return exc.code, str(exc)
+    for kinds, code, message in EXIT_STATUS:
+        if isinstance(exc, kinds):
+            return code, message.format(exc=exc, kind=type(exc).__name__)
+    raise exc  # pragma: no cover - BaseExceptions other than KeyboardInterrupt are never caught
+
+
+def _close(ctx: Context) -> None:
+    if ctx.memory_store is not None:
+        ctx.memory_store.close()
+    ctx.store.close()
+    ctx.saver.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx: Context | None = None
@@ -1123,34 +1205,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = _open(args)
         code: int = args.handler(ctx, args)
         return code
-    except Failure as exc:
-        _fail(exc.code, str(exc))
-    except (InvalidConfigError, DecryptionError) as exc:
-        _fail(EXIT_USAGE, str(exc))
-    except (BucketNotFoundError, S3AccessError, S3RequestError) as exc:
-        _fail(EXIT_S3, str(exc))
-    except (BotoCoreError, ClientError) as exc:
-        _fail(EXIT_S3, f"S3 error: {exc}")
-    except CorruptObjectError as exc:
-        _fail(EXIT_PROBLEMS, str(exc))
-    except S3CheckpointError as exc:
-        _fail(EXIT_PROBLEMS, str(exc))
     except BrokenPipeError:
         # Output piped into a command that stopped reading (e.g. `| head`): not an error.
         sys.stderr.close()
         return EXIT_OK
-    except KeyboardInterrupt:
-        _fail(130, "interrupted")
-    except OSError as exc:  # a local file (export/import), not S3
-        _fail(EXIT_PROBLEMS, f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # a bug: still one line, with what to report
-        _fail(EXIT_PROBLEMS, f"unexpected {type(exc).__name__}: {exc} (please report this as a bug)")
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(*exit_status(exc))
     finally:
         if ctx is not None:
-            if ctx.memory_store is not None:
-                ctx.memory_store.close()
-            ctx.store.close()
-            ctx.saver.close()
+            _close(ctx)
 
 
 if __name__ == "__main__":

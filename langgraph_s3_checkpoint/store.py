@@ -26,7 +26,7 @@ import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from langgraph.store.base import (
     IndexConfig,
     Item,
     ListNamespacesOp,
+    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -54,7 +55,7 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 
 from .codec import Codec
 from .core import Core
-from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError, StoreConflictError
+from .errors import CorruptObjectError, InvalidConfigError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
 from .plans import all_pages, chunks, one
 from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
@@ -77,6 +78,8 @@ SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "ttl_days", "operation_
 
 Vectors = dict[str, list[float]]
 """Path of an embedded field (``"text"``, ``"tags.1"`` ...) -> its vector."""
+Place = tuple[tuple[str, ...], str, str]
+"""Where a text to embed comes from: (namespace, key, field path)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,26 +125,28 @@ class StoreLayout:
     """Keys of the store under one bucket prefix. Pure."""
 
     prefix: str = ""
+    root: str = field(init=False)
+    """``{prefix}store/``: every object of the store."""
+    items_root: str = field(init=False)
+    """``{root}ns/``: the items, one object each."""
+    vectors_root: str = field(init=False)
+    """``{root}vec/``: the vector shards."""
+    names_root: str = field(init=False)
+    """``{root}names/``: the real strings behind digest segments."""
 
     def __post_init__(self) -> None:
         cleaned = self.prefix.strip("/")
-        object.__setattr__(self, "prefix", f"{cleaned}/" if cleaned else "")
-
-    @property
-    def root(self) -> str:
-        return f"{self.prefix}store/"
-
-    @property
-    def items_root(self) -> str:
-        return f"{self.root}ns/"
-
-    @property
-    def vectors_root(self) -> str:
-        return f"{self.root}vec/"
-
-    @property
-    def names_root(self) -> str:
-        return f"{self.root}names/"
+        prefix = f"{cleaned}/" if cleaned else ""
+        root = f"{prefix}store/"
+        derived = {
+            "prefix": prefix,
+            "root": root,
+            "items_root": f"{root}ns/",
+            "vectors_root": f"{root}vec/",
+            "names_root": f"{root}names/",
+        }
+        for attribute, value in derived.items():
+            object.__setattr__(self, attribute, value)  # frozen: set once, here
 
     @staticmethod
     def path(namespace: Sequence[str]) -> str:
@@ -175,21 +180,25 @@ class StoreLayout:
 
     def is_item(self, key: str) -> bool:
         """Whether a listed key is an item of ours (folder markers and foreign objects are skipped)."""
-        if not key.startswith(self.items_root):
-            return False
-        parts = key[len(self.items_root) :].split("/")
-        return len(parts) >= 2 and parts[-2] == HERE and all(parts) and HERE not in parts[:-2]
+        return _is_namespace_leaf(self.items_root, key)
 
     def is_shard(self, key: str) -> bool:
-        if not key.startswith(self.vectors_root):
-            return False
-        parts = key[len(self.vectors_root) :].split("/")
-        return len(parts) >= 2 and parts[-2] == HERE and all(parts)
+        """Whether a listed key is a vector shard of ours."""
+        return _is_namespace_leaf(self.vectors_root, key)
 
     def item_of_shard_entry(self, shard_key: str, key: str) -> str:
         """The item key of ``key`` in the namespace that ``shard_key`` belongs to."""
         namespace_path = shard_key[len(self.vectors_root) : shard_key.rindex(f"{HERE}/")]
         return f"{self.items_root}{namespace_path}{HERE}/{escape(key)}"
+
+
+def _is_namespace_leaf(root: str, key: str) -> bool:
+    """Whether ``key`` is ``{root}{label}/.../~/{leaf}``: escaped labels (never ``~`` alone), the
+    namespace's own segment, one non-empty leaf (an item key or a shard number)."""
+    if not key.startswith(root):
+        return False
+    parts = key[len(root) :].split("/")
+    return len(parts) >= 2 and parts[-2] == HERE and all(parts) and HERE not in parts[:-2]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -394,6 +403,80 @@ class _Candidate:
     current: bool = False
     """The shard entry was written for the very object listed (same ETag): its value is the item's."""
 
+    def record(self, entry: list[Any]) -> None:
+        """Take what a shard entry ``[version, {path: vector}, value, item ETag]`` says of the item
+        (older entries lack the last two); it is current when its ETag is the one listed."""
+        self.version = str(entry[0])
+        self.vectors = [bytes(v) for v in entry[1].values()]
+        self.shard_value = entry[2] if len(entry) > 2 else None
+        self.current = bool(len(entry) > 3 and entry[3] and self.etag and same_etag(entry[3], self.etag))
+
+
+def rank_by_similarity(query: Sequence[float], candidates: Sequence[_Candidate]) -> list[tuple[float, _Candidate]]:
+    """Candidates with vectors, best first, each scored by its best field (max-pooling) as
+    InMemoryStore does; equal scores keep the candidates' order."""
+    flat = [(vector, c) for c in candidates for vector in c.vectors]
+    scores = cosine_scores(query, [v for v, _ in flat])
+    order = sorted(zip(scores, (c for _, c in flat), strict=True), key=lambda pair: pair[0], reverse=True)
+    ranked: list[tuple[float, _Candidate]] = []
+    seen: set[str] = set()
+    for score, candidate in order:
+        if candidate.key not in seen:
+            seen.add(candidate.key)
+            ranked.append((score, candidate))
+    return ranked
+
+
+@dataclass(frozen=True)
+class NamespaceWalk:
+    """What a ``list_namespaces`` op asks for, as the decisions of a walk down the namespace tree."""
+
+    conditions: tuple[MatchCondition, ...]
+    prefixes: tuple[tuple[str, ...], ...]
+    """Paths of the prefix conditions (``"*"`` matches any label)."""
+    has_suffix: bool
+    max_depth: int | None
+
+    @classmethod
+    def of(cls, op: ListNamespacesOp) -> NamespaceWalk:
+        conditions = tuple(op.match_conditions or ())
+        return cls(
+            conditions=conditions,
+            prefixes=tuple(tuple(c.path) for c in conditions if c.match_type == "prefix"),
+            has_suffix=any(c.match_type == "suffix" for c in conditions),
+            max_depth=op.max_depth,
+        )
+
+    @property
+    def start(self) -> tuple[str, ...]:
+        """Where the walk starts: the labels of the first prefix condition before its first wildcard."""
+        fixed: tuple[str, ...] = ()
+        for label in self.prefixes[0] if self.prefixes else ():
+            if label == "*":
+                break
+            fixed += (label,)
+        return fixed
+
+    def matches(self, namespace: tuple[str, ...]) -> bool:
+        """Whether a namespace holding items is reported (every condition matches it)."""
+        return all(_does_match(c, namespace) for c in self.conditions)
+
+    def reported(self, namespace: tuple[str, ...]) -> tuple[str, ...]:
+        """The namespace as reported: cut to ``max_depth``."""
+        return namespace if self.max_depth is None else namespace[: self.max_depth]
+
+    def rules_out(self, namespace: tuple[str, ...]) -> bool:
+        """Whether a prefix condition rejects the namespace's last label (and so all below it)."""
+        depth = len(namespace)
+        return any(depth <= len(p) and p[depth - 1] not in ("*", namespace[-1]) for p in self.prefixes)
+
+    def cuts(self, namespace: tuple[str, ...]) -> bool:
+        """Whether the walk stops at this namespace: it is at ``max_depth``, past every prefix
+        condition, and no suffix condition needs the full namespaces below it."""
+        depth = len(namespace)
+        longest = max((len(p) for p in self.prefixes), default=0)
+        return not self.has_suffix and self.max_depth is not None and depth >= self.max_depth and depth >= longest
+
 
 # ------------------------------------------------------------------------------------------------
 # The plans
@@ -597,17 +680,30 @@ class StoreCore:
         filter: LIST items ∥ LIST shards, GET shards; the filter is applied to the values the shards
         recorded for the very objects listed (same ETag), and again to each item read."""
         now = self.now()
-        items_prefix = self.layout.items(op.namespace_prefix)
+        listed, by_key = yield from self._shard_candidates(op)
+        ranked = rank_by_similarity(query, self._rankable(op, listed, by_key))
+        kept = yield from self._read_ranked_page(op, ranked, now)
+        if len(kept) < op.limit:
+            kept += yield from self._unscored_to_fill(op, op.limit - len(kept), listed, by_key, now)
+        items = [c.stored for _, c in kept if c.stored is not None]
+        if op.refresh_ttl:
+            yield from self._refresh(items, now)
+        return [_search_item(c.stored.item, score) for score, c in kept if c.stored is not None]
+
+    def _shard_candidates(self, op: SearchOp) -> Plan[tuple[list[_Candidate] | None, dict[str, _Candidate]]]:
+        """Read every vector shard under the prefix; returns the listed items (only with a filter, else
+        ``None``) and item key -> candidate. With a filter the items are listed beside the shards, and
+        a shard entry of an item the LIST does not show is stale and dropped; without one, every item a
+        shard names is a candidate (its GET will tell whether it still exists)."""
+        vectors_prefix = self.layout.vectors(op.namespace_prefix)
         listed: list[_Candidate] | None = None
         if op.filter:
             item_pages, shard_pages = yield from parallel(
-                [all_pages(items_prefix), all_pages(self.layout.vectors(op.namespace_prefix))]
+                [all_pages(self.layout.items(op.namespace_prefix)), all_pages(vectors_prefix)]
             )
-            listed = [
-                _Candidate(r.key, r.etag) for page in item_pages for r in page.reads() if self.layout.is_item(r.key)
-            ]
+            listed = self._listed_candidates(item_pages, {})
         else:
-            shard_pages = yield from all_pages(self.layout.vectors(op.namespace_prefix))
+            shard_pages = yield from all_pages(vectors_prefix)
         shard_keys = [k for page in shard_pages for k in page.keys if self.layout.is_shard(k)]
         by_key = {c.key: c for c in listed or ()}
         shards = (yield [Get(k) for k in shard_keys]) if shard_keys else []
@@ -621,76 +717,84 @@ class StoreCore:
                     if listed is not None:
                         continue  # the item is gone: a stale entry
                     candidate = by_key[item_key] = _Candidate(item_key, None)
-                candidate.version = str(entry[0])
-                candidate.vectors = [bytes(v) for v in entry[1].values()]
-                candidate.shard_value = entry[2] if len(entry) > 2 else None
-                candidate.current = bool(
-                    len(entry) > 3 and entry[3] and candidate.etag and same_etag(entry[3], candidate.etag)
-                )
+                candidate.record(entry)
+        return listed, by_key
+
+    def _listed_candidates(self, pages: Iterable[Page], known: dict[str, _Candidate]) -> list[_Candidate]:
+        """The items of listed pages as candidates, in listing (key) order; ``known`` ones are reused."""
+        return [
+            known.get(r.key) or _Candidate(r.key, r.etag)
+            for page in pages
+            for r in page.reads()
+            if self.layout.is_item(r.key)
+        ]
+
+    def _rankable(
+        self, op: SearchOp, listed: list[_Candidate] | None, by_key: dict[str, _Candidate]
+    ) -> list[_Candidate]:
+        """The candidates to score, in key order (ties in score keep it). With a filter: the listed
+        items, minus those whose current shard entry records a value the filter rejects (the others are
+        filtered on their real value when read); without one: every item a shard names."""
         if listed is not None:
-            candidates = [
+            return [
                 c
                 for c in listed
                 if not c.current or not c.vectors or matches(self.codec.codec.load(c.key, c.shard_value), op.filter)
             ]
-        else:
-            # Key order, as a listing would give them: ties in score rank in key order.
-            candidates = sorted(by_key.values(), key=lambda c: c.key.encode("utf-8", "surrogatepass"))
-        flat = [(vector, c) for c in candidates for vector in c.vectors]
-        scores = cosine_scores(query, [v for v, _ in flat])
-        best: dict[str, float] = {}
-        order = sorted(zip(scores, (c for _, c in flat), strict=True), key=lambda pair: pair[0], reverse=True)
-        ranked: list[_Candidate] = []
-        for score, candidate in order:
-            if candidate.key not in best:
-                best[candidate.key] = score
-                ranked.append(candidate)
+        # Key order, as a listing would give them.
+        return sorted(by_key.values(), key=lambda c: c.key.encode("utf-8", "surrogatepass"))
+
+    def _read_ranked_page(
+        self, op: SearchOp, ranked: Sequence[tuple[float, _Candidate]], now: datetime
+    ) -> Plan[list[tuple[float | None, _Candidate]]]:
+        """Read ranked candidates in rank order, only as many as ``offset + limit`` still needs (more
+        only when some turn out dead), and keep those of the page. A candidate is dead when missing,
+        expired or rejected by the filter; one whose item is of another version than its shard entry
+        (a put in flight or interrupted) loses its vectors: not ranked on a stale vector, it may still
+        fill the page as unscored."""
+        end = op.offset + op.limit
         kept: list[tuple[float | None, _Candidate]] = []
         position = 0
         at = 0
-        while at < len(ranked) and position < op.offset + op.limit:
-            # Read only as many as can still be returned (more only if some turn out dead).
-            chunk = ranked[at : at + max(1, min(READ_CHUNK, op.offset + op.limit - position))]
+        while at < len(ranked) and position < end:
+            chunk = ranked[at : at + max(1, min(READ_CHUNK, end - position))]
             at += len(chunk)
-            yield from self._load(chunk, now)
-            for candidate in chunk:
+            yield from self._load([c for _, c in chunk], now)
+            for score, candidate in chunk:
                 if candidate.stored is None or not matches(candidate.stored.item.value, op.filter):
                     continue
                 if candidate.stored.version != candidate.version:
-                    # The shard describes another version of the item (a put in flight or interrupted):
-                    # the item is not ranked rather than ranked on a stale vector.
                     candidate.vectors = []
                     continue
-                if op.offset <= position < op.offset + op.limit:
-                    kept.append((best[candidate.key], candidate))
+                if op.offset <= position:
+                    kept.append((score, candidate))
                 position += 1
-        scoreless: list[_Candidate] = []
-        if len(kept) < op.limit:
-            if listed is None:
-                item_pages = yield from all_pages(items_prefix)
-                listed = [
-                    by_key.get(r.key) or _Candidate(r.key, r.etag)
-                    for page in item_pages
-                    for r in page.reads()
-                    if self.layout.is_item(r.key)
-                ]
-            scoreless = [c for c in listed if not c.vectors]
+        return kept
+
+    def _unscored_to_fill(
+        self,
+        op: SearchOp,
+        room: int,
+        listed: list[_Candidate] | None,
+        by_key: dict[str, _Candidate],
+        now: datetime,
+    ) -> Plan[list[tuple[float | None, _Candidate]]]:
+        """Up to ``room`` live items without a vector, in key order, to fill a page the ranked items
+        left short (as InMemoryStore does). Lists the items first when the search did not."""
+        if listed is None:
+            listed = self._listed_candidates((yield from all_pages(self.layout.items(op.namespace_prefix))), by_key)
+        unscored = [c for c in listed if not c.vectors]
+        found: list[tuple[float | None, _Candidate]] = []
         at = 0
-        while scoreless and at < len(scoreless) and len(kept) < op.limit:
-            chunk = scoreless[at : at + max(1, min(READ_CHUNK, op.limit - len(kept)))]
+        while at < len(unscored) and len(found) < room:
+            chunk = unscored[at : at + min(READ_CHUNK, room - len(found))]
             at += len(chunk)
-            if chunk:
-                yield from self._load(chunk, now)
-                for candidate in chunk:
-                    alive = candidate.stored is not None and matches(candidate.stored.item.value, op.filter)
-                    if alive and len(kept) < op.limit:
-                        kept.append((None, candidate))
-                if len(kept) >= op.limit:
-                    break
-        items = [c.stored for _, c in kept if c.stored is not None]
-        if op.refresh_ttl:
-            yield from self._refresh(items, now)
-        return [_search_item(c.stored.item, score) for score, c in kept if c.stored is not None]
+            yield from self._load(chunk, now)
+            for candidate in chunk:
+                alive = candidate.stored is not None and matches(candidate.stored.item.value, op.filter)
+                if alive and len(found) < room:
+                    found.append((None, candidate))
+        return found
 
     def _load(self, candidates: Sequence[_Candidate], now: datetime) -> Plan[None]:
         """Read the candidates not read yet; missing and expired ones keep ``stored = None``."""
@@ -712,70 +816,90 @@ class StoreCore:
         Filer-backed servers (SeaweedFS) keep a folder after its last object is deleted and list it as
         a common prefix, so a namespace is reported only once a LIST (``max_keys`` 10, in the next
         level's round trip) shows an item in it, and likewise a subtree cut at ``max_depth``."""
-        conditions = tuple(op.match_conditions or ())
-        prefixes = [c.path for c in conditions if c.match_type == "prefix"]
-        has_suffix = any(c.match_type == "suffix" for c in conditions)
-        fixed: tuple[str, ...] = ()
-        if prefixes:
-            for label in prefixes[0]:
-                if label == "*":
-                    break
-                fixed += (label,)
-        longest = max((len(p) for p in prefixes), default=0)
-        max_depth = op.max_depth
+        walk = NamespaceWalk.of(op)
         found: set[tuple[str, ...]] = set()
-        frontier: list[tuple[str, ...]] = [fixed]
+        frontier: list[tuple[str, ...]] = [walk.start]
         checks: dict[tuple[str, ...], list[str]] = {}
         """Namespace to report -> listing prefixes of which one must hold an item."""
         while frontier or checks:
-            pending = [(result, prefixes_) for result, prefixes_ in checks.items() if result not in found]
-            flat = [(result, prefix) for result, prefixes_ in pending for prefix in prefixes_]
-            listings, verdicts = yield from parallel(
+            listings, proven = yield from parallel(
                 [
                     parallel([all_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
-                    parallel([self._holds_item(prefix) for _, prefix in flat]),
+                    self._namespaces_holding_items(checks, found),
                 ]
             )
-            for (result, _), holds in zip(flat, verdicts, strict=True):
-                if holds:
-                    found.add(result)
-            checks = {}
-            children: list[tuple[tuple[str, ...], str]] = []
-            for namespace, pages in zip(frontier, listings, strict=True):
-                base = self.layout.items(namespace)
-                for page in pages:
-                    for common in page.prefixes:
-                        segment = common[len(base) : -1]
-                        if segment == HERE:
-                            if all(_does_match(c, namespace) for c in conditions):
-                                result = namespace if max_depth is None else namespace[:max_depth]
-                                checks.setdefault(result, []).append(common)
-                        elif segment:
-                            children.append((namespace, segment))
-            unknown = sorted({s for _, s in children if is_digest(s) and s not in self.names})
-            if unknown:
-                objs = yield [Get(self.layout.name(s)) for s in unknown]
-                for segment, obj in zip(unknown, objs, strict=True):
-                    if obj is not None:
-                        self.names[segment] = self.codec.decode_name(self.layout.name(segment), obj)
-            frontier = []
-            for parent, segment in children:
-                if is_digest(segment):
-                    if segment not in self.names:
-                        continue  # a label whose name object is missing cannot be named
-                    label = self.names[segment]
-                else:
-                    label = unescape(segment)
-                namespace = (*parent, label)
-                depth = len(namespace)
-                if any(depth <= len(p) and p[depth - 1] not in ("*", label) for p in prefixes):
-                    continue
-                if not has_suffix and max_depth is not None and depth >= max_depth and depth >= longest:
-                    # Every item below matches the prefix: report the cut namespace if there is one.
-                    checks.setdefault(namespace[:max_depth], []).append(self.layout.items(namespace))
-                    continue
-                frontier.append(namespace)
+            found |= proven
+            checks, children = self._split_level(walk, frontier, listings)
+            yield from self._learn_names(segment for _, segment in children)
+            frontier = self._next_frontier(walk, children, checks)
         return sorted(found)[op.offset : op.offset + op.limit]
+
+    def _namespaces_holding_items(
+        self, checks: dict[tuple[str, ...], list[str]], found: set[tuple[str, ...]]
+    ) -> Plan[set[tuple[str, ...]]]:
+        """Which namespaces to report hold an item: one LIST (``max_keys`` 10) per listing prefix of
+        each, all in one round trip; namespaces already found are not checked again."""
+        pending = [
+            (result, prefix) for result, prefixes in checks.items() if result not in found for prefix in prefixes
+        ]
+        verdicts = yield from parallel([self._holds_item(prefix) for _, prefix in pending])
+        return {result for (result, _), holds in zip(pending, verdicts, strict=True) if holds}
+
+    def _split_level(
+        self, walk: NamespaceWalk, frontier: Sequence[tuple[str, ...]], listings: Sequence[list[Page]]
+    ) -> tuple[dict[tuple[str, ...], list[str]], list[tuple[tuple[str, ...], str]]]:
+        """Sort one level's delimiter listings: a namespace's own ``~/`` folder makes it (cut to
+        ``max_depth``) a namespace to report if the conditions match it, to be checked for an item;
+        every other folder is a child segment to descend into."""
+        checks: dict[tuple[str, ...], list[str]] = {}
+        children: list[tuple[tuple[str, ...], str]] = []
+        for namespace, pages in zip(frontier, listings, strict=True):
+            base = self.layout.items(namespace)
+            for common in (prefix for page in pages for prefix in page.prefixes):
+                segment = common[len(base) : -1]
+                if segment == HERE:
+                    if walk.matches(namespace):
+                        checks.setdefault(walk.reported(namespace), []).append(common)
+                elif segment:
+                    children.append((namespace, segment))
+        return checks, children
+
+    def _learn_names(self, segments: Iterable[str]) -> Plan[None]:
+        """GET the name objects of the digest segments not known yet, in one round trip."""
+        unknown = sorted({s for s in segments if is_digest(s) and s not in self.names})
+        if unknown:
+            objs = yield [Get(self.layout.name(s)) for s in unknown]
+            for segment, obj in zip(unknown, objs, strict=True):
+                if obj is not None:
+                    self.names[segment] = self.codec.decode_name(self.layout.name(segment), obj)
+
+    def _label(self, segment: str) -> str | None:
+        """The label behind a folder segment; ``None`` for a digest whose name object is missing."""
+        return self.names.get(segment) if is_digest(segment) else unescape(segment)
+
+    def _next_frontier(
+        self,
+        walk: NamespaceWalk,
+        children: Sequence[tuple[tuple[str, ...], str]],
+        checks: dict[tuple[str, ...], list[str]],
+    ) -> list[tuple[str, ...]]:
+        """The child namespaces to list at the next level: those the prefix conditions allow, except
+        where the walk is cut at ``max_depth`` — a cut subtree is added to ``checks`` instead, to be
+        reported (cut) if anything below it is an item. Children that cannot be named are skipped."""
+        frontier: list[tuple[str, ...]] = []
+        for parent, segment in children:
+            label = self._label(segment)
+            if label is None:
+                continue
+            namespace = (*parent, label)
+            if walk.rules_out(namespace):
+                continue
+            if walk.cuts(namespace):
+                # Every item below matches the prefix: report the cut namespace if there is one.
+                checks.setdefault(walk.reported(namespace), []).append(self.layout.items(namespace))
+                continue
+            frontier.append(namespace)
+        return frontier
 
     def _holds_item(self, prefix: str) -> Plan[bool]:
         page: Page = yield from one(ListKeys(prefix, max_keys=10))
@@ -828,9 +952,9 @@ def _search_item(item: Item, score: float | None) -> SearchItem:
 # ------------------------------------------------------------------------------------------------
 # Embedding (outside the plans: sync or async)
 # ------------------------------------------------------------------------------------------------
-def texts_to_embed(index: dict[str, Any], ops: Iterable[PutOp]) -> dict[str, list[tuple[tuple[str, ...], str, str]]]:
+def texts_to_embed(index: dict[str, Any], ops: Iterable[PutOp]) -> dict[str, list[Place]]:
     """Unique text -> the (namespace, key, path) fields it comes from, as InMemoryStore extracts them."""
-    out: dict[str, list[tuple[tuple[str, ...], str, str]]] = {}
+    out: dict[str, list[Place]] = {}
     for op in ops:
         if op.value is None or op.index is False:
             continue
@@ -846,7 +970,7 @@ def texts_to_embed(index: dict[str, Any], ops: Iterable[PutOp]) -> dict[str, lis
 
 
 def assign_vectors(
-    to_embed: dict[str, list[tuple[tuple[str, ...], str, str]]], embeddings: Sequence[Sequence[float]]
+    to_embed: dict[str, list[Place]], embeddings: Sequence[Sequence[float]]
 ) -> dict[tuple[tuple[str, ...], str], Vectors]:
     places = [place for places in to_embed.values() for place in places]
     texts = [text for text, places in to_embed.items() for _ in places]
@@ -976,48 +1100,34 @@ class BaseS3Store(BaseStore):
         )
 
     # -- preparing a batch ------------------------------------------------------------------------
-    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], list[PutOp], list[str]]:
+    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:
+        """Check every op's namespace; return the ops, the texts their writes need embedded (the last
+        write to each item) and their distinct queries: nothing to embed without an index."""
         listed = list(ops)
         for op in listed:
             validate_op_namespace(op)
         if self.index_config is None:
-            return listed, [], []
-        writes = _last_writes(listed)
+            return listed, {}, []
+        to_embed = texts_to_embed(self.index_config, _last_writes(listed))
         queries = sorted({op.query for op in listed if isinstance(op, SearchOp) and op.query})
-        return listed, writes, queries
-
-    def _guard(self, what: str) -> None:
-        """Sync calls are fine everywhere on S3Store; AsyncS3Store refuses them on the event loop."""
+        return listed, to_embed, queries
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        self._guard("batch")
-        listed, writes, queries = self._prepare(ops)
-        put_vectors: dict[tuple[tuple[str, ...], str], Vectors] = {}
-        query_vectors: dict[str, list[float]] = {}
-        if self.index_config is not None:
-            to_embed = texts_to_embed(self.index_config, writes)
-            if to_embed:
-                put_vectors = assign_vectors(to_embed, self.embeddings.embed_documents(list(to_embed)))
-            query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
-        return self._io.run(self._core.batch(listed, put_vectors, query_vectors))
+        listed, to_embed, queries = self._prepare(ops)
+        documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
+        query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
+        return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        listed, writes, queries = self._prepare(ops)
-        put_vectors: dict[tuple[tuple[str, ...], str], Vectors] = {}
-        query_vectors: dict[str, list[float]] = {}
-        if self.index_config is not None:
-            to_embed = texts_to_embed(self.index_config, writes)
-            if to_embed:
-                put_vectors = assign_vectors(to_embed, await self.embeddings.aembed_documents(list(to_embed)))
-            if queries:
-                answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
-                query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
-        return await self._io.arun(self._core.batch(listed, put_vectors, query_vectors))
+        listed, to_embed, queries = self._prepare(ops)
+        documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
+        answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
+        query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
+        return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     # -- TTL ----------------------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
         """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        self._guard("sweep_ttl")
         return self._io.run(self._core.sweep())
 
     async def asweep_ttl(self) -> int:
@@ -1073,7 +1183,7 @@ class S3Store(BaseS3Store):
         graph = builder.compile(checkpointer=saver, store=store)
     ```
     Its async methods (``aget``, ``asearch`` ...) work too; :class:`AsyncS3Store` is the same store
-    opened with ``async with`` and guarded against blocking calls on the event loop.
+    opened with ``async with``.
     """
 
     @classmethod
@@ -1081,11 +1191,8 @@ class S3Store(BaseS3Store):
     def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> Iterator[S3Store]:
-        store = cls._from_url(url, index=index, ttl=ttl, **kwargs)
-        try:
+        with closing(cls._from_url(url, index=index, ttl=ttl, **kwargs)) as store:
             yield store
-        finally:
-            store.close()
 
     def setup(self) -> None:
         """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support."""
@@ -1093,32 +1200,26 @@ class S3Store(BaseS3Store):
 
 
 class AsyncS3Store(BaseS3Store):
-    """The asyncio twin of :class:`S3Store` (same objects, same plans, awaited)."""
+    """The asyncio twin of :class:`S3Store` (same objects, same plans, awaited).
+
+    Its blocking methods (``get``, ``put``, ``search``, ``batch``, ``sweep_ttl`` ...) work from any
+    thread, the event loop's included, as InMemoryStore's do: they drive the plan with the store's own
+    blocking I/O (``BucketIO.run``), never by scheduling work on the loop, so they cannot deadlock; called
+    on the loop's thread they block the loop for the duration of the call, so prefer ``await
+    store.aget(...)`` there. (AsyncPostgresStore refuses such calls because its sync methods wait for a
+    coroutine on the very loop they would block.)
+    """
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[AsyncS3Store]:
-        store = cls._from_url(url, index=index, ttl=ttl, **kwargs)
-        try:
+        with closing(cls._from_url(url, index=index, ttl=ttl, **kwargs)) as store:
             yield store
-        finally:
-            store.close()
 
     async def setup(self) -> None:
         await self._io.arun(self._setup_plan())
-
-    def _guard(self, what: str) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        raise SaverMisuseError(
-            f"AsyncS3Store.{what}() blocks and was called from a running event loop's thread. "
-            "Use the async methods (await store.aget/aput/asearch ...), call it from another thread, "
-            "or use S3Store."
-        )
 
 
 __all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreCore", "StoreLayout"]

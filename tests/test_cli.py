@@ -528,9 +528,7 @@ def test_store_commands_roundtrip_with_the_api(env: Env) -> None:
 
         everything = env.json("store", "search", "memories")
         assert sorted(i["key"] for i in everything) == ["city", "color", "job"]
-        assert [i["key"] for i in env.json("store", "search", "memories", "--filter", '{"n": {"$gt": 2}}')] == [
-            "color"
-        ]
+        assert [i["key"] for i in env.json("store", "search", "memories", "--filter", '{"n": {"$gt": 2}}')] == ["color"]
         table = env.run("store", "search", "memories.ada.work")
         assert table.returncode == 0 and "job" in table.stdout and "engineer" in table.stdout
 
@@ -549,6 +547,59 @@ def test_store_commands_roundtrip_with_the_api(env: Env) -> None:
         assert env.json("store", "ls", "memories.old") == []
     finally:
         memory.close()
+
+
+CLI_INDEX_MODULE = """
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+INDEX = {"dims": 12, "embed": DeterministicFakeEmbedding(size=12), "fields": ["text"]}
+
+
+def make_index():
+    return dict(INDEX)
+
+
+NOT_AN_INDEX = {"dims": 12}
+"""
+
+
+def test_store_put_with_an_index_embeds_the_item(env: Env, tmp_path: Path) -> None:
+    """``store put --index module:attr`` writes the item's vectors, as the application's store would;
+    without ``--index`` the item gets none and ranks unscored."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from langgraph_s3_checkpoint import S3Store
+
+    (tmp_path / "cli_index_config.py").write_text(CLI_INDEX_MODULE)
+    environ = {
+        **env.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+    }
+    doc = '{"text": "apple pie"}'
+    for key, extra in [
+        ("embedded", ["--index", "cli_index_config:INDEX"]),
+        ("factory", ["--index", "cli_index_config:make_index"]),
+        ("plain", []),
+    ]:
+        done = env.run("store", "put", "docs", key, doc, *extra, env=environ)
+        assert done.returncode == 0, done.stderr
+    index = {"dims": 12, "embed": DeterministicFakeEmbedding(size=12), "fields": ["text"]}
+    memory = S3Store(bucket=CLI_BUCKET, prefix=env.prefix, client=env.server.client(), index=index)  # type: ignore[arg-type]
+    try:
+        scores = {r.key: r.score for r in memory.search(("docs",), query="apple pie", limit=10)}
+    finally:
+        memory.close()
+    assert scores["embedded"] == pytest.approx(1.0) and scores["factory"] == pytest.approx(1.0)
+    assert scores["plain"] is None
+
+    for extra, text in [
+        (["--index", "cli_index_config:NOT_AN_INDEX"], "is not an IndexConfig"),
+        (["--index", "cli_index_config:MISSING"], "AttributeError"),
+        (["--index", "cli_index_config"], "expected MODULE:ATTR"),
+        (["--index", "cli_index_config:INDEX", "--no-index"], "exclude each other"),
+    ]:
+        done = env.run("store", "put", "docs", "bad", doc, *extra, env=environ)
+        assert done.returncode == 2 and text in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -573,7 +624,9 @@ def test_store_command_failures(env: Env, args: tuple[str, ...], code: int, text
 
 
 def test_store_on_a_missing_bucket_is_an_s3_error(env: Env) -> None:
-    url = f"s3://lgs3-missing-{uuid.uuid4().hex[:8]}/p?endpoint_url={env.server.endpoint_url}&region={env.server.region}"
+    url = (
+        f"s3://lgs3-missing-{uuid.uuid4().hex[:8]}/p?endpoint_url={env.server.endpoint_url}&region={env.server.region}"
+    )
     done = env.run("store", "ls", "--url", url)
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("langgraph-s3: error: ") and len(done.stderr.strip().splitlines()) == 1

@@ -40,7 +40,6 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_s3_checkpoint import AsyncS3Store, S3Saver, S3Store
-from langgraph_s3_checkpoint.errors import SaverMisuseError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.store import BaseS3Store, StoreLayout
@@ -419,6 +418,55 @@ def test_requests_vector_put_and_search(
         assert counter.snapshot() == {"ListObjectsV2": 2, "GetObject": 4 + 42}
 
 
+def test_requests_sweep_ttl(counted: Counted) -> None:
+    """A sweep reads every item once (one LIST page per 1,000 keys, one GET per item) and deletes each
+    expired item with one conditional DELETE; a sweep with nothing expired only reads."""
+    store, counter = counted
+    clock = Clock()
+    store._core.now = clock
+    store.batch([PutOp(("t", str(i % 3)), f"k{i}", {"v": i}, ttl=1 if i % 2 else 10) for i in range(30)])
+    clock.advance(2)
+    counter.reset()
+    assert store.sweep_ttl() == 15
+    assert counter.snapshot() == {"ListObjectsV2": 1, "GetObject": 30, "DeleteObject": 15}
+    counter.reset()
+    assert store.sweep_ttl() == 0
+    assert counter.snapshot() == {"ListObjectsV2": 1, "GetObject": 15}
+
+
+def test_requests_sweep_ttl_with_an_index(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> None:
+    """With an index, each shard holding an expired item's vector is updated once per chunk of items
+    read: GET, then PUT ``If-Match`` (conditional DELETE when no entry is left)."""
+    client = s3_server.client()
+    index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]}
+    with contextlib.closing(
+        S3Store(bucket=bucket, prefix=prefix, client=client, index=index, vector_shards=4)  # type: ignore[arg-type]
+    ) as store:
+        clock = Clock()
+        store._core.now = clock
+        keys = [f"k{i}" for i in range(20)]
+        store.batch([PutOp(("docs",), k, {"text": WORDS[i % 6]}, ttl=1 if i % 2 else 10) for i, k in enumerate(keys)])
+        clock.advance(2)
+        layout = store._core.layout
+        shard_of = {k: layout.shard(("docs",), k, 4) for k in keys}
+        touched = {shard_of[k] for k in keys[1::2]}
+        emptied = touched - {shard_of[k] for k in keys[0::2]}
+        counter = count_requests(client)
+        assert store.sweep_ttl() == 10
+        expected = {
+            "ListObjectsV2": 1,
+            "GetObject": 20 + len(touched),
+            "DeleteObject": 10 + len(emptied),
+            "PutObject": len(touched - emptied),
+        }
+        assert counter.snapshot() == {k: v for k, v in expected.items() if v}
+        results = store.search(("docs",), query=WORDS[0], limit=20)
+        assert sorted(r.key for r in results) == sorted(keys[0::2])
+        assert all(r.score is not None for r in results)  # the survivors' vectors are all still there
+
+
 # ------------------------------------------------------------------------------------------------
 # Behaviour
 # ------------------------------------------------------------------------------------------------
@@ -543,12 +591,15 @@ def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefi
     async def main() -> Any:
         async with AsyncS3Store.from_conn_string(url, **kwargs) as astore:
             await astore.setup()
-            with pytest.raises(SaverMisuseError):
-                astore.get(("a",), "k")
-            return await astore.aget(("a",), "k")
+            # Blocking methods work on the loop's thread too (they block it, as InMemoryStore's do).
+            blocking = astore.get(("a",), "k")
+            astore.put(("a",), "k2", {"v": 2})
+            return blocking, await astore.aget(("a",), "k"), await astore.aget(("a",), "k2")
 
-    item = asyncio.run(main())
+    blocking, item, other = asyncio.run(main())
+    assert blocking is not None and blocking.value == {"v": 1}
     assert item is not None and item.value == {"v": 1}
+    assert other is not None and other.value == {"v": 2}
 
 
 def test_agent_server_store_factory_reads_the_checkpointer_environment(

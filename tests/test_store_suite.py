@@ -8,9 +8,9 @@ an autouse fixture rebinds that module's ``InMemoryStore`` name to a subclass of
 ``InMemoryStore(index=...)`` build our store and ``mocker.spy(InMemoryStore, "batch")`` spies on it.
 
 A few async tests call blocking methods on the event loop's thread (``store.put`` inside an ``async
-def``, or the upstream ``MockAsyncBatchedStore`` whose ``abatch`` calls ``batch``): ``AsyncS3Store``
-refuses that by design (``SaverMisuseError``, like ``AsyncS3Saver``), so those run as strict xfails
-with ``AsyncS3Store`` and pass with ``S3Store``.
+def``, or the upstream ``MockAsyncBatchedStore`` whose ``abatch`` calls ``batch``). Both stores allow
+that, as InMemoryStore does (their blocking methods drive their own I/O and never wait on the loop),
+so every collected test runs, with no expected failures, against both classes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 from fetch import ensure_tests
 
 from langgraph_s3_checkpoint import AsyncS3Store, S3Store
-from langgraph_s3_checkpoint.errors import SaverMisuseError
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 ROOT = ensure_tests(package="langgraph-checkpoint", required="test_store.py")
@@ -72,22 +71,6 @@ UPSTREAM_TESTS = {
 globals().update(UPSTREAM_TESTS)
 fake_embeddings = upstream.fake_embeddings
 
-# Async tests that make blocking calls on the event loop's thread (see the module docstring).
-BLOCKING_ON_LOOP = {
-    "test_cannot_put_empty_namespace",
-    "test_async_batch_store_resilience",
-    "test_async_batch_store_deduplication",
-    "test_async_batched_vector_search_concurrent",
-}
-
-
-def _blocks_on_loop(node: pytest.Item) -> bool:
-    name = getattr(node, "originalname", node.name)
-    params = getattr(getattr(node, "callspec", None), "params", {})
-    if name in BLOCKING_ON_LOOP:
-        return True
-    return name == "test_async_search_and_listing_keep_empty_prefixes_and_wildcards" and params.get("batched") is True
-
 
 @pytest.fixture(autouse=True, params=["S3Store", "AsyncS3Store"])
 def _store_class(
@@ -104,10 +87,6 @@ def _store_class(
 
     Bound.__name__ = Bound.__qualname__ = f"{base.__name__}On{s3_server.kind}"
     monkeypatch.setattr(upstream, "InMemoryStore", Bound)
-    if base is AsyncS3Store and _blocks_on_loop(request.node):
-        request.node.add_marker(
-            pytest.mark.xfail(raises=SaverMisuseError, strict=True, reason="blocking call on the event loop")
-        )
     yield Bound
     for store in opened:
         store.close()
