@@ -26,7 +26,7 @@ from .errors import (
 )
 from .fencing import Fence, Fenced, HeadSeen, Join
 from .keys import escape, is_digest
-from .plans import one
+from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config
 from .requests import (
     Delete,
@@ -34,7 +34,6 @@ from .requests import (
     Obj,
     Plan,
     Put,
-    Request,
     Stored,
 )
 
@@ -93,7 +92,8 @@ class Committing(Reading):
         joining = isinstance(fence, Join)
         head_now: Obj | None = None
         if prerequisites or joining:
-            replies = yield [*prerequisites, *([Get(head_key)] if joining else [])]
+            # Heterogeneous: the prerequisites' replies (ignored), then the head's when joining.
+            replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if joining else [])]
             head_now = replies[-1] if joining else None
 
         def record(previous_head: str | None, detached: bool) -> bytes:
@@ -132,9 +132,10 @@ class Committing(Reading):
                 return None
             previous, head_put, extra = attempt
             body = record(previous, False)
-            replies = yield [Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra]
-            if isinstance(replies[1], Stored):
-                return replies[1].etag
+            replies = yield from all_of([Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra])
+            head_reply = replies[1]
+            if isinstance(head_reply, Stored):
+                return head_reply.etag
             head_now = yield from one(Get(c.head_key))
             ours = Standing.PENDING
             if head_now is not None:
@@ -221,9 +222,7 @@ class Committing(Reading):
                 result.renewed[channel] = version
         return result
 
-    def _run_entries(
-        self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence
-    ) -> list[Request]:
+    def _run_entries(self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence) -> list[Put]:
         """Run-index entries (the run's first checkpoint id here), unless the fenced parent is the run's."""
         if run_id is None or (isinstance(fence, Fenced) and fence.seen.run_id == run_id):
             return []
@@ -233,7 +232,7 @@ class Committing(Reading):
             Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, if_none_match=True),
         ]
 
-    def _names(self, thread_id: str, ns: str) -> list[Request]:
+    def _names(self, thread_id: str, ns: str) -> list[Put]:
         """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
         named = ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns)))
         return [
@@ -311,7 +310,7 @@ def refused_outcome(
     return Outcome.RETRY if isinstance(fence, Join) else Outcome.CONFLICT
 
 
-_HeadSwap = tuple[str | None, Put, list[Request]]
+_HeadSwap = tuple[str | None, Put, list[Put]]
 """One commit attempt: the record's ``previous_head``, the head PUT (without its body), extra requests."""
 
 
@@ -334,7 +333,7 @@ class _Values:
 
     inline: dict[str, list[Any]] = field(default_factory=dict)
     blobs: dict[str, str] = field(default_factory=dict)
-    puts: list[Request] = field(default_factory=list)
+    puts: list[Put] = field(default_factory=list)
     """Large values to store before the commit."""
     renewed: dict[str, str] = field(default_factory=dict)
     """Large values rewritten now (their age restarts, for the lifecycle rule)."""

@@ -39,6 +39,7 @@ from langchain_core.runnables import RunnableConfig
 
 from .errors import InvalidConfigError, SaverMisuseError
 from .keys import escape
+from .plans import one
 from .requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
 
 if TYPE_CHECKING:
@@ -116,13 +117,11 @@ class EffectLedger:
 
     # -- plans ----------------------------------------------------------------------------------
     def _exists(self, key: str) -> Plan[bool]:
-        replies = yield [Get(self.object_key(key))]
-        return replies[0] is not None
+        return (yield from one(Get(self.object_key(key)))) is not None
 
     def _create(self, key: str) -> Plan[bool]:
         body = json.dumps({"mode": self.mode, "marked_at": time.time()}).encode()
-        replies = yield [Put(self.object_key(key), body, if_none_match=True)]
-        return replies[0] is not PRECONDITION_FAILED
+        return (yield from one(Put(self.object_key(key), body, if_none_match=True))) is not PRECONDITION_FAILED
 
     def _remove(self, key: str) -> Plan[None]:
         yield [Delete((self.object_key(key),))]

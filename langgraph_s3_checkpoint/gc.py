@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
 from .keys import Layout, escape
-from .plans import DELETE_BATCH, READ_BATCH, deletes, each, one, pages
+from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, each, one, pages
 from .requests import Emit, Get, ListKeys, Obj, Page, Plan
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class _BatchedReads:
         if i not in self.bodies:
             batch = self.to_read[self.next_read : self.next_read + READ_BATCH]
             self.next_read += len(batch)
-            objs = yield [Get(self.keys[j]) for j in batch]
+            objs = yield from all_of([Get(self.keys[j]) for j in batch])
             self.bodies = dict(zip(batch, objs, strict=True))
         return self.bodies[i]
 
@@ -181,7 +181,7 @@ def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
     start_after: str | None = None
     jumped = False
     while True:
-        page: Page = yield from one(ListKeys(prefix, start_after=None if token else start_after, token=token))
+        page = yield from one(ListKeys(prefix, start_after=None if token else start_after, token=token))
         yield Emit(page)
         if page.token is None:
             return
@@ -515,7 +515,7 @@ class _Collector:
                 ours.append((i, f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
             for start in range(0, len(ours), READ_BATCH):
                 chunk = ours[start : start + READ_BATCH]
-                twins = yield [Get(twin) for _, twin in chunk]
+                twins = yield from all_of([Get(twin) for _, twin in chunk])
                 for (i, _), twin in zip(chunk, twins, strict=True):
                     if twin is None:
                         self.doom(page, i, "dangling_run_entry", old)

@@ -23,7 +23,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import CheckpointKey, Layout, escape
-from .plans import READ_BATCH, chunks, collect, deletes, each, one, pages
+from .plans import READ_BATCH, all_of, chunks, collect, deletes, each, one, pages
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -38,8 +38,10 @@ from .requests import (
     Obj,
     Page,
     Plan,
+    PreconditionFailed,
     Put,
     Request,
+    Stored,
 )
 
 ROLLBACK_ATTEMPTS = 5
@@ -83,11 +85,11 @@ class Maintenance(Committing):
         yield from self._refuse_existing_target(target_thread_id)
         # Snapshot the heads before copying anything: records newer than a snapshot head stay
         # invisible in the copy, exactly as they would in the source.
-        heads = yield [Get(f"{p}head") for p in prefixes]
+        heads = yield from all_of([Get(f"{p}head") for p in prefixes])
         yield from self._copy_history(source_thread_id, target_thread_id)
         names = self._names(target_thread_id, "")
         if names:
-            yield names
+            yield from all_of(names)
         # The heads last (If-None-Match): until they land the target reads as empty, never half-copied.
         commits: list[Request] = []
         for prefix, head in zip(prefixes, heads, strict=True):
@@ -107,7 +109,7 @@ class Maintenance(Committing):
         target_pages: list[Page] = []
         yield from collect(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)
         target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
-        found = (yield [Get(k) for k in target_heads]) if target_heads else []
+        found = (yield from all_of([Get(k) for k in target_heads])) if target_heads else []
         if any(obj is not None for obj in found):
             raise TargetThreadExistsError(
                 f"copy_thread: target thread {target_thread_id!r} already has checkpoints; "
@@ -230,7 +232,7 @@ class Maintenance(Committing):
             keys = [k for page in entries for k in page.keys if _is_pair(k[len(index) :])]
             if not keys:
                 continue
-            markers = yield [Get(k) for k in keys]
+            markers = yield from all_of([Get(k) for k in keys])
             for key, marker in zip(keys, markers, strict=True):
                 thread_seg, ns_seg = key[len(index) :].split("/")
                 thread_id = yield from self._name_of(thread_seg, f"{self.layout.threads_root}{thread_seg}/")
@@ -293,10 +295,10 @@ class Maintenance(Committing):
         run's first checkpoint, sorting their keys (records and writes) into ``found``."""
         token: str | None = None
         while True:
-            page: Page = yield from one(ListKeys(records, token=token))
+            page = yield from one(ListKeys(records, token=token))
             parsed = [(key, Layout.parse_checkpoint_key(records, key)) for key in page.keys]
             record_keys = [(key, p.checkpoint_id) for key, p in parsed if p is not None and p.is_record]
-            objs = yield [Get(key) for key, _ in record_keys]
+            objs = yield from all_of([Get(key) for key, _ in record_keys])
             for (key, cid), obj in zip(record_keys, objs, strict=True):
                 if obj is not None and not found.reached_below:
                     self._place_for_rollback(found, key, cid, obj)
@@ -333,6 +335,7 @@ class Maintenance(Committing):
         Both are conditional on the head read before the walk: a writer that committed on top of the
         run meanwhile must not lose its checkpoint to the rollback.
         """
+        reply: Stored | PreconditionFailed | None
         if found.survivor is not None:
             reply = yield from one(Put(head_key, found.survivor.body, if_match=head.etag))
         else:
@@ -361,7 +364,7 @@ class Maintenance(Committing):
                 yield from collect(pages(f"{prefix}ns/", delimiter="/"), namespaces)
                 ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
                 # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
-                heads = yield [ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes]
+                heads = yield from all_of([ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes])
                 newest = max((m for head_page in heads for m in head_page.modified), default=None)
                 # No head at all: not a live thread (an emptied folder some servers keep listing, or a
                 # leftover that gc collects), so nothing to expire.

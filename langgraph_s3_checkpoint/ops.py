@@ -20,8 +20,8 @@ from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
-from .plans import READ_BATCH, all_pages, chunks, collect, one
-from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Obj, Page, Put, Request
+from .plans import READ_BATCH, all_of, all_pages, chunks, collect, one
+from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -62,7 +62,7 @@ def thread_ids(layout: Layout) -> OpsPlan[None]:
     root = layout.threads_root
     token: str | None = None
     while True:
-        page: Page = yield from one(ListKeys(root, delimiter="/", token=token))
+        page = yield from one(ListKeys(root, delimiter="/", token=token))
         for prefix in page.prefixes:
             yield Emit((yield from _name_of(layout.segment_after(prefix, root), prefix)))
         token = page.token
@@ -71,7 +71,7 @@ def thread_ids(layout: Layout) -> OpsPlan[None]:
 
 
 def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
-    page: Page = yield from one(ListKeys(layout.thread(thread_id), max_keys=1))
+    page = yield from one(ListKeys(layout.thread(thread_id), max_keys=1))
     return bool(page.keys)
 
 
@@ -199,12 +199,12 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     prefix = layout.thread(thread_id)
     ns_root = layout.namespaces(thread_id)
     namespaces = [p for page in (yield from all_pages(ns_root, delimiter="/")) for p in page.prefixes]
-    heads: list[Obj | None] = (yield [Get(f"{p}head") for p in namespaces]) if namespaces else []
+    heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
         keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME)]
         for chunk in chunks(keys, READ_BATCH):
-            bodies: list[Obj | None] = yield [Get(k) for k in chunk]
+            bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):
                 if obj is not None:  # deleted since it was listed (pruned, or a run rolled back)
                     yield Emit(Exported(key[len(prefix) :], obj.body))
@@ -229,7 +229,7 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
     prefix = layout.thread(thread_id)
     segment = escape(thread_id)
     heads: list[Put] = []
-    batch: list[Request] = []
+    batch: list[Put] = []
     written = 0
     for item in objects:
         kind = _archived_kind(item)
@@ -261,24 +261,23 @@ def _archived_kind(item: Exported) -> str:
     return classify(item.relative)
 
 
-def _history_puts(layout: Layout, key: str, body: bytes, kind: str, segment: str) -> list[Request]:
+def _history_puts(layout: Layout, key: str, body: bytes, kind: str, segment: str) -> list[Put]:
     """The PUTs of one imported object that is not a head: the object, and a run entry's global twin.
 
     Unconditional, like copy_thread's copies: the emptiness check and the conditional heads guard the
     thread, and a write key creates its record's "directory" on filer-backed servers, which an
     If-None-Match PUT of the record itself would then see as an existing object.
     """
-    puts: list[Request] = [Put(key, body)]
+    puts = [Put(key, body)]
     if kind == RUN_ENTRY:
         puts.append(Put(layout.global_run_entry_of(key, segment), body))
     return puts
 
 
-def _put_all(puts: list[Request]) -> OpsPlan[None]:
-    replies = yield puts
+def _put_all(puts: list[Put]) -> OpsPlan[None]:
+    replies = yield from all_of(puts)
     for put, reply in zip(puts, replies, strict=True):
         if reply is PRECONDITION_FAILED:
-            assert isinstance(put, Put)
             raise TargetThreadExistsError(f"{put.key!r} appeared while importing: another writer uses this thread")
 
 
@@ -311,7 +310,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     wanted: dict[str, list[str]] = {}
     checked = 0
     for chunk in chunks(keys, READ_BATCH):
-        bodies: list[Obj | None] = yield [Get(k) for k in chunk]
+        bodies = yield from all_of([Get(k) for k in chunk])
         for key, obj in zip(chunk, bodies, strict=True):
             if obj is None:
                 continue  # deleted since it was listed

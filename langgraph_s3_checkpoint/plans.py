@@ -2,16 +2,22 @@
 
 A plan is a generator that yields batches of independent requests (:mod:`.requests`) and receives their
 replies; a streaming plan also yields :class:`~.requests.Emit` to hand one value to its caller. These
-helpers compose plans: one request, a listing streamed page by page, a sub-plan's stream consumed
-inside another plan, deletes in S3-sized chunks.
+helpers compose plans: one request (or two, three, or a batch of one kind) returning replies typed by
+the requests, a listing streamed page by page, a sub-plan's stream consumed inside another plan, deletes
+in S3-sized chunks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .requests import Delete, Emit, ListKeys, Page, Plan, Request
+
+R = TypeVar("R")
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
 
 DELETE_BATCH = 1000
 """Keys per DeleteObjects request (the S3 maximum)."""
@@ -21,17 +27,29 @@ READ_BATCH = 32
 """Objects read in parallel by one batch of a streaming walk."""
 
 
-def one(request: Request) -> Plan[Any]:
+def one(request: Request[R]) -> Plan[R]:
     """A plan of one request, returning its reply."""
     replies = yield [request]
     return replies[0]
+
+
+def three(a: Request[A], b: Request[B], c: Request[C]) -> Plan[tuple[A, B, C]]:
+    """A plan of one batch of three requests run in parallel, returning their replies."""
+    reply_a, reply_b, reply_c = yield [a, b, c]
+    return reply_a, reply_b, reply_c
+
+
+def all_of(requests: Sequence[Request[R]]) -> Plan[list[R]]:
+    """A plan of one batch of ``requests`` run in parallel (even if there are none), returning their
+    replies in the same order."""
+    return (yield list(requests))
 
 
 def list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:
     """Every key under a prefix that is known to be small (one checkpoint's writes)."""
     keys: list[str] = []
     while True:
-        page: Page = yield from one(ListKeys(prefix, token=token))
+        page = yield from one(ListKeys(prefix, token=token))
         keys.extend(page.keys)
         token = page.token
         if token is None:
@@ -44,7 +62,7 @@ def pages(
     """Stream pages of a listing: yields request batches and ``Emit(page)`` for each page."""
     token: str | None = None
     while True:
-        page: Page = yield from one(
+        page = yield from one(
             ListKeys(
                 prefix, delimiter=delimiter, start_after=None if token else start_after, max_keys=max_keys, token=token
             )

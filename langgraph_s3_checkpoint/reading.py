@@ -4,7 +4,7 @@ chain (:mod:`langgraph_s3_checkpoint.chain`): a record is shown only if it was c
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
@@ -26,7 +26,7 @@ from .errors import (
 )
 from .fencing import HeadSeen, SaverMemory
 from .keys import Layout, escape, is_digest, unescape
-from .plans import MAX_PAGE, READ_BATCH, chunks, collect, each, list_all, one, pages
+from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect, each, list_all, one, pages, three
 from .requests import (
     Emit,
     Get,
@@ -199,11 +199,11 @@ class Reading(CoreState):
     def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str) -> Plan[CheckpointTuple | None]:
         key = self.layout.record(thread_id, ns, checkpoint_id)
         head_key = self.layout.head(thread_id, ns)
-        obj, listing, head = yield [
+        obj, listing, head = yield from three(
             Get(key),
             ListKeys(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)),
             Get(head_key),
-        ]
+        )
         repair: list[Request] = []
         if obj is None:
             if head is None or self.codec.peek_head_id(head_key, head.body) != checkpoint_id:
@@ -261,10 +261,10 @@ class Reading(CoreState):
         token: str | None = None
         page_size = 100
         while True:
-            page: Page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
+            page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
             page_size = min(MAX_PAGE, page_size * 2)
             for chunk in chunks(_records_between(prefix, page, checkpoint_id, head_id), READ_BATCH):
-                objs = yield [read for _, read in chunk]
+                objs = yield from all_of([read for _, read in chunk])
                 if (known := self._follow_links(chain, chunk, objs, record)) is not None:
                     return known
             if page.token is None:
@@ -300,7 +300,8 @@ class Reading(CoreState):
             requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
             requests.extend(write_reads)
         requests.extend(extra)
-        replies = iter((yield requests) if requests else [])
+        # Heterogeneous: the replies of the blob and writes reads (Obj | None), then the extra's (ignored).
+        replies: Iterator[Any] = iter((yield requests) if requests else [])
         tuples = []
         for ns, record, write_reads in items:
             values = dict(record.inline)
@@ -461,9 +462,11 @@ class Reading(CoreState):
         for c in cursors:
             start = [Get(self.layout.record(thread_id, c.checkpoint_ns, before_id))] if before_id else []
             first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *start])
-        replies = iter((yield first))
+        # Heterogeneous: per cursor, the head's reply, the first page and (with before_id) the bound's.
+        replies: Iterator[Any] = iter((yield first))
         for c in cursors:
-            head, page = next(replies), next(replies)
+            head: Obj | None = next(replies)
+            page: Page = next(replies)
             head_id, head_previous = (
                 self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
                 if head is not None
@@ -471,7 +474,7 @@ class Reading(CoreState):
             )
             c.chain = Chain.from_head(head_id, head_previous)
             if before_id:
-                bound = next(replies)
+                bound: Obj | None = next(replies)
                 if not (yield from self._continue_below(thread_id, c, head, bound)):
                     # The bound is not a record on this namespace's chain (another namespace's id, a
                     # detached, deleted or never committed checkpoint): walk the chain from the head.
@@ -504,7 +507,7 @@ class Reading(CoreState):
             batch = yield from self._next_batch(cursors, budget, filter)
             if not batch:
                 return
-            objs = yield [read for _, read, _ in batch]
+            objs = yield from all_of([read for _, read, _ in batch])
             chosen = self._shown(batch, objs, filter, before_id)
             if budget.remaining is not None:
                 chosen = chosen[: budget.remaining]
@@ -550,7 +553,7 @@ class Reading(CoreState):
         while len(batch) < want:
             starving = [c for c in cursors if not c.ready() and not c.exhausted]
             if starving:
-                listed = yield [c.request() for c in starving]
+                listed = yield from all_of([c.request() for c in starving])
                 for c, page in zip(starving, listed, strict=True):
                     c.accept(page)
                 continue

@@ -42,7 +42,7 @@ from langgraph.checkpoint.base import Checkpoint
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
-from .plans import READ_BATCH, all_pages, chunks, one
+from .plans import READ_BATCH, all_of, all_pages, chunks, one
 from .requests import PRECONDITION_FAILED, Get, Obj, Page, Plan, Put
 
 if TYPE_CHECKING:  # typing only
@@ -174,7 +174,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
 def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) -> Plan[NamespaceRepair]:
     """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
     head_key = f"{ns_prefix}head"
-    head: Obj | None = yield from one(Get(head_key))
+    head = yield from one(Get(head_key))
     damage = _diagnose_head(codec, name, head_key, head)
     if isinstance(damage, NamespaceRepair):
         return damage
@@ -279,7 +279,7 @@ def _survey(codec: Codec, records: list[tuple[str, str]], known_id: str | None) 
     """Read the records newest first, ``READ_BATCH`` at a time, until one settles the choice."""
     survey = _Survey()
     for chunk in chunks(records, READ_BATCH):
-        objs: list[Obj | None] = yield [Get(key) for key, _ in chunk]
+        objs = yield from all_of([Get(key) for key, _ in chunk])
         for (key, checkpoint_id), obj in zip(chunk, objs, strict=True):
             if obj is not None and survey.take(codec, key, checkpoint_id, obj, known_id):
                 return survey

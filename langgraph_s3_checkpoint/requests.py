@@ -4,20 +4,33 @@ Plans (see :mod:`langgraph_s3_checkpoint.core`) are generators. Each ``yield`` h
 list of requests that may run in parallel; the shell sends back the list of replies in the same order.
 A plan may also yield :class:`Emit` to hand one result to the caller (used by ``list``, which streams).
 Nothing here performs I/O.
+
+Each request type states the type of its reply: :class:`Get` is a ``Request[Obj | None]``, a
+:class:`Put` a ``Request[Stored | PreconditionFailed]``, and so on. The parameter exists only for the
+type checker; :func:`.plans.one`, :func:`.plans.both`, :func:`.plans.three` and :func:`.plans.all_of` carry it
+to the replies. A bare ``Request`` (a shell's view) is one whose reply type is not known.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Final, Generic, TypeVar
+
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 T = TypeVar("T")
+R_co = DefaultedTypeVar("R_co", covariant=True, default=Any)
+
+
+class Request(Generic[R_co]):
+    """A request whose reply is an ``R_co`` (a type parameter only: the shells dispatch on the subclass)."""
 
 
 @dataclass(frozen=True)
-class Get:
+class Get(Request["Obj | None"]):
     key: str
     etag: str | None = None
     """The ETag a listing just showed for ``key``: the store may answer from its cache of bodies
@@ -25,7 +38,7 @@ class Get:
 
 
 @dataclass(frozen=True)
-class Put:
+class Put(Request["Stored | PreconditionFailed"]):
     key: str
     body: bytes = field(repr=False)
     if_none_match: bool = False
@@ -37,7 +50,7 @@ class Put:
 
 
 @dataclass(frozen=True)
-class ListKeys:
+class ListKeys(Request["Page"]):
     prefix: str
     start_after: str | None = None
     max_keys: int = 1000
@@ -46,13 +59,13 @@ class ListKeys:
 
 
 @dataclass(frozen=True)
-class Delete:
+class Delete(Request[None]):
     keys: tuple[str, ...]
     """At most 1000 keys (one DeleteObjects request); missing keys are not an error."""
 
 
 @dataclass(frozen=True)
-class DeleteIfMatch:
+class DeleteIfMatch(Request["PreconditionFailed | None"]):
     """Delete one object only if its ETag is still ``etag``; :data:`PRECONDITION_FAILED` otherwise.
 
     A missing object replies ``None`` like a deleted one (a retry after a lost answer finds it gone)."""
@@ -62,31 +75,28 @@ class DeleteIfMatch:
 
 
 @dataclass(frozen=True)
-class Copy:
+class Copy(Request[None]):
     source: str
     target: str
 
 
 @dataclass(frozen=True)
-class BucketExists:
+class BucketExists(Request[bool]):
     pass
 
 
 @dataclass(frozen=True)
-class CreateBucket:
+class CreateBucket(Request[None]):
     pass
 
 
 @dataclass(frozen=True)
-class EnsureExpiryRule:
+class EnsureExpiryRule(Request[None]):
     """Install (or update) a bucket lifecycle rule expiring tagged objects under ``prefix`` after ``days``."""
 
     rule_id: str
     prefix: str
     days: int
-
-
-Request = Get | Put | ListKeys | Delete | DeleteIfMatch | Copy | BucketExists | CreateBucket | EnsureExpiryRule
 
 
 @dataclass(frozen=True)
@@ -105,13 +115,19 @@ class Stored:
     etag: str
 
 
-class _PreconditionFailed:
+class PreconditionFailed(enum.Enum):
+    """The type of :data:`PRECONDITION_FAILED`, its only value (compare with ``is``)."""
+
+    PRECONDITION_FAILED = "PRECONDITION_FAILED"
+
     def __repr__(self) -> str:
         return "PRECONDITION_FAILED"
 
+    __str__ = __repr__
 
-PRECONDITION_FAILED = _PreconditionFailed()
-"""Reply to a conditional :class:`Put` whose condition did not hold."""
+
+PRECONDITION_FAILED: Final = PreconditionFailed.PRECONDITION_FAILED
+"""Reply to a conditional :class:`Put` (or :class:`DeleteIfMatch`) whose condition did not hold."""
 
 
 def condition_failed(request: Put, *, refused: bool, missing: bool) -> bool:

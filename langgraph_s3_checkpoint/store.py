@@ -58,7 +58,19 @@ from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
 from .plans import all_pages, chunks, one
-from .requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Get, ListKeys, Obj, Page, Plan, Put, Request
+from .requests import (
+    PRECONDITION_FAILED,
+    Delete,
+    DeleteIfMatch,
+    Get,
+    ListKeys,
+    Obj,
+    Page,
+    Plan,
+    PreconditionFailed,
+    Put,
+    Request,
+)
 from .requests import Stored as Written
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
 from .shell import same_etag
@@ -621,6 +633,7 @@ class StoreCore:
             if entries == before:
                 return
             body = self.codec.encode_shard(entries)
+            reply: Written | PreconditionFailed | None
             if obj is None:
                 reply = yield from one(Put(shard, body, if_none_match=True, expires=False))
             elif not entries:
