@@ -126,8 +126,8 @@ def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
         transport = "direct" if name == "ours-async-direct" else "boto3"
         saver = AsyncS3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
         counter.attach_boto3(saver.client)
-        if saver.bucket_io.direct is not None:
-            counter.attach_direct(saver.bucket_io.direct)
+        if saver.bucket_io.native is not None:
+            counter.attach_native(saver.bucket_io.native)
         return saver
     if name == "tigris":
         from langgraph.checkpoint.tigris import TigrisSaver

@@ -109,6 +109,20 @@ class Counter:
 
         transport.execute = counted
 
+    def attach_native(self, transport: Any) -> None:
+        """Count the requests the async saver's native sender sends from the event loop."""
+        original = transport.execute
+        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2"}
+
+        async def counted(request: Any) -> Any:
+            self.start(names[type(request).__name__])
+            try:
+                return await original(request)
+            finally:
+                self.end()
+
+        transport.execute = counted
+
     def attach_aiobotocore(self) -> None:
         """Count every aiobotocore API call in this process (s3fs creates its own clients)."""
         from aiobotocore.client import AioBaseClient
@@ -239,8 +253,10 @@ class Bench:
             cls = AsyncS3Saver if self.is_async else S3Saver
             transport = "direct" if self.name.endswith("-direct") else "boto3"
             saver: Any = cls(bucket=bucket, prefix=prefix, client=client, transport=transport)
-            if saver._store.direct is not None:
-                self.counter.attach_direct(saver._store.direct)
+            if saver.bucket_io.direct is not None:
+                self.counter.attach_direct(saver.bucket_io.direct)
+            if saver.bucket_io.native is not None:
+                self.counter.attach_native(saver.bucket_io.native)
             if self.is_async:
                 self.run(saver.setup())
             else:

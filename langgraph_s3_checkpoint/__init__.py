@@ -19,7 +19,7 @@ from .errors import (
     StoreConflictError,
     TargetThreadExistsError,
 )
-from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client
+from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client, without_expect_continue
 from .store import AsyncS3Store, BaseS3Store, S3Store
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "StoreConflictError",
     "TargetThreadExistsError",
     "make_client",
+    "without_expect_continue",
 ]

@@ -37,6 +37,7 @@ from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .memory import MemoryBucket
+from .native import NativeTransport
 from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
 from .shell import BodyCache, BucketIO
@@ -262,9 +263,13 @@ def make_bucket_io(
     expiry_tag: str | None = None,
     cache: BodyCache | None = None,
     deadline: float | None = None,
+    native_async: bool = False,
 ) -> BucketIO:
     """The I/O shell for ``client``: encryption arguments, transport (an in-process :class:`MemoryBucket`
-    answers every request itself), the retention tag, read cache and deadline. Saver and store share it."""
+    answers every request itself), the retention tag, read cache and deadline. Saver and store share it.
+
+    With ``transport="direct"`` and ``native_async``, the async driver sends GET, PUT and LIST from the
+    event loop (:mod:`.native`); without it, from the thread pool with urllib3."""
     if transport not in ("boto3", "direct"):
         raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
     put_args: dict[str, Any] = {}
@@ -280,15 +285,8 @@ def make_bucket_io(
         get_args.update(customer)
         copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
     memory = isinstance(client, MemoryBucket)
-    return BucketIO(
-        client,
-        bucket,
-        max_concurrency=max_concurrency,
-        put_args=put_args,
-        get_args=get_args,
-        copy_args=copy_args,
-        expiry_tag=expiry_tag,
-        direct=DirectTransport(
+    direct = (
+        DirectTransport(
             client,
             bucket,
             put_args=put_args,
@@ -297,15 +295,41 @@ def make_bucket_io(
             max_connections=max_concurrency * 2,
         )
         if transport == "direct" and not memory
-        else None,
+        else None
+    )
+    return BucketIO(
+        client,
+        bucket,
+        max_concurrency=max_concurrency,
+        put_args=put_args,
+        get_args=get_args,
+        copy_args=copy_args,
+        expiry_tag=expiry_tag,
+        direct=direct,
+        native=NativeTransport(direct, max_concurrency=max_concurrency) if direct and native_async else None,
         cache=cache,
         backend=client if memory else None,
         deadline=deadline,
     )
 
 
+def _check_numbers_and_flags(*, numbers: Mapping[str, Any], flags: Mapping[str, Any]) -> None:
+    """The saver's integer options must be integers (``max_concurrency`` >= 1), its flags booleans."""
+    for name, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
+    if numbers["max_concurrency"] < 1:
+        raise InvalidConfigError(f"max_concurrency must be >= 1, got {numbers['max_concurrency']!r}")
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise InvalidConfigError(f"{name} must be True or False, got {flag!r}")
+
+
 class BaseS3Saver(BaseCheckpointSaver[str]):
     """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`."""
+
+    _native_async = False
+    """Whether the async driver sends direct-transport requests from the event loop (:class:`AsyncS3Saver`)."""
 
     def __init__(
         self,
@@ -334,21 +358,16 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if not bucket or not isinstance(bucket, str):
             raise InvalidConfigError("bucket is required")
-        for name, value in (
-            ("inline_threshold", inline_threshold),
-            ("max_concurrency", max_concurrency),
-            ("cache_bytes", cache_bytes),
-            ("compress_threshold", 0 if compress_threshold is None else compress_threshold),
-            ("ttl_days", 1 if ttl_days is None else ttl_days),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
-        if max_concurrency < 1:
-            raise InvalidConfigError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
-        flags = (("create_bucket", create_bucket), ("require_conditional_writes", require_conditional_writes))
-        for name, flag in flags:
-            if not isinstance(flag, bool):
-                raise InvalidConfigError(f"{name} must be True or False, got {flag!r}")
+        _check_numbers_and_flags(
+            numbers={
+                "inline_threshold": inline_threshold,
+                "max_concurrency": max_concurrency,
+                "cache_bytes": cache_bytes,
+                "compress_threshold": 0 if compress_threshold is None else compress_threshold,
+                "ttl_days": 1 if ttl_days is None else ttl_days,
+            },
+            flags={"create_bucket": create_bucket, "require_conditional_writes": require_conditional_writes},
+        )
         timeouts: dict[str, Any] = {
             name: value
             for name, value in (
@@ -387,6 +406,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             expiry_tag=EXPIRY_TAG if ttl_days else None,
             cache=BodyCache(cache_bytes) if cache_bytes else None,
             deadline=self.operation_timeout,
+            native_async=self._native_async,
         )
         self._core = Core(
             layout=Layout(self.prefix),
@@ -651,10 +671,13 @@ class S3Saver(BaseS3Saver):
 class AsyncS3Saver(BaseS3Saver):
     """The asyncio twin of :class:`S3Saver` (same storage, same plans).
 
-    Requests run on the saver's thread pool, so many coroutines can checkpoint concurrently. Its
-    blocking methods work from threads without a running event loop and raise
+    Requests run on the saver's thread pool, so many coroutines can checkpoint concurrently; with
+    ``transport="direct"``, GET, PUT and LIST are sent from the event loop itself (no thread hop, one
+    connection pool per loop). Its blocking methods work from threads without a running event loop and raise
     :class:`~langgraph_s3_checkpoint.errors.SaverMisuseError` on the loop's own thread.
     """
+
+    _native_async = True
 
     @classmethod
     @asynccontextmanager
@@ -716,4 +739,4 @@ def _blocking_call_message(what: str) -> str:
     )
 
 
-__all__ = ["AsyncS3Saver", "BaseS3Saver", "S3Saver", "make_client", "parse_url"]
+__all__ = ["AsyncS3Saver", "BaseS3Saver", "S3Saver", "make_client", "parse_url", "without_expect_continue"]

@@ -3,7 +3,9 @@
 One :class:`BucketIO` serves both savers. ``execute`` turns one request into one boto3 call and maps the
 reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`requests` replies.
 Independent requests of one batch run in parallel on a bounded thread pool: the sync driver waits for
-them, the async driver awaits them, and that is the only difference between the two.
+them, the async driver awaits them, and that is the only difference between the two. One exception: with
+the direct transport and the async saver, GET, PUT and LIST are sent from the event loop itself
+(:mod:`.native`), gathered under the same deadline; the rest of its requests keep the thread pool.
 
 boto3 clients are thread-safe, so one client and one connection pool serve every thread.
 """
@@ -15,7 +17,7 @@ import concurrent.futures
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +35,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
 from .errors import NotS3EndpointError, S3AccessError, S3RequestError, SaverMisuseError, error_for_code
+from .native import NativeTransport
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -176,6 +179,8 @@ class BucketIO:
     """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
     direct: DirectTransport | None = field(default=None, repr=False)
     """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``)."""
+    native: NativeTransport | None = field(default=None, repr=False)
+    """Sends the async driver's GET, PUT and LIST from the event loop (the async saver with ``direct``)."""
     cache: BodyCache | None = field(default=None, repr=False)
     """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
     backend: Any = field(default=None, repr=False)
@@ -196,6 +201,8 @@ class BucketIO:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self.native is not None:
+            self.native.close()
         if self.direct is not None:
             self.direct.close()
 
@@ -221,10 +228,21 @@ class BucketIO:
         return _MISS
 
     def _fetch(self, request: Request) -> Any:
-        reply = self._send(request)
+        return self._remember(request, self._send(request))
+
+    def _remember(self, request: Request, reply: Any) -> Any:
         if self.cache is not None and isinstance(request, Get) and request.etag and reply is not None:
             self.cache.offer(request.key, request.etag, reply)
         return reply
+
+    def _afetch(self, request: Request, loop: asyncio.AbstractEventLoop) -> Awaitable[Any]:
+        """The async driver's request: on the loop itself when the native sender takes it, else on the pool."""
+        if self.native is not None and isinstance(request, (Get, Put, ListKeys)):
+            return self._afetch_native(self.native, request)
+        return loop.run_in_executor(self.pool, self._fetch, request)
+
+    async def _afetch_native(self, native: NativeTransport, request: Get | Put | ListKeys) -> Any:
+        return self._remember(request, await native.execute(request))
 
     def _send(self, request: Request) -> Any:
         if self.backend is not None:
@@ -265,107 +283,115 @@ class BucketIO:
         )
 
     def _execute(self, request: Request) -> Any:
-        c = self.client
-        if isinstance(request, Get):
-            try:
-                reply = c.get_object(Bucket=self.bucket, Key=request.key, **self.get_args)
-            except ClientError as exc:
-                if _code(exc) in _MISSING_CODES:
-                    return None
-                raise
-            if "ETag" not in reply:
-                raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
-            return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
-        if isinstance(request, Put):
-            kwargs = put_arguments(request, self.put_args, self.expiry_tag)
-            try:
-                reply = c.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
-            except ClientError as exc:
-                code = _code(exc)
-                if condition_failed(request, refused=code in _PRECONDITION_CODES, missing=code in _MISSING_CODES):
-                    return PRECONDITION_FAILED
-                raise
-            if "ETag" not in reply:
-                raise self.not_s3(_reply_answer(reply, f"an ETag to PutObject {request.key!r}"))
-            return Stored(reply["ETag"])
-        if isinstance(request, ListKeys):
-            reply = c.list_objects_v2(Bucket=self.bucket, **list_arguments(request))
-            if "IsTruncated" not in reply:
-                raise self.not_s3(_reply_answer(reply, "a ListBucketResult to ListObjectsV2"))
-            contents = reply.get("Contents", ())
-            return Page(
-                keys=[o["Key"] for o in contents],
-                prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
-                token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
-                modified=[o["LastModified"] for o in contents],
-                etags=[o.get("ETag", "") for o in contents],
-                sizes=[int(o.get("Size", 0)) for o in contents],
-                served=_served(reply),
-            )
-        if isinstance(request, Delete):
-            if not request.keys:
+        handler = _HANDLERS.get(type(request))
+        if handler is None:
+            raise TypeError(f"unknown request {request!r}")
+        return handler(self, request)
+
+    def _get(self, request: Get) -> Obj | None:
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=request.key, **self.get_args)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
                 return None
-            reply = c.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in request.keys], "Quiet": True}
+            raise
+        if "ETag" not in reply:
+            raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
+        return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
+
+    def _put(self, request: Put) -> Any:
+        kwargs = put_arguments(request, self.put_args, self.expiry_tag)
+        try:
+            reply = self.client.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
+        except ClientError as exc:
+            code = _code(exc)
+            if condition_failed(request, refused=code in _PRECONDITION_CODES, missing=code in _MISSING_CODES):
+                return PRECONDITION_FAILED
+            raise
+        if "ETag" not in reply:
+            raise self.not_s3(_reply_answer(reply, f"an ETag to PutObject {request.key!r}"))
+        return Stored(reply["ETag"])
+
+    def _list(self, request: ListKeys) -> Page:
+        reply = self.client.list_objects_v2(Bucket=self.bucket, **list_arguments(request))
+        if "IsTruncated" not in reply:
+            raise self.not_s3(_reply_answer(reply, "a ListBucketResult to ListObjectsV2"))
+        contents = reply.get("Contents", ())
+        return Page(
+            keys=[o["Key"] for o in contents],
+            prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
+            token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
+            modified=[o["LastModified"] for o in contents],
+            etags=[o.get("ETag", "") for o in contents],
+            sizes=[int(o.get("Size", 0)) for o in contents],
+            served=_served(reply),
+        )
+
+    def _delete(self, request: Delete) -> None:
+        if not request.keys:
+            return
+        reply = self.client.delete_objects(
+            Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in request.keys], "Quiet": True}
+        )
+        errors = [e for e in reply.get("Errors", ()) if e.get("Code") not in _MISSING_CODES]
+        if errors:
+            first = errors[0]
+            raise S3RequestError(
+                f"DeleteObjects failed for {len(errors)} key(s), e.g. {first.get('Key')!r}: {first.get('Code')}"
             )
-            errors = [e for e in reply.get("Errors", ()) if e.get("Code") not in _MISSING_CODES]
-            if errors:
-                first = errors[0]
-                raise S3RequestError(
-                    f"DeleteObjects failed for {len(errors)} key(s), e.g. {first.get('Key')!r}: {first.get('Code')}"
-                )
-            return None
-        if isinstance(request, DeleteIfMatch):
-            try:
-                c.delete_object(Bucket=self.bucket, Key=request.key, IfMatch=request.etag)
-            except ClientError as exc:
-                if _code(exc) in _PRECONDITION_CODES:
-                    return PRECONDITION_FAILED
-                if _code(exc) in _MISSING_CODES:
-                    return None
+
+    def _delete_if_match(self, request: DeleteIfMatch) -> Any:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=request.key, IfMatch=request.etag)
+        except ClientError as exc:
+            if _code(exc) in _PRECONDITION_CODES:
+                return PRECONDITION_FAILED
+            if _code(exc) in _MISSING_CODES:
+                return None
+            raise
+        return None
+
+    def _copy(self, request: Copy) -> None:
+        try:
+            self.client.copy_object(
+                Bucket=self.bucket,
+                Key=request.target,
+                CopySource={"Bucket": self.bucket, "Key": request.source},
+                **self.put_args,
+                **self.copy_args,
+            )
+        except ClientError as exc:
+            if _code(exc) not in _MISSING_CODES:  # missing: deleted since it was listed
                 raise
-            return None
-        if isinstance(request, Copy):
-            try:
-                c.copy_object(
-                    Bucket=self.bucket,
-                    Key=request.target,
-                    CopySource={"Bucket": self.bucket, "Key": request.source},
-                    **self.put_args,
-                    **self.copy_args,
-                )
-            except ClientError as exc:
-                if _code(exc) in _MISSING_CODES:
-                    return None  # deleted since it was listed
+
+    def _bucket_exists(self, request: BucketExists) -> bool:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}:
                 raise
-            return None
-        if isinstance(request, BucketExists):
-            try:
-                c.head_bucket(Bucket=self.bucket)
-            except ClientError as exc:
-                if _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}:
-                    raise
-                # A HEAD reply has no body: any web server says 404 to it. An S3 server names the
-                # missing bucket in the body of a GET; anything else is not S3.
-                try:
-                    listing = c.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
-                    if "IsTruncated" not in listing:
-                        answer = f"{_answer_of(exc)} to HeadBucket, "
-                        raise self.not_s3(answer + _reply_answer(listing, "a ListBucketResult to a listing"))
-                except ClientError as listed:
-                    if _code(listed) == "NoSuchBucket":
-                        return False
-                    if not _speaks_s3(listed):
-                        answer = f"{_answer_of(exc)} to HeadBucket, {_answer_of(listed)} to a listing"
-                        raise self.not_s3(answer) from None
-                    raise
-            return True
-        if isinstance(request, CreateBucket):
-            c.create_bucket(Bucket=self.bucket)
-            return None
-        if isinstance(request, EnsureExpiryRule):
-            return self._ensure_expiry_rule(request)
-        raise TypeError(f"unknown request {request!r}")
+            return self._bucket_listed(exc)
+        return True
+
+    def _bucket_listed(self, head_error: ClientError) -> bool:
+        """After a 404 to HeadBucket: a HEAD reply has no body, and any web server says 404 to it. An S3
+        server names the missing bucket in the body of a GET; anything else is not S3."""
+        try:
+            listing = self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
+        except ClientError as listed:
+            if _code(listed) == "NoSuchBucket":
+                return False
+            if not _speaks_s3(listed):
+                answer = f"{_answer_of(head_error)} to HeadBucket, {_answer_of(listed)} to a listing"
+                raise self.not_s3(answer) from None
+            raise
+        if "IsTruncated" not in listing:
+            answer = f"{_answer_of(head_error)} to HeadBucket, "
+            raise self.not_s3(answer + _reply_answer(listing, "a ListBucketResult to a listing"))
+        return True
+
+    def _create_bucket(self, request: CreateBucket) -> None:
+        self.client.create_bucket(Bucket=self.bucket)
 
     def _ensure_expiry_rule(self, request: EnsureExpiryRule) -> None:
         """Add or replace our rule, keeping every other lifecycle rule of the bucket."""
@@ -420,7 +446,7 @@ class BucketIO:
         replies, missing = self._split(requests)
         left = self._remaining(started)
         loop = asyncio.get_running_loop()
-        gathered = asyncio.gather(*(loop.run_in_executor(self.pool, self._fetch, r) for r in missing))
+        gathered = asyncio.gather(*(self._afetch(r, loop) for r in missing))
         try:
             fetched = await asyncio.wait_for(gathered, timeout=left)
         except asyncio.TimeoutError:
@@ -467,6 +493,19 @@ class BucketIO:
     async def arun(self, plan: Plan[T], *, bounded: bool = True) -> T:
         return _only_result([item async for item in self.aiterate(_result_of(plan), bounded=bounded)])
 
+
+_HANDLERS: dict[type, Callable[[BucketIO, Any], Any]] = {
+    Get: BucketIO._get,
+    Put: BucketIO._put,
+    ListKeys: BucketIO._list,
+    Delete: BucketIO._delete,
+    DeleteIfMatch: BucketIO._delete_if_match,
+    Copy: BucketIO._copy,
+    BucketExists: BucketIO._bucket_exists,
+    CreateBucket: BucketIO._create_bucket,
+    EnsureExpiryRule: BucketIO._ensure_expiry_rule,
+}
+"""The boto3 call for each request type (``BucketIO._execute``)."""
 
 _DONE = object()
 _MISS = object()

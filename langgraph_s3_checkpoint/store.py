@@ -1067,6 +1067,7 @@ class BaseS3Store(BaseStore):
             sse_kms_key_id=sse_kms_key_id,
             sse_customer_key=sse_customer_key,
             transport=transport,
+            native_async=True,  # the async methods of both classes send from the loop with transport="direct"
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec

@@ -13,6 +13,11 @@ request), region, endpoint, addressing style, timeouts, the retry budget (botoco
 throttling and connection errors, with the same exponential backoff) and the CA bundle. Everything
 other than the three hot requests (deletes, copies, bucket and lifecycle calls) still goes through boto3.
 
+Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
+answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends with urllib3 (the
+sync saver, and the async saver's worker threads), :class:`.native.NativeTransport` from the event loop (the
+async saver).
+
 What it gives up, which is why it is opt-in (``transport="direct"``): event hooks registered on the client
 do not see these requests, and clients it cannot faithfully imitate (proxies, unsigned or non-SigV4
 signing, S3 access-point or Outposts ARNs) are refused with :class:`InvalidConfigError` rather than
@@ -28,7 +33,8 @@ import random
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -109,7 +115,11 @@ def headers_for(args: Mapping[str, Any]) -> dict[str, str]:
     return headers
 
 
-class _Failure(Exception):
+Response = tuple[int, Mapping[str, str], bytes]
+"""One HTTP reply as a sender hands it back: status, headers (looked up by lower-case name), body."""
+
+
+class Failure(Exception):
     """One attempt failed; ``retryable`` says whether another attempt may succeed."""
 
     def __init__(self, detail: str, *, retryable: bool, code: str = "", status: int = 0) -> None:
@@ -119,8 +129,29 @@ class _Failure(Exception):
         self.status = status
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One signed HTTP request, ready to send: all a sender (urllib3 or the asyncio one) ever sees."""
+
+    method: str
+    target: str
+    """Path and query string."""
+    headers: dict[str, str]
+    body: bytes
+
+
+Exchanges = Generator["Exchange | float", "Response | Failure | None", Any]
+"""What :meth:`DirectTransport.exchanges` yields: an :class:`Exchange` to send (answer: the response, or the
+:class:`Failure` that sending it met), or seconds to wait before the next attempt (answer: ``None``). Its
+return value is the request's reply; it raises the package's error when the request fails for good."""
+
+
 class DirectTransport:
-    """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` for one bucket as signed HTTP requests."""
+    """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` for one bucket as signed HTTP requests.
+
+    Everything but the sending is pure and shared with the asyncio sender (:mod:`.native`):
+    :meth:`exchanges` signs each attempt, reads each answer into a reply or a failure and decides the
+    backoff; :meth:`execute` only sends with urllib3 and sleeps with ``time.sleep``."""
 
     def __init__(
         self,
@@ -133,41 +164,35 @@ class DirectTransport:
         max_connections: int = 64,
     ) -> None:
         config = client.meta.config
-        if config.proxies:
-            raise InvalidConfigError("transport='direct' does not support proxies; use transport='boto3'")
-        if config.signature_version not in (None, "s3v4", "v4"):
-            raise InvalidConfigError(
-                f"transport='direct' signs with SigV4 only, the client uses {config.signature_version!r}"
-            )
-        if bucket.startswith("arn:"):
-            raise InvalidConfigError("transport='direct' does not support bucket ARNs; use transport='boto3'")
-        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-        if credentials is None:
-            raise InvalidConfigError("transport='direct' needs credentials; the client has none")
-        self._credentials: Any = credentials
+        self._credentials: Any = _check_client(client, bucket)
         endpoint = urlsplit(client.meta.endpoint_url)
         style = (config.s3 or {}).get("addressing_style") or "auto"
         virtual = style == "virtual" or (
             style == "auto" and (endpoint.hostname or "").endswith("amazonaws.com") and _dns_compatible(bucket)
         )
-        hostname = f"{bucket}.{endpoint.hostname}" if virtual else str(endpoint.hostname)
-        self._host = hostname if endpoint.port is None else f"{hostname}:{endpoint.port}"
+        self.hostname = f"{bucket}.{endpoint.hostname}" if virtual else str(endpoint.hostname)
+        self._host = self.hostname if endpoint.port is None else f"{self.hostname}:{endpoint.port}"
         self._path = endpoint.path.rstrip("/") + ("" if virtual else "/" + quote(bucket, safe=""))
         self._region = client.meta.region_name or "us-east-1"
-        self._https = endpoint.scheme == "https"
-        self._attempts = int((config.retries or {}).get("total_max_attempts") or 3)
+        self.https = endpoint.scheme == "https"
+        self.port = endpoint.port or (443 if self.https else 80)
+        self.max_attempts = int((config.retries or {}).get("total_max_attempts") or 3)
+        self.connect_timeout = float(config.connect_timeout)
+        self.read_timeout = float(config.read_timeout)
+        self.max_connections = max(config.max_pool_connections or 10, max_connections)
         verify = getattr(getattr(client, "_endpoint", None), "http_session", None)
-        ca_certs = getattr(verify, "_verify", None)
+        self.ca_certs: str | bool | None = getattr(verify, "_verify", None)
+        """botocore's ``verify``: a CA bundle path, ``False`` (no verification), or the default bundle."""
         pool_kwargs: dict[str, Any] = {
-            "maxsize": max(config.max_pool_connections or 10, max_connections),
+            "maxsize": self.max_connections,
             "timeout": urllib3.Timeout(connect=config.connect_timeout, read=config.read_timeout),
             "retries": False,
         }
-        if self._https:
-            if ca_certs is False:
+        if self.https:
+            if self.ca_certs is False:
                 pool_kwargs["cert_reqs"] = "CERT_NONE"
-            elif isinstance(ca_certs, str):
-                pool_kwargs["ca_certs"] = ca_certs
+            elif isinstance(self.ca_certs, str):
+                pool_kwargs["ca_certs"] = self.ca_certs
         self._pool = urllib3.connectionpool.connection_from_url(f"{endpoint.scheme}://{self._host}", **pool_kwargs)
         self._put_args = dict(put_args or {})
         self._get_headers = headers_for(get_args or {})
@@ -179,16 +204,50 @@ class DirectTransport:
     def close(self) -> None:
         self._pool.close()
 
+    # -- the sync sender: urllib3 and time.sleep ------------------------------------------------
     def execute(self, request: Get | Put | ListKeys) -> Any:
-        if isinstance(request, Get):
-            return self._get(request)
-        if isinstance(request, Put):
-            return self._put(request)
-        return self._list(request)
+        steps = self.exchanges(request)
+        answer: Response | Failure | None = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            if isinstance(step, Exchange):
+                answer = self._urlopen(step)
+            else:
+                time.sleep(step)
+                answer = None
 
-    # -- the three requests ---------------------------------------------------------------------
-    def _get(self, request: Get) -> Obj | None:
-        status, headers, body = self._send("GET", request.key, {}, b"", dict(self._get_headers))
+    def _urlopen(self, exchange: Exchange) -> Response | Failure:
+        try:
+            response = self._pool.urlopen(
+                exchange.method,
+                exchange.target,
+                body=exchange.body or None,
+                headers=exchange.headers,
+                retries=False,
+                redirect=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            return Failure(str(exc), retryable=True)
+        return response.status, response.headers, response.data
+
+    # -- the pure part, shared by both senders --------------------------------------------------
+    def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:
+        """The request as a conversation with a sender (see :data:`Exchanges`)."""
+        if isinstance(request, Get):
+            return self._get_reply((yield from self._attempts("GET", request.key, {}, b"", dict(self._get_headers))))
+        if isinstance(request, Put):
+            headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
+            answer = yield from self._attempts("PUT", request.key, {}, request.body, headers)
+            return self._put_reply(request, answer)
+        query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
+        query.update({"list-type": "2", "encoding-type": "url"})
+        return self._list_reply((yield from self._attempts("GET", None, query, b"", {})))
+
+    def _get_reply(self, answer: Response) -> Obj | None:
+        status, headers, body = answer
         if status == 404:
             return None
         if "etag" not in headers:
@@ -196,19 +255,16 @@ class DirectTransport:
         modified = headers.get("last-modified")
         return Obj(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
 
-    def _put(self, request: Put) -> Any:
-        headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
-        status, reply, _ = self._send("PUT", request.key, {}, request.body, headers)
+    def _put_reply(self, request: Put, answer: Response) -> Any:
+        status, reply, _ = answer
         if condition_failed(request, refused=status in (409, 412), missing=status == 404):
             return PRECONDITION_FAILED
         if "etag" not in reply:
             raise self._not_s3(status, reply, b"")
         return Stored(reply["etag"])
 
-    def _list(self, request: ListKeys) -> Page:
-        query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
-        query.update({"list-type": "2", "encoding-type": "url"})
-        status, headers, body = self._send("GET", None, query, b"", {})
+    def _list_reply(self, answer: Response) -> Page:
+        status, headers, body = answer
         try:
             root = ET.fromstring(body)
         except ET.ParseError:
@@ -238,48 +294,43 @@ class DirectTransport:
             served=parsedate_to_datetime(date) if date else None,
         )
 
-    # -- one HTTP exchange, retried -------------------------------------------------------------
-    def _send(
+    def _attempts(
         self, method: str, key: str | None, query: dict[str, str], body: bytes, headers: dict[str, str]
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    ) -> Generator[Exchange | float, Response | Failure | None, Response]:
+        """One HTTP exchange, retried: the answer that settles it, or the package's error."""
         path = self._path + ("" if key is None else "/" + quote(key, safe="/~"))
         what = f"{_OPERATION[method] if key is not None else 'ListObjectsV2'} {key or query.get('prefix', '')!r}"
-        for attempt in range(1, self._attempts + 1):
+        query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
+        target = path + ("?" + query_string if query_string else "")
+        for attempt in range(1, self.max_attempts + 1):
+            signed = dict(headers)
+            self._sign(method, path, query_string, signed, body)
+            answer = yield Exchange(method, target, signed, body)
             try:
-                return self._attempt(method, path, query, body, dict(headers))
-            except _Failure as failure:
-                if not failure.retryable or attempt == self._attempts:
+                if isinstance(answer, Failure):
+                    raise answer
+                assert answer is not None
+                return self._judge(*answer)
+            except Failure as failure:
+                if not failure.retryable or attempt == self.max_attempts:
                     if not failure.code:
                         raise S3RequestError(f"Cannot reach the S3 endpoint ({what}): {failure}") from None
                     raise error_for_code(failure.code, self._bucket, what, str(failure)) from None
-                # botocore's standard mode: full jitter, 1 s scale when throttled, 50 ms otherwise.
-                scale = 1.0 if failure.code in _THROTTLING_CODES or failure.status == 429 else 0.05
-                time.sleep(random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF))
+                yield backoff(failure, attempt)
         raise AssertionError("unreachable")
 
-    def _attempt(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
-    ) -> tuple[int, Mapping[str, str], bytes]:
-        query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
-        self._sign(method, path, query_string, headers, body)
-        url = path + ("?" + query_string if query_string else "")
-        try:
-            response = self._pool.urlopen(
-                method, url, body=body or None, headers=headers, retries=False, redirect=False
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise _Failure(str(exc), retryable=True) from exc
-        status, data = response.status, response.data
+    def _judge(self, status: int, headers: Mapping[str, str], data: bytes) -> Response:
+        """An answer that settles the request, or a :class:`Failure` (a non-S3 answer raises at once)."""
         match = _ERROR_CODE.search(data or b"") if status >= 300 else None
-        html = str(response.headers.get("content-type", "")).startswith("text/html")
-        foreign = html or (match is None and not any(h in response.headers for h in _S3_HEADERS) and status != 403)
+        html = str(headers.get("content-type", "")).startswith("text/html")
+        foreign = html or (match is None and not any(h in headers for h in _S3_HEADERS) and status != 403)
         if status >= 300 and foreign and status not in _RETRY_STATUS:  # a proxy's 5xx page is retried as before
-            raise self._not_s3(status, response.headers, data)
+            raise self._not_s3(status, headers, data)
         code = match.group(1).decode() if match else str(status)
         if status < 300 or _is_answer(status, code):
-            return status, response.headers, data
+            return status, headers, data
         retryable = status in _RETRY_STATUS or status == 429 or code in _RETRY_CODES
-        raise _Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
+        raise Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
 
     def _not_s3(self, status: int, headers: Mapping[str, str], body: bytes) -> NotS3EndpointError:
         answer = f"HTTP {status}"
@@ -289,7 +340,7 @@ class DirectTransport:
         if body:
             answer += f", body {body[:80]!r}"
         return NotS3EndpointError(
-            f"The endpoint {'https' if self._https else 'http'}://{self._host} does not answer like S3: it "
+            f"The endpoint {'https' if self.https else 'http'}://{self._host} does not answer like S3: it "
             f"answered {answer}. Check endpoint_url (the host and port of the S3 API, e.g. SeaweedFS's S3 "
             "port 8333, not its filer or master port)."
         )
@@ -298,7 +349,7 @@ class DirectTransport:
         credentials = self._credentials.get_frozen_credentials()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         day = stamp[:8]
-        payload = "UNSIGNED-PAYLOAD" if self._https else hashlib.sha256(body).hexdigest()
+        payload = "UNSIGNED-PAYLOAD" if self.https else hashlib.sha256(body).hexdigest()
         headers.update({"host": self._host, "x-amz-date": stamp, "x-amz-content-sha256": payload})
         if credentials.token:
             headers["x-amz-security-token"] = credentials.token
@@ -329,6 +380,30 @@ class DirectTransport:
                 key = hmac.new(key, part.encode(), hashlib.sha256).digest()
             self._signing_keys = {(secret, day): key}  # only the current day and secret are ever needed
         return key
+
+
+def backoff(failure: Failure, attempt: int) -> float:
+    """Seconds to wait after the ``attempt``-th attempt failed: botocore's standard mode (full jitter, on a
+    1 s scale when throttled and a 50 ms one otherwise)."""
+    scale = 1.0 if failure.code in _THROTTLING_CODES or failure.status == 429 else 0.05
+    return random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF)
+
+
+def _check_client(client: Any, bucket: str) -> Any:
+    """The client's credentials; refuses clients the transport cannot faithfully imitate."""
+    config = client.meta.config
+    if config.proxies:
+        raise InvalidConfigError("transport='direct' does not support proxies; use transport='boto3'")
+    if config.signature_version not in (None, "s3v4", "v4"):
+        raise InvalidConfigError(
+            f"transport='direct' signs with SigV4 only, the client uses {config.signature_version!r}"
+        )
+    if bucket.startswith("arn:"):
+        raise InvalidConfigError("transport='direct' does not support bucket ARNs; use transport='boto3'")
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    if credentials is None:
+        raise InvalidConfigError("transport='direct' needs credentials; the client has none")
+    return credentials
 
 
 def _is_answer(status: int, code: str) -> bool:

@@ -4,7 +4,7 @@ The suite only calls the async methods and detects capabilities by which of them
 ``S3Saver``'s sync paths are therefore run through :class:`SyncPathSaver`, whose async methods call
 the sync ones and nothing else. The counts are asserted, not only ``passed_all()``, so a saver that is
 detected with fewer capabilities, or runs fewer tests, fails here. Both transports (boto3 and the
-direct HTTP one) run the whole suite.
+direct HTTP one) run the whole suite; the async saver's direct transport is the native asyncio sender.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 # Tests per capability in langgraph-checkpoint-conformance 0.0.2 (base 58, extended 7 + 8 + 8).
 EXPECTED_TESTS = {
@@ -103,7 +104,11 @@ async def assert_conformance(name: str, path: str, saver_kwargs: Callable[[], di
     @checkpointer_test(name=name)
     async def factory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
         if path == "async":
-            saver: Any = AsyncS3Saver(**saver_kwargs())
+            kwargs = saver_kwargs()
+            saver: Any = AsyncS3Saver(**kwargs)
+            # The async saver with the direct transport sends GET/PUT/LIST from the event loop (native.py).
+            direct = kwargs.get("transport") == "direct" and not isinstance(kwargs["client"], MemoryBucket)
+            assert (saver.bucket_io.native is not None) == direct
             await saver.setup()
             yield saver
             saver.close()

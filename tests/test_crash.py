@@ -566,6 +566,7 @@ def test_gc_collects_orphan_records_below_the_head(s3_server: LocalS3Server, buc
     assert dry.foreign >= 1  # some servers do not list folder markers
     assert all_keys(saver) == before
     asaver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
+    assert asaver.bucket_io.native is not None  # its listing and reads go out from the event loop
     try:
         adry = asyncio.run(agc(asaver, grace_seconds=0, dry_run=True))
     finally:

@@ -1,7 +1,8 @@
 """The direct transport (``transport="direct"``): same behaviour as boto3, on real servers.
 
 The conformance suite and the fault suite run with both transports (test_conformance.py,
-test_faults.py). This module covers what those do not: server-side encryption headers, the retention
+test_faults.py); the async saver's direct transport, which sends from the event loop, has its own module
+(test_native_async.py). This module covers what those do not: server-side encryption headers, the retention
 tag, keys that need percent-encoding, request counts equal to the boto3 path's (counted by a proxy in
 front of the server, since these requests do not pass through botocore's hooks), and the errors for
 clients the transport cannot imitate.
@@ -84,6 +85,7 @@ def _shapes(server: LocalS3Server, bucket: str, prefix: str) -> Counter[str]:
 
 async def test_async_saver_with_the_direct_transport(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
+    assert saver.bucket_io.native is not None  # GET, PUT and LIST go out from the event loop
     try:
         graph = _graph(saver)
         config = {"configurable": {"thread_id": "async"}}

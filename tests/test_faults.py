@@ -5,7 +5,9 @@ forwards requests unchanged (signatures still verify) and injects faults at rand
 saver's own client is made by ``make_client`` (standard retries) with a budget of 6 attempts
 (``RETRY_BUDGET``, above the shipped default of 3, so that a 10 % fault rate over thousands of requests
 never exhausts it by chance), so what is tested is the saver's behaviour under retries, with each
-transport. The most interesting fault is
+transport: boto3, the direct transport of the sync saver (urllib3), and the direct transport of the async
+saver, whose requests go out from the event loop (``async-direct``: :class:`OnLoop` runs the async saver's
+methods on a loop thread, so the same tests drive it). The most interesting fault is
 ``lost``: the server applies a PUT but the answer never arrives, so the retry meets the new state (412
 for a conditional PUT) and the saver must recognise its own commit.
 
@@ -15,19 +17,29 @@ concurrently must all survive.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    empty_checkpoint,
+)
 from workers.common import crash_graph, crash_input, crash_markers, fence_graph
 
-from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver, make_client
+from langgraph_s3_checkpoint import AsyncS3Saver, CheckpointConflictError, S3RequestError, S3Saver, make_client
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 BUCKET = "lgs3-test"
@@ -46,15 +58,74 @@ def proxy(seaweedfs_server: LocalS3Server) -> Iterator[FaultProxy]:
         yield p
 
 
-@pytest.fixture(params=["boto3", "direct"])
+T = TypeVar("T")
+
+
+class OnLoop(BaseCheckpointSaver[str]):
+    """An :class:`AsyncS3Saver`'s async methods under the sync names, run on one event loop in a thread.
+
+    Graphs and tests call it synchronously (from several threads at once); every request is sent by the
+    async saver from that loop, so with ``transport="direct"`` the native asyncio sender is what is tested."""
+
+    def __init__(self, inner: AsyncS3Saver) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._call(self.inner.aget_tuple(config))
+
+    def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [item async for item in self.inner.alist(config, **kwargs)]
+
+        return iter(self._call(collect()))
+
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: ChannelVersions
+    ) -> RunnableConfig:
+        return self._call(self.inner.aput(config, checkpoint, metadata, versions))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._call(self.inner.aput_writes(config, writes, task_id, task_path))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._call(self.inner.adelete_for_runs(run_ids))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return self.inner.get_next_version(current, channel)
+
+    def close(self) -> None:
+        self.inner.close()  # from another thread than the loop's, as a caller may
+        self._call(asyncio.sleep(0.05))
+        self._call(self.loop.shutdown_asyncgens())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+@pytest.fixture(params=["boto3", "direct", "async-direct"])
 def savers(
     seaweedfs_server: LocalS3Server, proxy: FaultProxy, prefix: str, request: pytest.FixtureRequest
-) -> Iterator[tuple[S3Saver, S3Saver]]:
+) -> Iterator[tuple[Any, S3Saver]]:
     """(saver behind the fault proxy, saver talking to the server directly) on the same prefix.
 
-    The saver behind the proxy uses each transport in turn: both must retry the same faults."""
+    The saver behind the proxy uses each transport in turn: all must retry the same faults."""
     client = make_client(**client_options(seaweedfs_server, proxy.url), max_attempts=RETRY_BUDGET)
-    faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client, transport=request.param)
+    faulty: Any
+    if request.param == "async-direct":
+        inner = AsyncS3Saver(bucket=BUCKET, prefix=prefix, client=client, transport="direct")
+        assert inner.bucket_io.native is not None
+        faulty = OnLoop(inner)
+    else:
+        faulty = S3Saver(bucket=BUCKET, prefix=prefix, client=client, transport=request.param)
     direct = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
     yield faulty, direct
     faulty.close()

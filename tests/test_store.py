@@ -602,6 +602,29 @@ def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefi
     assert other is not None and other.value == {"v": 2}
 
 
+def test_async_store_with_the_direct_transport_sends_from_the_loop(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    # transport="direct": the async methods send GET, PUT and LIST from the event loop (the saver's
+    # native sender), so a put, get, search and list_namespaces never start the store's thread pool.
+    store = AsyncS3Store(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
+
+    async def main() -> tuple[Any, list[Any], list[Any]]:
+        await store.aput(("users", "ada"), "city", {"fact": "Lisbon"})
+        item = await store.aget(("users", "ada"), "city")
+        found = await store.asearch(("users",), filter={"fact": "Lisbon"})
+        return item, found, await store.alist_namespaces(prefix=("users",))
+
+    try:
+        item, found, namespaces = asyncio.run(main())
+        assert store._io.native is not None and store._io._pool is None
+        assert item is not None and item.value == {"fact": "Lisbon"}
+        assert [f.key for f in found] == ["city"]
+        assert namespaces == [("users", "ada")]
+    finally:
+        store.close()
+
+
 def test_agent_server_store_factory_reads_the_checkpointer_environment(
     s3_server: LocalS3Server, bucket: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
