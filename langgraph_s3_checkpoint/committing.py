@@ -31,10 +31,10 @@ from .reading import Reading, checkpoint_config, parse_config
 from .requests import (
     Delete,
     Get,
-    Obj,
     Plan,
     Put,
-    Stored,
+    StoredObject,
+    Written,
 )
 
 WRITE_ATTEMPTS = 8
@@ -90,7 +90,7 @@ class Committing(Reading):
         head_key = self.layout.head(thread_id, ns)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
         joining = isinstance(fence, Join)
-        head_now: Obj | None = None
+        head_now: StoredObject | None = None
         if prerequisites or joining:
             # Heterogeneous: the prerequisites' replies (ignored), then the head's when joining.
             replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if joining else [])]
@@ -116,7 +116,7 @@ class Committing(Reading):
         return checkpoint_config(thread_id, ns, checkpoint_id)
 
     def _commit(
-        self, c: _Commit, fence: Fence, head_now: Obj | None, record: Callable[[str | None, bool], bytes]
+        self, c: _Commit, fence: Fence, head_now: StoredObject | None, record: Callable[[str | None, bool], bytes]
     ) -> Plan[str | None]:
         """Send the record and the head until one of :class:`Outcome` settles it; the committed head's
         ETag (``None`` for a detached commit, :data:`SUPERSEDED` if another writer already continued it)."""
@@ -134,7 +134,7 @@ class Committing(Reading):
             body = record(previous, False)
             replies = yield from all_of([Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra])
             head_reply = replies[1]
-            if isinstance(head_reply, Stored):
+            if isinstance(head_reply, Written):
                 return head_reply.etag
             head_now = yield from one(Get(c.head_key))
             ours = Standing.PENDING
@@ -153,7 +153,7 @@ class Committing(Reading):
         detail = "" if not isinstance(fence, Join) else f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
         raise CheckpointConflictError(c.thread_id, c.ns, detail)
 
-    def _attempt(self, c: _Commit, fence: Fence, head_now: Obj | None) -> _HeadSwap | str | None:
+    def _attempt(self, c: _Commit, fence: Fence, head_now: StoredObject | None) -> _HeadSwap | str | None:
         """What one commit attempt sends, decided from the fence and the head just read (no I/O).
 
         Returns ``(previous_head, head PUT without its body, extra requests)``; the head's ETag if the
@@ -263,7 +263,7 @@ class Committing(Reading):
         key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
         put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
         for _ in range(WRITE_ATTEMPTS):
-            if isinstance((yield from one(put)), Stored):
+            if isinstance((yield from one(put)), Written):
                 return
             stored = yield from one(Get(key))
             if stored is None:
@@ -289,7 +289,7 @@ class Outcome(Enum):
 
 def refused_outcome(
     fence: Fence,
-    head_now: Obj | None,
+    head_now: StoredObject | None,
     checkpoint_id: str,
     ours: Standing,
     head_id_of: Callable[[str, bytes], str],

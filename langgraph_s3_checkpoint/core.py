@@ -25,7 +25,7 @@ from __future__ import annotations
 from .committing import Committing, Outcome, merge_task_writes, refused_outcome
 from .fencing import Fence, Fenced, HeadSeen, Join, NewThread, SaverMemory
 from .maintenance import Maintenance
-from .reading import CoreState, Reading, Target, checkpoint_config, matches, merge_writes, parse_config
+from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
 
 
 class Core(Maintenance):
@@ -35,6 +35,7 @@ class Core(Maintenance):
 
 
 __all__ = [
+    "CheckpointAddress",
     "Committing",
     "Core",
     "CoreState",
@@ -47,7 +48,6 @@ __all__ = [
     "Outcome",
     "Reading",
     "SaverMemory",
-    "Target",
     "checkpoint_config",
     "matches",
     "merge_task_writes",

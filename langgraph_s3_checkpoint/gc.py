@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, Any
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
 from .keys import Layout, escape
-from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, each, one, pages
-from .requests import Emit, Get, ListKeys, Obj, Page, Plan
+from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, for_each_emitted, one, pages
+from .requests import Emit, Get, ListKeys, Page, Plan, StoredObject
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
@@ -163,9 +163,9 @@ class _BatchedReads:
     to_read: list[int]
     """Indexes of the keys to read, in order."""
     next_read: int = 0
-    bodies: dict[int, Obj | None] = field(default_factory=dict)
+    bodies: dict[int, StoredObject | None] = field(default_factory=dict)
 
-    def body(self, i: int) -> Plan[Obj | None]:
+    def body(self, i: int) -> Plan[StoredObject | None]:
         if i not in self.bodies:
             batch = self.to_read[self.next_read : self.next_read + READ_BATCH]
             self.next_read += len(batch)
@@ -245,7 +245,7 @@ class _Collector:
 
     def flush(self, guard: _Walk | None = None) -> Plan[None]:
         """Delete what is queued. With ``guard`` (a namespace found headless), first check that it still
-        has no head: a first put that committed meanwhile may reuse its objects (blobs, ``name``)."""
+        has no head: a first put that committed meanwhile may use_cache its objects (blobs, ``name``)."""
         doomed, self.pending = self.pending, []
         if not doomed:
             return
@@ -278,7 +278,7 @@ class _Collector:
             for thread_prefix in page.prefixes:
                 yield from self.thread(thread_prefix)
 
-        yield from each(pages(threads_root, delimiter="/"), threads_page)
+        yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
         yield from self.global_runs()
 
         probes = f"{self.root}_setup/probe-"
@@ -293,7 +293,7 @@ class _Collector:
                     self.foreign()
             yield from self.flush_if_full()
 
-        yield from each(pages(f"{self.root}_setup/"), setup_page)
+        yield from for_each_emitted(pages(f"{self.root}_setup/"), setup_page)
         yield from self.flush()
         return self.report
 
@@ -318,7 +318,7 @@ class _Collector:
             for ns_prefix in page.prefixes:
                 namespaces[ns_prefix[len(ns_root) : -1]] = yield from self.namespace(ns_prefix)
 
-        yield from each(pages(ns_root, delimiter="/"), ns_page)
+        yield from for_each_emitted(pages(ns_root, delimiter="/"), ns_page)
         return namespaces
 
     def run_entries(self, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
@@ -342,7 +342,7 @@ class _Collector:
                     self.keep()
             yield from self.flush_if_full()
 
-        yield from each(pages(entries_root), entries_page)
+        yield from for_each_emitted(pages(entries_root), entries_page)
 
     def thread_name(self, prefix: str) -> Plan[None]:
         """Judge the keys directly under a thread: its ``name`` object, once everything else was judged."""
@@ -362,7 +362,7 @@ class _Collector:
                     self.keep()
             yield from self.flush_if_full()
 
-        yield from each(pages(prefix, delimiter="/"), top_page)
+        yield from for_each_emitted(pages(prefix, delimiter="/"), top_page)
 
     def namespace(self, prefix: str) -> Plan[_Namespace]:
         head_key = f"{prefix}head"
@@ -391,7 +391,7 @@ class _Collector:
             yield from self.flush_if_full(guard)
             return not walk.aborted
 
-        yield from each(pages(walk.records), records_page)
+        yield from for_each_emitted(pages(walk.records), records_page)
 
         def rest_page(page: Page) -> Plan[bool]:
             if not walk.aborted:
@@ -400,7 +400,7 @@ class _Collector:
             return not walk.aborted
 
         if not walk.aborted:
-            yield from each(_skipping(prefix, walk.records), rest_page)
+            yield from for_each_emitted(_skipping(prefix, walk.records), rest_page)
         if guard is not None:
             yield from self.flush(guard)
             if walk.aborted:
@@ -450,7 +450,7 @@ class _Collector:
             else:
                 self.doom(page, i, reason, old, walk)
 
-    def judge_record(self, walk: _Walk, key: str, cid: str, obj: Obj | None) -> str | None:
+    def judge_record(self, walk: _Walk, key: str, cid: str, obj: StoredObject | None) -> str | None:
         """The category of a record at or below the head (``None``: it stays), by the chain's rule."""
         if obj is None:
             # Deleted since the listing (a concurrent prune, delete_for_runs or delete_thread): it may
@@ -521,7 +521,7 @@ class _Collector:
                         self.doom(page, i, "dangling_run_entry", old)
             yield from self.flush_if_full()
 
-        yield from each(pages(runs_root), runs_page)
+        yield from for_each_emitted(pages(runs_root), runs_page)
         yield from self.flush()
 
 

@@ -23,7 +23,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import CheckpointKey, Layout, escape
-from .plans import READ_BATCH, all_of, chunks, collect, deletes, each, one, pages
+from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, for_each_emitted, one, pages
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -35,13 +35,13 @@ from .requests import (
     EnsureExpiryRule,
     Get,
     ListKeys,
-    Obj,
     Page,
     Plan,
     PreconditionFailed,
     Put,
     Request,
-    Stored,
+    StoredObject,
+    Written,
 )
 
 ROLLBACK_ATTEMPTS = 5
@@ -59,7 +59,7 @@ class Maintenance(Committing):
         # never leaves a half-deleted thread that looks alive.
         root = self.layout.namespaces(thread_id)
         found: list[Page] = []
-        yield from collect(pages(root, delimiter="/"), found)
+        yield from collect_emitted(pages(root, delimiter="/"), found)
         heads = [f"{p}head" for page in found for p in page.prefixes]
         if heads:
             yield deletes(heads)
@@ -73,12 +73,12 @@ class Maintenance(Committing):
             if keys:
                 yield deletes(keys)
 
-        yield from each(pages(thread_prefix), delete_page)
+        yield from for_each_emitted(pages(thread_prefix), delete_page)
         self.memory.forget_thread(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
         src_pages: list[Page] = []
-        yield from collect(pages(self.layout.namespaces(source_thread_id), delimiter="/"), src_pages)
+        yield from collect_emitted(pages(self.layout.namespaces(source_thread_id), delimiter="/"), src_pages)
         prefixes = [p for page in src_pages for p in page.prefixes]
         if not prefixes:
             return
@@ -107,7 +107,7 @@ class Maintenance(Committing):
         not block a new copy: it overwrites the former and ignores the latter.
         """
         target_pages: list[Page] = []
-        yield from collect(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)
+        yield from collect_emitted(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)
         target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
         found = (yield from all_of([Get(k) for k in target_heads])) if target_heads else []
         if any(obj is not None for obj in found):
@@ -134,7 +134,7 @@ class Maintenance(Committing):
             for chunk in chunks(requests, READ_BATCH * 2):
                 yield list(chunk)
 
-        yield from each(pages(source_prefix), copy_page)
+        yield from for_each_emitted(pages(source_prefix), copy_page)
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
         if isinstance(thread_ids, str):
@@ -161,7 +161,7 @@ class Maintenance(Committing):
             doomed.extend(scope.victims_of(page))
             yield from ()
 
-        yield from each(pages(scope.records), take)
+        yield from for_each_emitted(pages(scope.records), take)
         for request in deletes(doomed[::-1]):
             yield [request]
         del doomed[:]
@@ -173,7 +173,7 @@ class Maintenance(Committing):
             if victims:
                 yield deletes(victims)
 
-        yield from each(pages(scope.blobs), prune_blobs)
+        yield from for_each_emitted(pages(scope.blobs), prune_blobs)
         self.memory.forget_thread(thread_id)
 
     def _prune_scope(self, thread_id: str, ns: str) -> Plan[_PruneScope]:
@@ -227,7 +227,7 @@ class Maintenance(Committing):
         for run_id in run_ids:
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
-            yield from collect(pages(index), entries)
+            yield from collect_emitted(pages(index), entries)
             # Only "{thread}/{namespace}" entries are ours (not folder markers or foreign objects).
             keys = [k for page in entries for k in page.keys if _is_pair(k[len(index) :])]
             if not keys:
@@ -253,7 +253,7 @@ class Maintenance(Committing):
                 return
         raise CheckpointConflictError(thread_id, ns, f" while run {run_id!r} was being deleted (it kept committing)")
 
-    def _run_of(self, key: str, obj: Obj) -> Any:
+    def _run_of(self, key: str, obj: StoredObject) -> Any:
         """The run id a record (or head) was written by."""
         return self.codec.peek_record(key, obj.body)[0].get("run_id")
 
@@ -307,7 +307,7 @@ class Maintenance(Committing):
             if token is None or found.reached_below:
                 return
 
-    def _place_for_rollback(self, found: _RunRecords, key: str, cid: str, obj: Obj) -> None:
+    def _place_for_rollback(self, found: _RunRecords, key: str, cid: str, obj: StoredObject) -> None:
         """Decide one record met by the walk: the run's (doomed, committed or not), an orphan (deleted
         first), or committed; the first committed one is the survivor, and one older than the run's first
         checkpoint ends the walk."""
@@ -325,17 +325,19 @@ class Maintenance(Committing):
             if found.survivor is None and found.wants_survivor:
                 # A detached survivor (a fork older than the head was) becomes an ordinary head: its
                 # chain continues at the link below it, or everything older would be orphaned.
-                found.survivor = obj if not detached else Obj(self.codec.relink(key, obj.body, found.chain.link), "")
+                found.survivor = (
+                    obj if not detached else StoredObject(self.codec.relink(key, obj.body, found.chain.link), "")
+                )
             found.reached_below = cid < found.first_id
 
-    def _move_head_back(self, head_key: str, head: Obj, found: _RunRecords, run_id: str) -> Plan[bool]:
+    def _move_head_back(self, head_key: str, head: StoredObject, found: _RunRecords, run_id: str) -> Plan[bool]:
         """Move the head off the run: to the survivor, or, when the run holds the namespace's only
         committed records, delete it. False if the run itself committed again meanwhile (start over).
 
         Both are conditional on the head read before the walk: a writer that committed on top of the
         run meanwhile must not lose its checkpoint to the rollback.
         """
-        reply: Stored | PreconditionFailed | None
+        reply: Written | PreconditionFailed | None
         if found.survivor is not None:
             reply = yield from one(Put(head_key, found.survivor.body, if_match=head.etag))
         else:
@@ -361,7 +363,7 @@ class Maintenance(Committing):
         def expire_page(page: Page) -> Plan[None]:
             for prefix in page.prefixes:
                 namespaces: list[Page] = []
-                yield from collect(pages(f"{prefix}ns/", delimiter="/"), namespaces)
+                yield from collect_emitted(pages(f"{prefix}ns/", delimiter="/"), namespaces)
                 ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
                 # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
                 heads = yield from all_of([ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes])
@@ -377,7 +379,7 @@ class Maintenance(Committing):
                     yield from self.delete_thread(thread_id)
                 yield Emit(thread_id)
 
-        yield from each(pages(root, delimiter="/"), expire_page)
+        yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:
@@ -463,7 +465,7 @@ class _RunRecords:
     orphans: list[str] = field(default_factory=list)
     """Keys of the orphans met (records and writes), deleted before the run's so the gap opens onto a
     committed record."""
-    survivor: Obj | None = None
+    survivor: StoredObject | None = None
     """The newest committed record of another run: the head's new body."""
     reached_below: bool = False
     """Whether a committed record older than the run's first checkpoint was met (the walk ends there)."""

@@ -60,11 +60,11 @@ from .requests import (
     EnsureExpiryRule,
     Get,
     ListKeys,
-    Obj,
     Page,
     Put,
     Request,
-    Stored,
+    StoredObject,
+    Written,
 )
 
 MAX_KEY_BYTES = 1024
@@ -86,7 +86,7 @@ def _bare(etag: str) -> str:
 
 
 @dataclass(frozen=True)
-class StoredObject:
+class _BucketObject:
     body: bytes
     etag: str
     modified: datetime
@@ -128,7 +128,7 @@ class MemoryBucket:
         """Installed expiry rules: rule id -> (prefix, days)."""
         self.log: list[tuple[Request, Any]] | None = [] if keep_log else None
         """With ``keep_log``: every applied request and its reply, in the order they were applied."""
-        self._objects: dict[str, StoredObject] = {}
+        self._objects: dict[str, _BucketObject] = {}
         self._sorted: list[bytes] = []  # UTF-8 keys in ascending byte order: S3's listing order
         self._lock = threading.RLock()
 
@@ -141,7 +141,7 @@ class MemoryBucket:
         with self._lock:
             return [k.decode("utf-8", "surrogatepass") for k in self._sorted if k.startswith(_b(prefix))]
 
-    def object(self, key: str) -> StoredObject | None:
+    def object(self, key: str) -> _BucketObject | None:
         with self._lock:
             return self._objects.get(key)
 
@@ -184,7 +184,7 @@ class MemoryBucket:
         """The reply to a request on objects (or the lifecycle rules) of the existing bucket."""
         if isinstance(request, Get):
             obj = self._objects.get(request.key)
-            return None if obj is None else Obj(obj.body, obj.etag, obj.modified)
+            return None if obj is None else StoredObject(obj.body, obj.etag, obj.modified)
         if isinstance(request, Put):
             return self._put(request)
         if isinstance(request, ListKeys):
@@ -229,13 +229,13 @@ class MemoryBucket:
                 return PRECONDITION_FAILED
             if request.if_match != "*" and _bare(current.etag) != _bare(request.if_match):
                 return PRECONDITION_FAILED
-        return Stored(self._store(request.key, bytes(request.body), request.expires).etag)
+        return Written(self._store(request.key, bytes(request.body), request.expires).etag)
 
-    def _store(self, key: str, body: bytes, tagged: bool) -> StoredObject:
+    def _store(self, key: str, body: bytes, tagged: bool) -> _BucketObject:
         raw = _b(key)
         if not raw or len(raw) > MAX_KEY_BYTES:
             raise error_for_code("KeyTooLongError", self.name, f"PutObject {key[:64]!r}...", "KeyTooLongError")
-        obj = StoredObject(body, etag_of(body), self.now(), tagged)
+        obj = _BucketObject(body, etag_of(body), self.now(), tagged)
         if key not in self._objects:
             bisect.insort(self._sorted, raw)
         self._objects[key] = obj
@@ -314,4 +314,4 @@ def _decode_token(token: str) -> tuple[str, bytes]:
         raise S3RequestError(f"ListObjectsV2: invalid continuation token {token!r}") from exc
 
 
-__all__ = ["MemoryBucket", "StoredObject", "etag_of"]
+__all__ = ["MemoryBucket", "_BucketObject", "etag_of"]

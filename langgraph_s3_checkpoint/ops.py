@@ -20,7 +20,7 @@ from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import Layout, escape, invert_id, is_digest, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, collect, one
+from .plans import READ_BATCH, all_of, all_pages, chunks, collect_emitted, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -172,7 +172,7 @@ def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
 def all_thread_stats(layout: Layout) -> OpsPlan[None]:
     """Emit :class:`ThreadStats` for every thread."""
     ids: list[str] = []
-    yield from collect(thread_ids(layout), ids)
+    yield from collect_emitted(thread_ids(layout), ids)
     for thread_id in ids:
         stats = yield from thread_stats(layout, thread_id)
         # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".

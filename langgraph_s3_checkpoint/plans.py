@@ -76,7 +76,7 @@ def pages(
 def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
     """Every page of a listing known to be small enough to hold (one thread's, a namespace level)."""
     found: list[Page] = []
-    yield from collect(pages(prefix, delimiter=delimiter), found)
+    yield from collect_emitted(pages(prefix, delimiter=delimiter), found)
     return found
 
 
@@ -90,7 +90,7 @@ def deletes(keys: Sequence[str]) -> list[Request]:
     return [Delete(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
 
 
-def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
+def collect_emitted(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
     """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
     reply: Any = None
     while True:
@@ -105,7 +105,7 @@ def collect(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
             reply = yield step
 
 
-def each(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
+def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
     """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
 
     ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page

@@ -26,27 +26,27 @@ from .errors import (
 )
 from .fencing import HeadSeen, SaverMemory
 from .keys import Layout, escape, is_digest, unescape
-from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect, each, list_all, one, pages, three
+from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
 from .requests import (
     Emit,
     Get,
     ListKeys,
-    Obj,
     Page,
     Plan,
     Put,
     Request,
+    StoredObject,
 )
 
 
 @dataclass(frozen=True)
-class Target:
+class CheckpointAddress:
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None
 
 
-def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> Target:
+def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> CheckpointAddress:
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None:
@@ -61,7 +61,7 @@ def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = Fa
         )
     if not isinstance(ns, str) or (checkpoint_id is not None and not isinstance(checkpoint_id, str)):
         raise InvalidConfigError("checkpoint_ns and checkpoint_id must be strings")
-    return Target(str(thread_id), ns, checkpoint_id)
+    return CheckpointAddress(str(thread_id), ns, checkpoint_id)
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -75,7 +75,7 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
 
 
 @dataclass
-class _Limit:
+class _Budget:
     remaining: int | None
 
     @property
@@ -100,7 +100,7 @@ class _NsCursor:
     prefix: str
     start_after: str | None
     page_size: int
-    reuse: bool = True
+    use_cache: bool = True
     """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
     chain: Chain = field(default_factory=lambda: Chain(None, None))
     buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
@@ -129,7 +129,7 @@ class _NsCursor:
         self.exhausted = page.token is None or head_id is None
         if head_id is None:
             return
-        for read in page.reads(with_etags=self.reuse):
+        for read in page.reads(with_etags=self.use_cache):
             parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
             if parsed is None:
                 continue  # not ours (a folder marker, a foreign object)
@@ -234,7 +234,7 @@ class Reading(CoreState):
                 reads.append(Get(key))
         return reads
 
-    def _standing(self, thread_id: str, ns: str, record: Record, head: Obj | None) -> Plan[Standing]:
+    def _standing(self, thread_id: str, ns: str, record: Record, head: StoredObject | None) -> Plan[Standing]:
         """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
         if head is None:
             return Standing.PENDING
@@ -272,7 +272,7 @@ class Reading(CoreState):
             start_after, token = None, page.token
 
     def _follow_links(
-        self, chain: Chain, chunk: Sequence[tuple[str, Get]], objs: Sequence[Obj | None], record: Record
+        self, chain: Chain, chunk: Sequence[tuple[str, Get]], objs: Sequence[StoredObject | None], record: Record
     ) -> Standing | None:
         """Feed a batch of records (newest first, above ``record`` or ``record`` itself) to the chain; the
         standing of ``record`` once the chain has decided it, ``None`` while it has not."""
@@ -300,7 +300,7 @@ class Reading(CoreState):
             requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
             requests.extend(write_reads)
         requests.extend(extra)
-        # Heterogeneous: the replies of the blob and writes reads (Obj | None), then the extra's (ignored).
+        # Heterogeneous: the replies of the blob and writes reads (StoredObject | None), then the extra's (ignored).
         replies: Iterator[Any] = iter((yield requests) if requests else [])
         tuples = []
         for ns, record, write_reads in items:
@@ -341,7 +341,7 @@ class Reading(CoreState):
         limit: int | None = None,
     ) -> Plan[None]:
         """Stream matching tuples newest first within each thread (threads in key order)."""
-        budget = _Limit(limit)
+        budget = _Budget(limit)
         if budget.done:
             return
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
@@ -358,7 +358,7 @@ class Reading(CoreState):
                         return False
                 return True
 
-            yield from each(pages(root, delimiter="/"), threads)
+            yield from for_each_emitted(pages(root, delimiter="/"), threads)
             return
         t = parse_config(config)
         configurable = config.get("configurable") or {}
@@ -375,7 +375,7 @@ class Reading(CoreState):
         checkpoint_id: str,
         filter: dict[str, Any] | None,
         before_id: str | None,
-        budget: _Limit,
+        budget: _Budget,
     ) -> Plan[None]:
         """``list`` of a config naming a checkpoint: that checkpoint, in each namespace that has it."""
         if before_id is not None and checkpoint_id >= before_id:
@@ -406,7 +406,7 @@ class Reading(CoreState):
     def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)
         found: list[Page] = []
-        yield from collect(pages(root, delimiter="/"), found)
+        yield from collect_emitted(pages(root, delimiter="/"), found)
         names = []
         for page in found:
             for prefix in page.prefixes:
@@ -421,13 +421,13 @@ class Reading(CoreState):
         ns: str | None,
         filter: dict[str, Any] | None,
         before_id: str | None,
-        budget: _Limit,
-        reuse: bool | None = None,
+        budget: _Budget,
+        use_cache: bool | None = None,
         first_page: int | None = None,
     ) -> Plan[None]:
         """Stream a thread's committed tuples newest first.
 
-        ``reuse`` says whether the records read may be served from and kept in the read cache; by
+        ``use_cache`` says whether the records read may be served from and kept in the read cache; by
         default only bounded listings use it: a walk over a whole history is a scan, which would
         evict what is worth keeping and make the listing's memory grow with the history.
         ``first_page`` starts a walk that will probably stop early with a small page (pages double).
@@ -440,7 +440,7 @@ class Reading(CoreState):
                 prefix=self.layout.records(thread_id, name),
                 start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
                 page_size=page_size,
-                reuse=budget.remaining is not None if reuse is None else reuse,
+                use_cache=budget.remaining is not None if use_cache is None else use_cache,
             )
             for name in namespaces
         ]
@@ -465,7 +465,7 @@ class Reading(CoreState):
         # Heterogeneous: per cursor, the head's reply, the first page and (with before_id) the bound's.
         replies: Iterator[Any] = iter((yield first))
         for c in cursors:
-            head: Obj | None = next(replies)
+            head: StoredObject | None = next(replies)
             page: Page = next(replies)
             head_id, head_previous = (
                 self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
@@ -474,7 +474,7 @@ class Reading(CoreState):
             )
             c.chain = Chain.from_head(head_id, head_previous)
             if before_id:
-                bound: Obj | None = next(replies)
+                bound: StoredObject | None = next(replies)
                 if not (yield from self._continue_below(thread_id, c, head, bound)):
                     # The bound is not a record on this namespace's chain (another namespace's id, a
                     # detached, deleted or never committed checkpoint): walk the chain from the head.
@@ -482,7 +482,9 @@ class Reading(CoreState):
                     continue
             c.accept(page)
 
-    def _continue_below(self, thread_id: str, cursor: _NsCursor, head: Obj | None, bound: Obj | None) -> Plan[bool]:
+    def _continue_below(
+        self, thread_id: str, cursor: _NsCursor, head: StoredObject | None, bound: StoredObject | None
+    ) -> Plan[bool]:
         """Whether a listing paged with ``before`` can continue the chain right below the bound's record
         (it is committed on this namespace's chain, so its ``previous_head`` is the next link); if so,
         the cursor's chain resumes there."""
@@ -500,7 +502,7 @@ class Reading(CoreState):
         cursors: builtins.list[_NsCursor],
         filter: dict[str, Any] | None,
         before_id: str | None,
-        budget: _Limit,
+        budget: _Budget,
     ) -> Plan[None]:
         """Emit the tuples the opened cursors show, newest first across namespaces, a batch at a time."""
         while not budget.done:
@@ -525,7 +527,7 @@ class Reading(CoreState):
     def _shown(
         self,
         batch: Sequence[tuple[_NsCursor, Get, builtins.list[Get]]],
-        objs: Sequence[Obj | None],
+        objs: Sequence[StoredObject | None],
         filter: dict[str, Any] | None,
         before_id: str | None,
     ) -> builtins.list[tuple[_NsCursor, Record, builtins.list[Get]]]:
@@ -545,7 +547,7 @@ class Reading(CoreState):
         return chosen
 
     def _next_batch(
-        self, cursors: builtins.list[_NsCursor], budget: _Limit, filter: dict[str, Any] | None
+        self, cursors: builtins.list[_NsCursor], budget: _Budget, filter: dict[str, Any] | None
     ) -> Plan[builtins.list[tuple[_NsCursor, Get, builtins.list[Get]]]]:
         """Up to READ_BATCH complete records (record and writes reads), merged newest first across namespaces."""
         want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
@@ -597,12 +599,12 @@ class Reading(CoreState):
             t.thread_id,
             t.checkpoint_ns,
             None,
-            _after(t.checkpoint_id),
-            _Limit(None),
-            reuse=True,
+            _bound_including(t.checkpoint_id),
+            _Budget(None),
+            use_cache=True,
             first_page=100,
         )
-        yield from each(ancestors, visit)
+        yield from for_each_emitted(ancestors, visit)
 
 
 @dataclass
@@ -657,7 +659,7 @@ def _records_between(prefix: str, page: Page, oldest: str, newest: str) -> list[
     return reads
 
 
-def _first_page_size(budget: _Limit, filter: dict[str, Any] | None, first_page: int | None) -> int:
+def _first_page_size(budget: _Budget, filter: dict[str, Any] | None, first_page: int | None) -> int:
     """Keys of a listing's first page. Records and their writes share one listing, so a bounded listing
     asks for a generous page (one LIST for a small ``limit``); a scan (no limit, or a filter) takes full
     pages, so that its peak memory is the same at any history length."""
@@ -668,12 +670,12 @@ def _first_page_size(budget: _Limit, filter: dict[str, Any] | None, first_page: 
     return min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
 
 
-def _seen(head: Obj, record: Record) -> HeadSeen:
+def _seen(head: StoredObject, record: Record) -> HeadSeen:
     run_id = record.metadata.get("run_id")
     return HeadSeen(head.etag, dict(record.blobs), None if run_id is None else str(run_id))
 
 
-def _after(checkpoint_id: str) -> str:
+def _bound_including(checkpoint_id: str) -> str:
     """A ``before`` bound that includes ``checkpoint_id`` itself (the smallest id greater than it)."""
     return checkpoint_id + "\x00"
 

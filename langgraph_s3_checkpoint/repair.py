@@ -43,7 +43,7 @@ from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, one
-from .requests import PRECONDITION_FAILED, Get, Obj, Page, Plan, Put
+from .requests import PRECONDITION_FAILED, Get, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -208,7 +208,7 @@ class _Damage:
     """The checkpoint id a damaged head still names, if that much of it is readable."""
 
 
-def _diagnose_head(codec: Codec, name: str, head_key: str, head: Obj | None) -> NamespaceRepair | _Damage:
+def _diagnose_head(codec: Codec, name: str, head_key: str, head: StoredObject | None) -> NamespaceRepair | _Damage:
     """What is wrong with a head: nothing (a readable head, or an undecryptable one, which is not damage:
     the report that it stays as it is) or the damage to repair."""
     if head is None:
@@ -245,16 +245,16 @@ class _Survey:
 
     damaged: list[str] = field(default_factory=list)
     """Keys of the damaged records met."""
-    seen: list[tuple[Record, Obj]] = field(default_factory=list)
+    seen: list[tuple[Record, StoredObject]] = field(default_factory=list)
     """The intact records read before the one that settled it, newest first."""
     named: dict[str, list[str]] = field(default_factory=dict)
     """Checkpoint ids named as ``previous_head``, with the records that name them."""
-    known: tuple[Record, Obj] | None = None
+    known: tuple[Record, StoredObject] | None = None
     """The record the damaged head still names (rule 1)."""
-    anchor: tuple[Record, Obj] | None = None
+    anchor: tuple[Record, StoredObject] | None = None
     """X, the newest record that a newer record names as its ``previous_head`` (rule 2)."""
 
-    def take(self, codec: Codec, key: str, checkpoint_id: str, obj: Obj, known_id: str | None) -> bool:
+    def take(self, codec: Codec, key: str, checkpoint_id: str, obj: StoredObject, known_id: str | None) -> bool:
         """Take one record; True once it settles the choice (it is the head's, or X)."""
         try:
             record = codec.decode_record(key, obj.body)
@@ -286,7 +286,7 @@ def _survey(codec: Codec, records: list[tuple[str, str]], known_id: str | None) 
     return survey
 
 
-def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, Obj], str] | None:
+def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, StoredObject], str] | None:
     """The record to make the head, and why, by the rules of the module docs; ``None``: no intact record."""
     if survey.known is not None:
         return survey.known, f"{damage.what}, but it still names checkpoint {damage.known_id!r}, whose record is intact"
@@ -303,8 +303,8 @@ def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, Obj], 
 
 
 def _choose_from_anchor(
-    anchor: tuple[Record, Obj], seen: list[tuple[Record, Obj]], damage: str
-) -> tuple[tuple[Record, Obj], str]:
+    anchor: tuple[Record, StoredObject], seen: list[tuple[Record, StoredObject]], damage: str
+) -> tuple[tuple[Record, StoredObject], str]:
     """Rule 2: X (``anchor``) was a head once; the one record that continues it, or else X itself."""
     x_id = anchor[0].checkpoint["id"]
     continuing = [(r, o) for r, o in seen if r.previous_head == x_id and not r.detached]
@@ -325,7 +325,9 @@ def _choose_from_anchor(
     return anchor, reason
 
 
-def _write_head(head_key: str, head: Obj | None, chosen: Obj, planned: NamespaceRepair) -> Plan[NamespaceRepair]:
+def _write_head(
+    head_key: str, head: StoredObject | None, chosen: StoredObject, planned: NamespaceRepair
+) -> Plan[NamespaceRepair]:
     """The fix: write the chosen record as the head, conditionally (``If-Match`` on the damaged head,
     ``If-None-Match: *`` when it is missing), so that a writer committing meanwhile wins."""
     put = (

@@ -5,8 +5,8 @@ list of requests that may run in parallel; the shell sends back the list of repl
 A plan may also yield :class:`Emit` to hand one result to the caller (used by ``list``, which streams).
 Nothing here performs I/O.
 
-Each request type states the type of its reply: :class:`Get` is a ``Request[Obj | None]``, a
-:class:`Put` a ``Request[Stored | PreconditionFailed]``, and so on. The parameter exists only for the
+Each request type states the type of its reply: :class:`Get` is a ``Request[StoredObject | None]``, a
+:class:`Put` a ``Request[Written | PreconditionFailed]``, and so on. The parameter exists only for the
 type checker; :func:`.plans.one`, :func:`.plans.both`, :func:`.plans.three` and :func:`.plans.all_of` carry it
 to the replies. A bare ``Request`` (a shell's view) is one whose reply type is not known.
 """
@@ -30,7 +30,7 @@ class Request(Generic[R_co]):
 
 
 @dataclass(frozen=True)
-class Get(Request["Obj | None"]):
+class Get(Request["StoredObject | None"]):
     key: str
     etag: str | None = None
     """The ETag a listing just showed for ``key``: the store may answer from its cache of bodies
@@ -38,7 +38,7 @@ class Get(Request["Obj | None"]):
 
 
 @dataclass(frozen=True)
-class Put(Request["Stored | PreconditionFailed"]):
+class Put(Request["Written | PreconditionFailed"]):
     key: str
     body: bytes = field(repr=False)
     if_none_match: bool = False
@@ -100,7 +100,7 @@ class EnsureExpiryRule(Request[None]):
 
 
 @dataclass(frozen=True)
-class Obj:
+class StoredObject:
     """Reply to :class:`Get` when the object exists (a missing object replies ``None``)."""
 
     body: bytes = field(repr=False)
@@ -109,7 +109,7 @@ class Obj:
 
 
 @dataclass(frozen=True)
-class Stored:
+class Written:
     """Reply to a successful :class:`Put`."""
 
     etag: str

@@ -47,12 +47,12 @@ from .requests import (
     EnsureExpiryRule,
     Get,
     ListKeys,
-    Obj,
     Page,
     Plan,
     Put,
     Request,
-    Stored,
+    StoredObject,
+    Written,
     condition_failed,
 )
 from .transport import DirectTransport, list_arguments, put_arguments
@@ -74,11 +74,11 @@ class BodyCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, Obj] = OrderedDict()
+        self._entries: OrderedDict[str, StoredObject] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: str, etag: str) -> Obj | None:
+    def get(self, key: str, etag: str) -> StoredObject | None:
         with self._lock:
             obj = self._entries.get(key)
             if obj is None or not same_etag(obj.etag, etag):
@@ -86,12 +86,12 @@ class BodyCache:
             self._entries.move_to_end(key)
             return obj
 
-    def offer(self, key: str, listed_etag: str, obj: Obj) -> None:
+    def offer(self, key: str, listed_etag: str, obj: StoredObject) -> None:
         """Keep ``obj`` if it is still the version the listing showed."""
         if same_etag(obj.etag, listed_etag):
             self.put(key, obj)
 
-    def put(self, key: str, obj: Obj) -> None:
+    def put(self, key: str, obj: StoredObject) -> None:
         size = len(obj.body)
         if size > self.max_bytes // 8:
             return  # one large object must not flush the cache
@@ -288,7 +288,7 @@ class BucketIO:
             raise TypeError(f"unknown request {request!r}")
         return handler(self, request)
 
-    def _get(self, request: Get) -> Obj | None:
+    def _get(self, request: Get) -> StoredObject | None:
         try:
             reply = self.client.get_object(Bucket=self.bucket, Key=request.key, **self.get_args)
         except ClientError as exc:
@@ -297,7 +297,7 @@ class BucketIO:
             raise
         if "ETag" not in reply:
             raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
-        return Obj(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
+        return StoredObject(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
 
     def _put(self, request: Put) -> Any:
         kwargs = put_arguments(request, self.put_args, self.expiry_tag)
@@ -310,7 +310,7 @@ class BucketIO:
             raise
         if "ETag" not in reply:
             raise self.not_s3(_reply_answer(reply, f"an ETag to PutObject {request.key!r}"))
-        return Stored(reply["ETag"])
+        return Written(reply["ETag"])
 
     def _list(self, request: ListKeys) -> Page:
         reply = self.client.list_objects_v2(Bucket=self.bucket, **list_arguments(request))

@@ -64,14 +64,14 @@ from .requests import (
     DeleteIfMatch,
     Get,
     ListKeys,
-    Obj,
     Page,
     Plan,
     PreconditionFailed,
     Put,
     Request,
+    StoredObject,
+    Written,
 )
-from .requests import Stored as Written
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
 from .shell import same_etag
 
@@ -270,7 +270,7 @@ class StoreCodec:
         frame["expires"] = (now + timedelta(minutes=float(frame["ttl"]))).timestamp()
         return self.codec._frame(frame)
 
-    def decode_item(self, key: str, obj: Obj) -> Stored:
+    def decode_item(self, key: str, obj: StoredObject) -> Stored:
         frame = self.codec._unframe(key, obj.body)
         try:
             item = Item(
@@ -287,7 +287,7 @@ class StoreCodec:
     def encode_shard(self, entries: dict[str, list[Any]]) -> bytes:
         return self.codec._frame({"entries": entries})
 
-    def decode_shard(self, key: str, obj: Obj) -> dict[str, list[Any]]:
+    def decode_shard(self, key: str, obj: StoredObject) -> dict[str, list[Any]]:
         frame = self.codec._unframe(key, obj.body)
         try:
             return dict(frame["entries"])
@@ -297,7 +297,7 @@ class StoreCodec:
     def encode_name(self, value: str) -> bytes:
         return self.codec._frame({"name": value})
 
-    def decode_name(self, key: str, obj: Obj) -> str:
+    def decode_name(self, key: str, obj: StoredObject) -> str:
         frame = self.codec._unframe(key, obj.body)
         try:
             return str(frame["name"])

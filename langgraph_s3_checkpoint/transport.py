@@ -43,7 +43,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 import urllib3
 
 from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
-from .requests import PRECONDITION_FAILED, Get, ListKeys, Obj, Page, Put, Stored, condition_failed
+from .requests import PRECONDITION_FAILED, Get, ListKeys, Page, Put, StoredObject, Written, condition_failed
 
 _RETRY_STATUS = {500, 502, 503, 504}
 _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
@@ -246,14 +246,14 @@ class DirectTransport:
         query.update({"list-type": "2", "encoding-type": "url"})
         return self._list_reply((yield from self._attempts("GET", None, query, b"", {})))
 
-    def _get_reply(self, answer: Response) -> Obj | None:
+    def _get_reply(self, answer: Response) -> StoredObject | None:
         status, headers, body = answer
         if status == 404:
             return None
         if "etag" not in headers:
             raise self._not_s3(status, headers, body)
         modified = headers.get("last-modified")
-        return Obj(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
+        return StoredObject(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
 
     def _put_reply(self, request: Put, answer: Response) -> Any:
         status, reply, _ = answer
@@ -261,7 +261,7 @@ class DirectTransport:
             return PRECONDITION_FAILED
         if "etag" not in reply:
             raise self._not_s3(status, reply, b"")
-        return Stored(reply["etag"])
+        return Written(reply["etag"])
 
     def _list_reply(self, answer: Response) -> Page:
         status, headers, body = answer

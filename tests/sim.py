@@ -42,11 +42,11 @@ from langgraph_s3_checkpoint.requests import (
     Emit,
     Get,
     ListKeys,
-    Obj,
     Page,
     Put,
     Request,
-    Stored,
+    StoredObject,
+    Written,
 )
 
 BUCKET = "sim"
@@ -752,7 +752,7 @@ class World:
             self.oracle.put_writes(config, writes, task, "")
             return
         # Partly done: exactly the writes whose PUT landed count.
-        landed = [r for r, reply in op.applied if isinstance(r, Put) and isinstance(reply, Stored)]
+        landed = [r for r, reply in op.applied if isinstance(r, Put) and isinstance(reply, Written)]
         if len(op.batches[0]) == 1 and landed:
             self.oracle.put_writes(config, writes, task, "")
         elif len(op.batches[0]) > 1:
@@ -808,7 +808,7 @@ class World:
 def put_committed(op: Op, spec: PutSpec) -> bool:
     """Whether the log shows this put's commit: its head PUT landed, or its detached record PUT did."""
     for request, reply in op.applied:
-        if not isinstance(request, Put) or not isinstance(reply, Stored):
+        if not isinstance(request, Put) or not isinstance(reply, Written):
             continue
         if request.key.endswith("/head"):
             frame = op.saver._core.codec._unframe(request.key, request.body)
@@ -898,11 +898,11 @@ __all__ = [
     "PRECONDITION_FAILED",
     "Crash",
     "Lost",
-    "Obj",
     "Op",
     "Oracle",
     "Page",
     "PutSpec",
+    "StoredObject",
     "Transient",
     "World",
     "cfg",

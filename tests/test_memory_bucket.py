@@ -34,10 +34,10 @@ from langgraph_s3_checkpoint.requests import (
     EnsureExpiryRule,
     Get,
     ListKeys,
-    Obj,
     Page,
     Put,
-    Stored,
+    StoredObject,
+    Written,
 )
 
 
@@ -68,19 +68,19 @@ def test_etag_is_quoted_md5_and_shared_by_identical_bodies() -> None:
     b = MemoryBucket()
     first = _put(b, "a", b"same")
     second = _put(b, "b", b"same")
-    assert first == second == Stored('"' + hashlib.md5(b"same").hexdigest() + '"')
+    assert first == second == Written('"' + hashlib.md5(b"same").hexdigest() + '"')
     obj = b.execute(Get("a"))
-    assert isinstance(obj, Obj) and obj.body == b"same" and obj.etag == first.etag
+    assert isinstance(obj, StoredObject) and obj.body == b"same" and obj.etag == first.etag
     assert b.execute(Get("missing")) is None
 
 
 def test_conditional_put() -> None:
     b = MemoryBucket()
     stored = _put(b, "k", b"1", if_none_match=True)
-    assert isinstance(stored, Stored)
+    assert isinstance(stored, Written)
     assert _put(b, "k", b"2", if_none_match=True) is PRECONDITION_FAILED
     assert _put(b, "k", b"2", if_match='"00000000000000000000000000000000"') is PRECONDITION_FAILED
-    assert isinstance(_put(b, "k", b"2", if_match=stored.etag), Stored)
+    assert isinstance(_put(b, "k", b"2", if_match=stored.etag), Written)
     assert isinstance(_put(b, "k", b"3", if_match=stored.etag.strip('"')), PRECONDITION_FAILED.__class__)
     assert b.execute(Get("k")).body == b"2"
 
@@ -201,9 +201,9 @@ def _etag_placeholders(request: Any) -> Any:
 def _normal(execute: Any, request: Any) -> Any:
     """A reply in comparable form; a listing is followed to its end (tokens are opaque)."""
     reply = execute(request)
-    if isinstance(reply, Obj):
+    if isinstance(reply, StoredObject):
         return ("obj", reply.body, reply.etag.strip('"'))
-    if isinstance(reply, Stored):
+    if isinstance(reply, Written):
         return ("stored", reply.etag.strip('"'))
     if isinstance(reply, Page):
         pages = [(reply.keys, reply.prefixes, [e.strip('"') for e in reply.etags])]

@@ -256,9 +256,7 @@ async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: Age
         )
 
     await _eventually(slow_run_gone, "the rolled-back run's index entries to disappear")
-    records = [
-        k for k in agent_server.thread_keys(tid) if k.startswith(layout.records(tid, "")) and is_record_key(k)
-    ]
+    records = [k for k in agent_server.thread_keys(tid) if k.startswith(layout.records(tid, "")) and is_record_key(k)]
     assert records
     for key in records:
         body = agent_server.client.get_object(Bucket=SERVER_BUCKET, Key=key)["Body"].read()
@@ -304,9 +302,7 @@ async def test_store_through_the_sdk_and_a_graph_node(agent_server: AgentServer,
     user = f"user-{os.urandom(3).hex()}"
     first = await sdk.runs.wait((await sdk.threads.create())["thread_id"], "memory", input={"user": user, "fact": "a"})
     assert first["recalled"] == []
-    second = await sdk.runs.wait(
-        (await sdk.threads.create())["thread_id"], "memory", input={"user": user, "fact": "b"}
-    )
+    second = await sdk.runs.wait((await sdk.threads.create())["thread_id"], "memory", input={"user": user, "fact": "b"})
     assert second["recalled"] == ["a"]
     memories = await sdk.store.search_items(["memories", user])
     assert sorted((i["key"], i["value"]["fact"]) for i in memories["items"]) == [("fact-0", "a"), ("fact-1", "b")]
