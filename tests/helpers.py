@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
+import operator
 import os
+import socket
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -113,3 +117,49 @@ def checkpoint_id_of(key: str) -> str:
 
     parts = key.split("/")
     return revert_id(parts[parts.index("c") + 1])
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers; yields its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+class GrowingState(TypedDict):
+    n: int
+    log: Annotated[list[str], operator.add]
+
+
+def growing_graph(saver: Any) -> Any:
+    """Five supersteps whose log grows by 2 KB each: it is stored as its own object after a few steps."""
+    from langgraph.graph import END, START, StateGraph
+
+    def step(state: GrowingState) -> dict[str, Any]:
+        return {"n": state["n"] + 1, "log": [f"step {state['n']} " + "x" * 2000]}
+
+    builder = StateGraph(GrowingState)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    return builder.compile(checkpointer=saver)

@@ -11,16 +11,14 @@ clients the transport cannot imitate.
 from __future__ import annotations
 
 import contextlib
-import operator
 from collections import Counter
 from collections.abc import Iterator
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg, client_options
+from helpers import cfg, client_options, growing_graph
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import (
     AsyncS3Saver,
@@ -37,23 +35,6 @@ SSE_KEY = "0123456789abcdef0123456789abcdef"
 BUCKET = "lgs3-test"
 
 
-class State(TypedDict):
-    n: int
-    log: Annotated[list[str], operator.add]
-
-
-def _graph(saver: Any) -> Any:
-    def step(state: State) -> dict[str, Any]:
-        # Large enough that the log is stored as its own object after a few steps.
-        return {"n": state["n"] + 1, "log": [f"step {state['n']} " + "x" * 2000]}
-
-    builder = StateGraph(State)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    builder.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
-    return builder.compile(checkpointer=saver)
-
-
 def _keys(server: LocalS3Server, bucket: str, prefix: str) -> list[str]:
     client = server.client()
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
@@ -66,7 +47,7 @@ def test_graph_state_and_history_match_the_boto3_transport(s3_server: LocalS3Ser
         with contextlib.closing(
             S3Saver(bucket=bucket, prefix=f"{prefix}/{transport}", client=s3_server.client(), transport=transport)
         ) as saver:
-            graph = _graph(saver)
+            graph = growing_graph(saver)
             config = {"configurable": {"thread_id": "t"}}
             graph.invoke({"n": 0, "log": []}, config, durability="sync")
             history = [s.values for s in graph.get_state_history(config)]
@@ -87,7 +68,7 @@ async def test_async_saver_with_the_direct_transport(s3_server: LocalS3Server, b
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
     assert saver.bucket_io.native is not None  # GET, PUT and LIST go out from the event loop
     try:
-        graph = _graph(saver)
+        graph = growing_graph(saver)
         config = {"configurable": {"thread_id": "async"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config)
         assert result["n"] == 5
@@ -131,7 +112,7 @@ def test_request_counts_equal_the_boto3_transport(
         with contextlib.closing(
             S3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         ) as saver:
-            graph = _graph(saver)
+            graph = growing_graph(saver)
             config = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
@@ -154,7 +135,7 @@ def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, bucket:
     with contextlib.closing(
         S3Saver(bucket=bucket, prefix=prefix, client=seaweedfs_server.client(), transport="direct", **options)
     ) as saver:
-        graph = _graph(saver)
+        graph = growing_graph(saver)
         config = {"configurable": {"thread_id": "sse"}}
         graph.invoke({"n": 0, "log": []}, config)
         assert graph.get_state(config).values["n"] == 5

@@ -13,7 +13,6 @@ import http.server
 import json
 import operator
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import cfg
+from helpers import cfg, silent_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -258,28 +257,8 @@ def test_foreign_keys_under_the_prefix_are_skipped(s3_server: LocalS3Server, buc
 @pytest.fixture
 def silent_endpoint() -> Iterator[str]:
     """A TCP server that accepts connections and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(listener.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        listener.close()
+    with silent_server() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 _SILENT_OPTIONS = "read_timeout=0.5&connect_timeout=0.5&max_attempts=2"

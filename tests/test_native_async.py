@@ -14,22 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
-import operator
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg, client_options
+from helpers import cfg, client_options, growing_graph, silent_server
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import (
     AsyncS3Saver,
@@ -48,22 +45,6 @@ from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Get, ListKeys,
 from langgraph_s3_checkpoint.transport import DirectTransport
 
 BUCKET = "lgs3-test"
-
-
-class State(TypedDict):
-    n: int
-    log: Annotated[list[str], operator.add]
-
-
-def _graph(saver: Any) -> Any:
-    def step(state: State) -> dict[str, Any]:
-        return {"n": state["n"] + 1, "log": [f"step {state['n']} " + "x" * 2000]}
-
-    builder = StateGraph(State)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    builder.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
-    return builder.compile(checkpointer=saver)
 
 
 def _native(saver: AsyncS3Saver) -> NativeTransport:
@@ -85,7 +66,7 @@ async def test_requests_go_out_on_the_event_loop(
     _no_urllib3(monkeypatch)
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
     try:
-        graph = _graph(saver)
+        graph = growing_graph(saver)
         config = {"configurable": {"thread_id": "native"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config, durability="sync")
         assert result["n"] == 5
@@ -110,7 +91,7 @@ async def test_memory_bucket_ignores_the_transport() -> None:
     saver = AsyncS3Saver(bucket="memory", client=MemoryBucket(), transport="direct")
     try:
         assert saver.bucket_io.native is None
-        result = await _graph(saver).ainvoke({"n": 0, "log": []}, {"configurable": {"thread_id": "m"}})
+        result = await growing_graph(saver).ainvoke({"n": 0, "log": []}, {"configurable": {"thread_id": "m"}})
         assert result["n"] == 5
     finally:
         saver.close()
@@ -132,7 +113,7 @@ async def test_request_counts_equal_the_boto3_transport(
     for transport in ("boto3", "direct"):
         saver = AsyncS3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         try:
-            graph = _graph(saver)
+            graph = growing_graph(saver)
             config = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
@@ -180,33 +161,6 @@ async def test_replies_404_and_412(s3_server: LocalS3Server, bucket: str, prefix
         other.close()
 
 
-@contextlib.contextmanager
-def _silent_server() -> Iterator[int]:
-    """Accepts connections and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(listener.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        listener.close()
-
-
 def _client(endpoint: str, **kwargs: Any) -> Any:
     return make_client(
         endpoint_url=endpoint,
@@ -218,7 +172,7 @@ def _client(endpoint: str, **kwargs: Any) -> Any:
 
 
 async def test_a_silent_server_fails_within_the_timeouts() -> None:
-    with _silent_server() as port:
+    with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=0.5, max_attempts=2)
         saver = AsyncS3Saver(bucket="b", client=client, transport="direct")
         try:
@@ -231,7 +185,7 @@ async def test_a_silent_server_fails_within_the_timeouts() -> None:
 
 
 async def test_the_operation_deadline_abandons_native_requests() -> None:
-    with _silent_server() as port:
+    with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=30)
         saver = AsyncS3Saver(bucket="b", client=client, transport="direct", operation_timeout=0.5)
         try:
@@ -454,7 +408,7 @@ def test_uvloop(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
 
         async def run() -> int:
             assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
-            result = await _graph(saver).ainvoke({"n": 0, "log": []}, {"configurable": {"thread_id": "uv"}})
+            result = await growing_graph(saver).ainvoke({"n": 0, "log": []}, {"configurable": {"thread_id": "uv"}})
             return int(result["n"])
 
         assert uvloop.run(run()) == 5
