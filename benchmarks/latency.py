@@ -58,6 +58,7 @@ LABELS = {
     "ours-async": "AsyncS3Saver, default (boto3 on a thread pool)",
     "ours-async-direct": 'AsyncS3Saver, `transport="direct"`',
     "inmemory-async": "InMemorySaver (LangGraph's own cost, no I/O)",
+    "inmemory": "InMemorySaver (LangGraph alone, no I/O)",
 }
 
 
@@ -121,7 +122,7 @@ def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
             counter.attach_direct(saver.bucket_io.direct)
         saver.setup()
         return saver
-    if name == "inmemory-async":
+    if name in ("inmemory", "inmemory-async"):
         from langgraph.checkpoint.memory import InMemorySaver
 
         return InMemorySaver()
@@ -176,16 +177,17 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         for n in (short, long):
             counter.reset()
             config = {"configurable": {"thread_id": f"r{r}-{n}-{uuid.uuid4().hex[:6]}"}}
-            c0, t0 = time.process_time(), time.perf_counter()
+            (s0, p0), c0, t0 = others_cpu_ms(spec), time.process_time(), time.perf_counter()
             out = graphs[n].invoke({"step": 0, "data": ""}, config, durability="sync")
-            t1, c1 = time.perf_counter(), time.process_time()
+            t1, c1, (s1, p1) = time.perf_counter(), time.process_time(), others_cpu_ms(spec)
             assert out["step"] == n, out
             snap = counter.snapshot()
             counts = {k: float(v) for k, v in snap.items()}
-            runs[n].append({"ms": (t1 - t0) * 1000, "cpu_ms": (c1 - c0) * 1000, **counts})
+            cpu = {"cpu_ms": (c1 - c0) * 1000, "server_cpu_ms": s1 - s0, "proxy_cpu_ms": p1 - p0}
+            runs[n].append({"ms": (t1 - t0) * 1000, **cpu, **counts})
     steps = long - short
     result: dict[str, Any] = {}
-    for key in ("ms", "cpu_ms", "total", "waves", "PUT", "GET", "LIST", "HEAD"):
+    for key in ("ms", "cpu_ms", "server_cpu_ms", "proxy_cpu_ms", "total", "waves", "PUT", "GET", "LIST", "HEAD"):
         result[key] = (
             statistics.median(x[key] for x in runs[long]) - statistics.median(x[key] for x in runs[short])
         ) / steps
@@ -223,21 +225,48 @@ async def throughput(saver: Any, counter: Any, spec: dict[str, Any]) -> dict[str
     sequential_rate = sequential * steps / (time.perf_counter() - t0)
     counter.reset()
     puts = 0
-    busy0, c0, t0 = machine_busy(), time.process_time(), time.perf_counter()
+    (s0, p0), busy0, c0, t0 = others_cpu_ms(spec), machine_busy(), time.process_time(), time.perf_counter()
     await asyncio.gather(*(one(f"par-{i}-{uuid.uuid4().hex[:6]}") for i in range(threads)))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    busy1 = machine_busy()
+    busy1, (s1, p1) = machine_busy(), others_cpu_ms(spec)
     if hasattr(saver, "close"):
         saver.close()
+    per_checkpoint = {
+        "cpu_ms_per_checkpoint": cpu * 1000 / puts,
+        "server_cpu_ms_per_checkpoint": (s1 - s0) / puts,
+        "proxy_cpu_ms_per_checkpoint": (p1 - p0) / puts,
+    }
+    # What the cores allow: every checkpoint needs this much CPU of the client, the server and the proxy
+    # together, and there are os.cpu_count() cores' worth of it per second.
+    bound_steps_per_s = (os.cpu_count() or 1) * 1000 / sum(per_checkpoint.values()) * puts / (threads * steps)
     return {
         "sequential_steps_per_s": sequential_rate,
         "concurrent_steps_per_s": threads * steps / wall,
         "speedup": threads * steps / wall / sequential_rate,
-        "cpu_ms_per_checkpoint": cpu * 1000 / puts,
+        "bound_speedup": bound_steps_per_s / sequential_rate,
+        **per_checkpoint,
         "checkpoints": puts,
         "machine_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
         "requests": counter.snapshot()["total"],
     }
+
+
+def task_cpu_ms(pid: int | None) -> float:
+    """CPU time of every thread of process ``pid`` so far (``/proc/<pid>/task/*/schedstat``, ns), in ms."""
+    if pid is None:
+        return 0.0
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            continue
+    return total / 1e6
+
+
+def others_cpu_ms(spec: dict[str, Any]) -> tuple[float, float]:
+    """CPU so far of the S3 server and of the process running the proxy (the benchmark's parent)."""
+    return task_cpu_ms(spec.get("server_pid")), task_cpu_ms(spec.get("proxy_pid"))
 
 
 def machine_busy() -> tuple[int, int]:
@@ -389,6 +418,8 @@ def main() -> None:
                             "short": args.short,
                             "long": args.long,
                             "s3": s3_of(target, proxy.url),
+                            "server_pid": server.pid if target is server else None,
+                            "proxy_pid": os.getpid(),
                         }
                         try:
                             row, why = run_child(python, spec, tmp, args.timeout)
@@ -404,6 +435,14 @@ def main() -> None:
                             f"{row['waves']:.2f} waves, cpu {row['cpu_ms']:.2f} ms",
                             flush=True,
                         )
+            row, why = run_child(
+                sys.executable, {"saver": "inmemory", "repeats": args.repeats, "short": args.short, "long": args.long},
+                tmp, args.timeout,
+            )  # fmt: skip
+            if row is None:
+                results["failures"]["inmemory"] = why
+            else:
+                results["langgraph"] = row
             if "postgres" in chosen:
                 from run import Postgres
 
@@ -431,6 +470,8 @@ def main() -> None:
                         "thread_steps": args.thread_steps,
                         "sequential_threads": args.sequential_threads,
                         "s3": s3_of(server, proxy.url),
+                        "server_pid": server.pid,
+                        "proxy_pid": os.getpid(),
                     }
                     row, why = run_child(sys.executable, spec, tmp, args.timeout)
                     if row is None:

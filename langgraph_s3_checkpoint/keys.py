@@ -29,6 +29,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
 from __future__ import annotations
 
 import hashlib
+import re
 import string
 from dataclasses import dataclass
 
@@ -39,6 +40,10 @@ RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
 
 _KEEP = frozenset((string.ascii_letters + string.digits + "-_").encode())
+_ESCAPED = tuple(chr(b) if b in _KEEP else f"%{b:02X}" for b in range(256))
+"""Each byte's form in a segment: itself when kept, else ``%XX``."""
+_VERBATIM = re.compile(r"[A-Za-z0-9_-]+")
+"""A value made only of kept characters is its own segment (the common case: uuids, task ids)."""
 _EMPTY = "~"
 _DIGEST = "~"
 
@@ -48,7 +53,7 @@ def escape(value: str) -> str:
     if value == "":
         return _EMPTY
     raw = value.encode("utf-8", "surrogatepass")
-    seg = "".join(chr(b) if b in _KEEP else f"%{b:02X}" for b in raw)
+    seg = value if _VERBATIM.fullmatch(value) else "".join(map(_ESCAPED.__getitem__, raw))
     if len(seg) > MAX_SEGMENT:
         return _DIGEST + hashlib.sha256(raw).hexdigest()
     return seg
@@ -92,8 +97,7 @@ def invert_id(checkpoint_id: str) -> str:
     Each UTF-8 byte b becomes the two hex digits of 255 - b, and ``~`` (above every hex digit) ends the
     segment, so an id that is a prefix of another sorts after it, as a shorter string sorts before.
     """
-    raw = checkpoint_id.encode("utf-8", "surrogatepass")
-    return "".join(f"{255 - b:02x}" for b in raw) + "~"
+    return checkpoint_id.encode("utf-8", "surrogatepass").translate(_COMPLEMENT).hex() + "~"
 
 
 def revert_id(segment: str) -> str:
@@ -101,11 +105,12 @@ def revert_id(segment: str) -> str:
     hexpart = segment[:-1]
     if not segment.endswith("~") or not hexpart or len(hexpart) % 2 or hexpart.strip(_LOWER_HEX):
         raise ValueError(f"{segment!r} is not an inverted checkpoint id")
-    raw = bytes(255 - int(hexpart[i : i + 2], 16) for i in range(0, len(hexpart), 2))
-    return raw.decode("utf-8", "surrogatepass")
+    return bytes.fromhex(hexpart).translate(_COMPLEMENT).decode("utf-8", "surrogatepass")
 
 
 _LOWER_HEX = "0123456789abcdef"
+_COMPLEMENT = bytes(255 - b for b in range(256))
+"""Maps each byte b to 255 - b."""
 
 
 @dataclass(frozen=True)

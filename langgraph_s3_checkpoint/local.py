@@ -83,6 +83,11 @@ class LocalS3Server:
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _session: boto3.session.Session | None = field(default=None, init=False, repr=False)
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (SeaweedFS), or ``None`` when it runs inside this process (moto)."""
+        return self._process.pid if self._process is not None else None
+
     def client(self, **config_kwargs: Any) -> Any:
         """Return a boto3 S3 client for this server.
 

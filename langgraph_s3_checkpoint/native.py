@@ -2,7 +2,7 @@
 
 :class:`NativeTransport` drives the same conversation as the sync sender (:meth:`DirectTransport.exchanges`:
 the signing, header mapping, reading of replies, error mapping and retry policy all live there) and only
-sends differently: HTTP/1.1 over ``asyncio`` connections, parsed by ``h11``, and ``asyncio.sleep`` between
+sends differently: HTTP/1.1 over ``asyncio`` connections (framed by :mod:`.http1`), and ``asyncio.sleep`` between
 attempts. Why this client rather than httpx or aiohttp is measured in docs/design.md ("Transports").
 
 Connections belong to one event loop, so the sender keeps one small pool per loop (created lazily, inside the
@@ -23,8 +23,7 @@ import threading
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-import h11
-
+from .http1 import ProtocolError, Reply, ReplyReader, request_bytes
 from .requests import Get, ListKeys, Put
 from .transport import DirectTransport, Exchange, Failure, Response
 
@@ -36,13 +35,10 @@ class _Connection(asyncio.Protocol):
         self._loop = loop
         self._read_timeout = read_timeout
         self._timed_out = f"read timed out ({read_timeout:g} s)"
-        self._http = h11.Connection(h11.CLIENT)
+        self._reader = ReplyReader()
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Response | Failure] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._status = 0
-        self._headers: dict[str, str] = {}
-        self._body: list[bytes] = []
         self.alive = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
@@ -58,61 +54,45 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None:  # nothing asked: the server is not speaking HTTP/1.1 keep-alive with us
             self.close()
             return
-        self._http.receive_data(data)
-        self._pump()
+        try:
+            reply = self._reader.feed(data)
+        except ProtocolError as exc:
+            self._fail(f"not an HTTP/1.1 reply ({exc})")
+            return
+        if reply is None:
+            self._arm()  # the read timeout runs from the last bytes received, as a socket timeout does
+        else:
+            self._finish(reply)
 
     def eof_received(self) -> bool:
         self.alive = False
         if self._waiter is not None:
-            self._http.receive_data(b"")
-            self._pump()
-        return False
+            reply = self._reader.end_of_stream()
+            if reply is not None:
+                self._finish(reply)
+        return False  # the transport closes; connection_lost fails a reply cut short
 
     # -- one request ------------------------------------------------------------------------------
     def send(self, exchange: Exchange) -> asyncio.Future[Response | Failure]:
         assert self.transport is not None
-        headers = list(exchange.headers.items())
-        if exchange.body or exchange.method == "PUT":
-            headers.append(("content-length", str(len(exchange.body))))
-        self._status, self._headers, self._body = 0, {}, []
         self._waiter = self._loop.create_future()
-        data = self._http.send(h11.Request(method=exchange.method, target=exchange.target, headers=headers))
-        if exchange.body:
-            data = (data or b"") + (self._http.send(h11.Data(data=exchange.body)) or b"")
-        data = (data or b"") + (self._http.send(h11.EndOfMessage()) or b"")
+        try:
+            data = request_bytes(exchange.method, exchange.target, exchange.headers, exchange.body)
+        except ValueError as exc:
+            self._waiter.set_result(Failure(f"cannot send the request: {exc}", retryable=False))
+            return self._waiter
+        self._reader.expect(exchange.method)
         self.transport.write(data)
         self._arm()
         return self._waiter
 
-    def _pump(self) -> None:
-        try:
-            while self._waiter is not None:
-                event = self._http.next_event()
-                if event is h11.NEED_DATA:
-                    self._arm()
-                    return
-                if isinstance(event, h11.Response):
-                    self._status = event.status_code
-                    self._headers = {name.decode(): value.decode("latin-1") for name, value in event.headers}
-                elif isinstance(event, h11.Data):
-                    self._body.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage):
-                    self._finish()
-                elif isinstance(event, h11.ConnectionClosed):
-                    self._fail("connection closed before the reply ended")
-        except h11.RemoteProtocolError as exc:
-            self._fail(f"not an HTTP/1.1 reply ({exc})")
-
-    def _finish(self) -> None:
+    def _finish(self, reply: Reply) -> None:
         waiter, self._waiter = self._waiter, None
         self._disarm()
-        reusable = self._http.our_state is h11.DONE and self._http.their_state is h11.DONE
-        if reusable:
-            self._http.start_next_cycle()
-        else:
+        if not reply.reusable:
             self.close()
         if waiter is not None and not waiter.done():
-            waiter.set_result((self._status, self._headers, b"".join(self._body)))
+            waiter.set_result((reply.status, reply.headers, reply.body))
 
     def _fail(self, detail: str) -> None:
         waiter, self._waiter = self._waiter, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -446,9 +447,12 @@ class BucketIO:
         replies, missing = self._split(requests)
         left = self._remaining(started)
         loop = asyncio.get_running_loop()
-        gathered = asyncio.gather(*(self._afetch(r, loop) for r in missing))
+        fetching = [self._afetch(r, loop) for r in missing]
         try:
-            fetched = await asyncio.wait_for(gathered, timeout=left)
+            if len(fetching) == 1:  # most batches: no task per request to gather
+                fetched = [await _within(fetching[0], left)]
+            else:
+                fetched = await _within(asyncio.gather(*fetching), left)
         except asyncio.TimeoutError:
             raise self._deadline_error() from None
         return _fill(replies, fetched)
@@ -509,6 +513,19 @@ _HANDLERS: dict[type, Callable[[BucketIO, Any], Any]] = {
 
 _DONE = object()
 _MISS = object()
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(work: Awaitable[T], seconds: float | None) -> T:
+        """``work``'s result, cancelled after ``seconds`` (``None``: no limit); cheaper than ``wait_for``."""
+        async with asyncio.timeout(seconds):
+            return await work
+
+else:
+
+    async def _within(work: Awaitable[T], seconds: float | None) -> T:
+        return await asyncio.wait_for(work, timeout=seconds)
 
 
 def _fill(replies: list[Any], fetched: list[Any]) -> list[Any]:
