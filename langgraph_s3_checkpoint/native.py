@@ -221,12 +221,15 @@ def _ssl_context(ca_certs: str | bool | None) -> ssl.SSLContext:
 class NativeTransport:
     """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` from the running event loop.
 
-    ``direct`` supplies everything but the sending (see :meth:`DirectTransport.exchanges`); at most
-    ``max_concurrency`` requests of one loop are in flight at once, as the thread pool allowed."""
+    ``direct`` supplies everything but the sending (see :meth:`DirectTransport.exchanges`). Each request in
+    flight holds one connection, so at most ``direct.max_connections`` requests of one loop are in flight at
+    once, the size of the sync sender's connection pool. It is not the thread pool's ``max_concurrency``: a
+    request waiting here costs no thread, and with 50 graphs running on one loop at a 20 ms round trip a limit of
+    32 kept requests waiting for a slot longer than for the server (docs/design.md, "Transports")."""
 
-    def __init__(self, direct: DirectTransport, *, max_concurrency: int) -> None:
+    def __init__(self, direct: DirectTransport) -> None:
         self.direct = direct
-        self.max_concurrency = max_concurrency
+        self.max_in_flight = direct.max_connections
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._registry = threading.Lock()
         """Guards ``_pools`` when loops in several threads open or close pools at once."""
@@ -259,7 +262,7 @@ class NativeTransport:
             stale = [p for p in self._pools.values() if p.loop.is_closed()]
             for old in stale:
                 del self._pools[old.loop]
-            pool = self._pools[loop] = _Pool(loop, self.direct, self.max_concurrency)
+            pool = self._pools[loop] = _Pool(loop, self.direct, self.max_in_flight)
         for old in stale:
             old.close()
         # An async generator suspended in the loop: ``asyncio.run`` (and every runner that calls

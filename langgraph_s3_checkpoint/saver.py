@@ -306,7 +306,7 @@ def make_bucket_io(
         copy_args=copy_args,
         expiry_tag=expiry_tag,
         direct=direct,
-        native=NativeTransport(direct, max_concurrency=max_concurrency) if direct and native_async else None,
+        native=NativeTransport(direct) if direct and native_async else None,
         cache=cache,
         backend=client if memory else None,
         deadline=deadline,

@@ -269,7 +269,7 @@ def test_native_sender_reads_chunked_close_and_interim_replies_from_a_socket() -
         endpoint_url=f"http://127.0.0.1:{server.port}", aws_access_key_id="a", aws_secret_access_key="b", max_attempts=2
     )
     direct = DirectTransport(client, "bkt")
-    native = NativeTransport(direct, max_concurrency=4)
+    native = NativeTransport(direct)
 
     async def talk() -> list[object]:
         return [

@@ -37,6 +37,7 @@ from langgraph_s3_checkpoint import (
     make_client,
     without_expect_continue,
 )
+from langgraph_s3_checkpoint import native as native_module
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
@@ -130,6 +131,40 @@ async def test_request_counts_equal_the_boto3_transport(
             saver.close()
     assert counts["direct"] == counts["boto3"], counts
     assert counts["direct"][1] == 3  # get_state: head, the checkpoint's folder, the large log value
+
+
+async def test_requests_in_flight_are_bounded_by_the_connection_pool(
+    seaweedfs_server: LocalS3Server, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More than the thread pool's ``max_concurrency`` go out at once (they cost no thread), never more than the
+    connection pool holds (twice ``max_concurrency``, or the client's ``max_pool_connections`` if larger)."""
+    seaweedfs_server.create_bucket(BUCKET)
+    in_flight, peak = 0, 0
+    send = native_module._Connection.send
+
+    def counted(self: Any, exchange: Any) -> Any:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        waiter = send(self, exchange)
+
+        def done(_: Any) -> None:
+            nonlocal in_flight
+            in_flight -= 1
+
+        waiter.add_done_callback(done)
+        return waiter
+
+    monkeypatch.setattr(native_module._Connection, "send", counted)
+    client = make_client(**client_options(seaweedfs_server), max_pool_connections=10)
+    saver = AsyncS3Saver(bucket=BUCKET, prefix=prefix, client=client, transport="direct", max_concurrency=3)
+    try:
+        native = _native(saver)
+        assert native.max_in_flight == 10
+        await asyncio.gather(*(native.execute(Get(f"{prefix}/missing-{i}")) for i in range(40)))
+        assert peak == 10
+    finally:
+        saver.close()
 
 
 async def test_replies_404_and_412(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
