@@ -1,5 +1,5 @@
 """AsyncS3Saver(transport="direct"): client CPU per checkpoint, requests sent from the event loop (native)
-against the previous thread hop (urllib3 on the saver's thread pool), 50 threads x 10 one-node supersteps
+against the previous thread hop (the blocking sender on the saver's thread pool), 50 threads x 10 one-node supersteps
 run concurrently and the same 500 sequentially.
 
     python benchmarks/native_async.py [--rtt-ms 20] [--repeats 3]

@@ -123,7 +123,7 @@ def bare_latency(server: Any) -> dict[str, float]:
     """Median wall time and mean client CPU of bare PutObject / GetObject round trips, per transport.
 
     The floor any S3 saver pays per request, and what the client itself costs: boto3's full pipeline
-    against our direct transport (SigV4 + urllib3) sending the same requests to the same server.
+    against our direct transport (SigV4 over blocking sockets) sending the same requests to the same server.
     """
     from worker import process_cpu_s
 

@@ -1,6 +1,7 @@
-"""HTTP/1.1 for the asyncio sender: a request's bytes, and a reader of replies fed as bytes arrive. Pure, no I/O.
+"""HTTP/1.1 for the direct transport's two senders: the messages (:class:`Exchange`, :data:`Response`,
+:class:`Failure`), a request's bytes, and a reader of replies fed as bytes arrive. Pure, no I/O.
 
-Why not a general-purpose parser (``h11`` was used before). The asyncio sender exists to spend little CPU per
+Why not a general-purpose parser (``h11`` was used before). The direct transport exists to spend little CPU per
 request, and ``h11`` validates every header field of both directions through regular expressions and event
 objects: on the benchmark machine it was about a quarter of the async saver's CPU per checkpoint (profile in
 docs/design.md, "Transports"). What a client needs from RFC 9112 is small and is all here: the status line, the
@@ -52,6 +53,31 @@ def request_bytes(method: str, target: str, headers: Mapping[str, str], body: by
     except UnicodeEncodeError as exc:
         raise ValueError(f"a header cannot be sent as Latin-1 text: {exc}") from None
     return head + body if body else head
+
+
+Response = tuple[int, Mapping[str, str], bytes]
+"""One HTTP reply as a sender hands it back: status, headers (looked up by lower-case name), body."""
+
+
+class Failure(Exception):
+    """One attempt failed; ``retryable`` says whether another attempt may succeed."""
+
+    def __init__(self, detail: str, *, retryable: bool, code: str = "", status: int = 0) -> None:
+        super().__init__(detail)
+        self.retryable = retryable
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One signed HTTP request, ready to send: all a sender (:mod:`.blocking` or :mod:`.native`) ever sees."""
+
+    method: str
+    target: str
+    """Path and query string."""
+    headers: dict[str, str]
+    body: bytes
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
-import ssl
 import threading
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-from .http1 import ProtocolError, Reply, ReplyReader, request_bytes
+from .blocking import tls_context
+from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Response, request_bytes
 from .requests import Get, ListKeys, Put
-from .transport import DirectTransport, Exchange, Failure, Response
+from .transport import DirectTransport
 
 
 class _Connection(asyncio.Protocol):
@@ -135,7 +134,7 @@ class _Pool:
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
         self._slots = asyncio.Semaphore(limit)
-        self._ssl = _ssl_context(direct.ca_certs) if direct.https else None
+        self._ssl = tls_context(direct.ca_certs) if direct.https else None
         self.lifetime: AsyncGenerator[None, None] | None = None
 
     async def send(self, exchange: Exchange) -> Response | Failure:
@@ -204,18 +203,6 @@ class _Pool:
 def _close_all(connections: list[_Connection]) -> None:
     for connection in connections:
         connection.close()
-
-
-def _ssl_context(ca_certs: str | bool | None) -> ssl.SSLContext:
-    """TLS as the sync sender does it: botocore's ``verify`` (a CA bundle, or ``False``), else the system's."""
-    if ca_certs is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    if isinstance(ca_certs, str) and os.path.isdir(ca_certs):
-        return ssl.create_default_context(capath=ca_certs)
-    return ssl.create_default_context(cafile=ca_certs if isinstance(ca_certs, str) else None)
 
 
 class NativeTransport:

@@ -269,7 +269,7 @@ def make_bucket_io(
     answers every request itself), the retention tag, read cache and deadline. Saver and store share it.
 
     With ``transport="direct"`` and ``native_async``, the async driver sends GET, PUT and LIST from the
-    event loop (:mod:`.native`); without it, from the thread pool with urllib3."""
+    event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`)."""
     if transport not in ("boto3", "direct"):
         raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
     put_args: dict[str, Any] = {}

@@ -2,8 +2,8 @@
 
 Why it exists. A checkpoint step is three small requests, and on a fast local S3 server the client's
 CPU, not the network, sets the pace: on the benchmark machine (2 cores, SeaweedFS on localhost) one boto3
-``PutObject`` of 1 KiB costs 1.3-1.6 ms of CPU in the calling process, against 0.4-0.5 ms for the same
-request signed here and sent with urllib3 (``benchmarks/README.md`` has the measurement). Under the GIL that
+``PutObject`` of 1 KiB costs 1.1-1.6 ms of CPU in the calling process, against about 0.2 ms for the same
+request signed here and sent over a socket (``benchmarks/README.md`` has the measurement). Under the GIL that
 CPU is also what caps the async saver's throughput. botocore spends it on its event hooks, parameter
 validation, the flexible-checksum and ``Expect: 100-continue`` handshakes and generic XML parsing, none of
 which a checkpoint's small, single-shot objects need.
@@ -14,9 +14,9 @@ throttling and connection errors, with the same exponential backoff) and the CA 
 other than the three hot requests (deletes, copies, bucket and lifecycle calls) still goes through boto3.
 
 Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
-answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends with urllib3 (the
-sync saver, and the async saver's worker threads), :class:`.native.NativeTransport` from the event loop (the
-async saver).
+answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends over blocking sockets
+(:mod:`.blocking`: the sync saver, and the async saver's worker threads), :class:`.native.NativeTransport` from
+the event loop (the async saver).
 
 What it gives up, which is why it is opt-in (``transport="direct"``): event hooks registered on the client
 do not see these requests, and clients it cannot faithfully imitate (proxies, unsigned or non-SigV4
@@ -34,15 +34,14 @@ import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
-import urllib3
-
+from .blocking import BlockingPool, tls_context
 from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
+from .http1 import Exchange, Failure, Response
 from .requests import PRECONDITION_FAILED, Get, ListKeys, Page, Put, StoredObject, Written, condition_failed
 
 _RETRY_STATUS = {500, 502, 503, 504}
@@ -115,31 +114,6 @@ def headers_for(args: Mapping[str, Any]) -> dict[str, str]:
     return headers
 
 
-Response = tuple[int, Mapping[str, str], bytes]
-"""One HTTP reply as a sender hands it back: status, headers (looked up by lower-case name), body."""
-
-
-class Failure(Exception):
-    """One attempt failed; ``retryable`` says whether another attempt may succeed."""
-
-    def __init__(self, detail: str, *, retryable: bool, code: str = "", status: int = 0) -> None:
-        super().__init__(detail)
-        self.retryable = retryable
-        self.code = code
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One signed HTTP request, ready to send: all a sender (urllib3 or the asyncio one) ever sees."""
-
-    method: str
-    target: str
-    """Path and query string."""
-    headers: dict[str, str]
-    body: bytes
-
-
 Exchanges = Generator["Exchange | float", "Response | Failure | None", Any]
 """What :meth:`DirectTransport.exchanges` yields: an :class:`Exchange` to send (answer: the response, or the
 :class:`Failure` that sending it met), or seconds to wait before the next attempt (answer: ``None``). Its
@@ -151,7 +125,7 @@ class DirectTransport:
 
     Everything but the sending is pure and shared with the asyncio sender (:mod:`.native`):
     :meth:`exchanges` signs each attempt, reads each answer into a reply or a failure and decides the
-    backoff; :meth:`execute` only sends with urllib3 and sleeps with ``time.sleep``."""
+    backoff; :meth:`execute` only sends over blocking sockets (:mod:`.blocking`) and sleeps with ``time.sleep``."""
 
     def __init__(
         self,
@@ -183,17 +157,14 @@ class DirectTransport:
         verify = getattr(getattr(client, "_endpoint", None), "http_session", None)
         self.ca_certs: str | bool | None = getattr(verify, "_verify", None)
         """botocore's ``verify``: a CA bundle path, ``False`` (no verification), or the default bundle."""
-        pool_kwargs: dict[str, Any] = {
-            "maxsize": self.max_connections,
-            "timeout": urllib3.Timeout(connect=config.connect_timeout, read=config.read_timeout),
-            "retries": False,
-        }
-        if self.https:
-            if self.ca_certs is False:
-                pool_kwargs["cert_reqs"] = "CERT_NONE"
-            elif isinstance(self.ca_certs, str):
-                pool_kwargs["ca_certs"] = self.ca_certs
-        self._pool = urllib3.connectionpool.connection_from_url(f"{endpoint.scheme}://{self._host}", **pool_kwargs)
+        self._connections = BlockingPool(
+            self.hostname,
+            self.port,
+            tls=tls_context(self.ca_certs) if self.https else None,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            max_idle=self.max_connections,
+        )
         self._put_args = dict(put_args or {})
         self._get_headers = headers_for(get_args or {})
         headers_for(self._put_args)  # refuse unsupported arguments now, not at the first put
@@ -202,9 +173,9 @@ class DirectTransport:
         self._signing_keys: dict[tuple[str, str], bytes] = {}
 
     def close(self) -> None:
-        self._pool.close()
+        self._connections.close()
 
-    # -- the sync sender: urllib3 and time.sleep ------------------------------------------------
+    # -- the sync sender: blocking sockets and time.sleep ---------------------------------------
     def execute(self, request: Get | Put | ListKeys) -> Any:
         steps = self.exchanges(request)
         answer: Response | Failure | None = None
@@ -214,24 +185,10 @@ class DirectTransport:
             except StopIteration as done:
                 return done.value
             if isinstance(step, Exchange):
-                answer = self._urlopen(step)
+                answer = self._connections.send(step)
             else:
                 time.sleep(step)
                 answer = None
-
-    def _urlopen(self, exchange: Exchange) -> Response | Failure:
-        try:
-            response = self._pool.urlopen(
-                exchange.method,
-                exchange.target,
-                body=exchange.body or None,
-                headers=exchange.headers,
-                retries=False,
-                redirect=False,
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            return Failure(str(exc), retryable=True)
-        return response.status, response.headers, response.data
 
     # -- the pure part, shared by both senders --------------------------------------------------
     def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:

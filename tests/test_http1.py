@@ -1,7 +1,7 @@
-"""HTTP/1.1 framing of the asyncio sender (``http1.py``), driven exhaustively: every reply shape the reader must
-know (RFC 9112 6.3 body lengths, interim replies, keep-alive or close, CRLF or bare LF), delivered in one piece,
-split in two at every byte, and byte by byte; then every malformed reply it must refuse; then the same framings
-from a real socket through :class:`NativeTransport`."""
+"""HTTP/1.1 framing of the direct transport's senders (``http1.py``), driven exhaustively: every reply shape the
+reader must know (RFC 9112 6.3 body lengths, interim replies, keep-alive or close, CRLF or bare LF), delivered in
+one piece, split in two at every byte, and byte by byte; then every malformed reply it must refuse; then the same
+framings from a real socket through both senders (blocking and asyncio)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import asyncio
 import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -257,7 +259,8 @@ class _CannedServer:
         self._sock.close()
 
 
-def test_native_sender_reads_chunked_close_and_interim_replies_from_a_socket() -> None:
+@pytest.mark.parametrize("sender", ["blocking", "native"])
+def test_both_senders_read_chunked_close_and_interim_replies_from_a_socket(sender: str) -> None:
     chunked = b'HTTP/1.1 200 OK\r\nETag: "e1"\r\nx-amz-request-id: 1\r\nTransfer-Encoding: chunked\r\n\r\n'
     chunked += b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
     closing = b'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nETag: "e2"\r\nx-amz-request-id: 2\r\n'
@@ -265,29 +268,64 @@ def test_native_sender_reads_chunked_close_and_interim_replies_from_a_socket() -
     cut = b'HTTP/1.1 200 OK\r\nETag: "e3"\r\nContent-Length: 10\r\n\r\nabc'
     until_close = b'HTTP/1.0 200 OK\r\nETag: "e4"\r\nx-amz-request-id: 4\r\n\r\nwhole body'
     server = _CannedServer([(chunked, False), (closing, True), (cut, True), (chunked, False), (until_close, True)])
-    client = make_client(
-        endpoint_url=f"http://127.0.0.1:{server.port}", aws_access_key_id="a", aws_secret_access_key="b", max_attempts=2
-    )
-    direct = DirectTransport(client, "bkt")
-    native = NativeTransport(direct)
-
-    async def talk() -> list[object]:
-        return [
-            await native.execute(Get("k1")),  # chunked, kept alive
-            await native.execute(Put("k2", b"xyz")),  # a 100 Continue, then Connection: close
-            await native.execute(Get("k3")),  # cut short, then retried on a fresh connection (chunked)
-            await native.execute(Get("k4")),  # HTTP/1.0, body until the server closes
-        ]
-
+    requests = [
+        Get("k1"),  # chunked, kept alive
+        Put("k2", b"xyz"),  # a 100 Continue, then Connection: close
+        Get("k3"),  # cut short, then retried on a fresh connection (chunked)
+        Get("k4"),  # HTTP/1.0, body until the server closes
+    ]
     try:
-        first, second, third, fourth = asyncio.run(talk())
+        first, second, third, fourth = _send_all(server.port, sender, requests, max_attempts=2)
     finally:
-        native.close()
-        direct.close()
         server.close()
-    assert (first.body, first.etag) == (b"abcde", '"e1"')  # type: ignore[attr-defined]
+    assert (first.body, first.etag) == (b"abcde", '"e1"')
     assert isinstance(second, Written) and second.etag == '"e2"'
-    assert (third.body, third.etag) == (b"abcde", '"e1"')  # type: ignore[attr-defined]
-    assert (fourth.body, fourth.etag) == (b"whole body", '"e4"')  # type: ignore[attr-defined]
+    assert (third.body, third.etag) == (b"abcde", '"e1"')
+    assert (fourth.body, fourth.etag) == (b"whole body", '"e4"')
     assert server.connections == 3  # new ones after the Connection: close and after the cut reply
     assert b"content-length: 3" in server.requests[1]
+
+
+@pytest.mark.parametrize("sender", ["blocking", "native"])
+def test_an_idle_connection_the_server_closed_is_not_reused(sender: str) -> None:
+    """Servers close idle keep-alive connections (SeaweedFS and S3 after some seconds). The sender notices
+    before reusing one, so the request costs no attempt: with one attempt allowed it still succeeds."""
+    reply = b'HTTP/1.1 200 OK\r\nETag: "e"\r\nx-amz-request-id: 1\r\nContent-Length: 2\r\n\r\nok'
+    server = _CannedServer([(reply, True), (reply, True)])  # closes after each reply, without saying so
+    try:
+        first, second = _send_all(server.port, sender, [Get("a"), Get("b")], max_attempts=1, pause=0.2)
+    finally:
+        server.close()
+    assert first.body == second.body == b"ok"
+    assert server.connections == 2
+
+
+def _send_all(port: int, sender: str, requests: list[Any], *, max_attempts: int, pause: float = 0.0) -> list[Any]:
+    """Each request's reply, sent one after another by the blocking or the asyncio sender."""
+    client = make_client(
+        endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="a", aws_secret_access_key="b",
+        max_attempts=max_attempts,
+    )  # fmt: skip
+    direct = DirectTransport(client, "bkt")
+    try:
+        if sender == "blocking":
+            replies = []
+            for request in requests:
+                replies.append(direct.execute(request))
+                time.sleep(pause)
+            return replies
+        native = NativeTransport(direct)
+
+        async def talk() -> list[Any]:
+            replies = []
+            for request in requests:
+                replies.append(await native.execute(request))
+                await asyncio.sleep(pause)
+            return replies
+
+        try:
+            return asyncio.run(talk())
+        finally:
+            native.close()
+    finally:
+        direct.close()

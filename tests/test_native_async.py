@@ -2,7 +2,7 @@
 event loop (``native.py``), with the sync direct transport's signing, replies, errors and retries.
 
 What is checked here, on real servers and real sockets: that the requests really go out on the loop
-(the saver's thread pool is never created and urllib3 never called), that they are the same requests as
+(the saver's thread pool is never created and the blocking sender never called), that they are the same requests as
 the boto3 path's (counted by a proxy), the error mapping (silent server, refused port, 412, 404, a web
 server that is not S3, TLS with and without verification), retries of 503, the operation deadline,
 several event loops in sequence, and ``close()``. The conformance, fault and crash suites run the async
@@ -38,12 +38,12 @@ from langgraph_s3_checkpoint import (
     without_expect_continue,
 )
 from langgraph_s3_checkpoint import native as native_module
+from langgraph_s3_checkpoint.blocking import BlockingPool
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.native import NativeTransport
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Get, ListKeys, Put, Written
-from langgraph_s3_checkpoint.transport import DirectTransport
 
 BUCKET = "lgs3-test"
 
@@ -54,17 +54,17 @@ def _native(saver: AsyncS3Saver) -> NativeTransport:
     return native
 
 
-def _no_urllib3(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(self: DirectTransport, exchange: Any) -> Any:
-        raise AssertionError("a request went through urllib3")
+def _no_blocking_sender(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: BlockingPool, exchange: Any) -> Any:
+        raise AssertionError("a request went through the blocking sender")
 
-    monkeypatch.setattr(DirectTransport, "_urlopen", refuse)
+    monkeypatch.setattr(BlockingPool, "send", refuse)
 
 
 async def test_requests_go_out_on_the_event_loop(
     s3_server: LocalS3Server, bucket: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _no_urllib3(monkeypatch)
+    _no_blocking_sender(monkeypatch)
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
     try:
         graph = growing_graph(saver)
@@ -301,23 +301,30 @@ def tls_context(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
     return context
 
 
+@pytest.mark.parametrize("sender", ["native", "blocking"])
 @pytest.mark.parametrize("verify", ["default", "bundle", "off"])
-async def test_https(tls_context: ssl.SSLContext, verify: str) -> None:
+async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> None:
     """A self-signed server: refused by default, spoken to with its certificate as the CA bundle or without
-    verification (it then answers like a web server, which proves the TLS conversation worked)."""
+    verification (it then answers like a web server, which proves the TLS conversation worked). Both senders:
+    the event loop's, and the blocking one of the sync saver (on the event loop's thread here, as a sync
+    call is)."""
     with _web_server(tls_context) as port:
         option: dict[str, Any] = {"default": {}, "bundle": {"verify": tls_context.cert_file}, "off": {"verify": False}}[
             verify
         ]
         client = _client(f"https://127.0.0.1:{port}", max_attempts=1, **option)
-        saver = AsyncS3Saver(bucket="b", client=client, transport="direct")
+        saver = (AsyncS3Saver if sender == "native" else S3Saver)(bucket="b", client=client, transport="direct")
+
+        async def read() -> Any:
+            return await saver.aget_tuple(cfg("t")) if sender == "native" else saver.get_tuple(cfg("t"))
+
         try:
             if verify == "default":
                 with pytest.raises(S3RequestError, match=r"(?i)certificate"):
-                    await saver.aget_tuple(cfg("t"))
+                    await read()
             else:
                 with pytest.raises(NotS3EndpointError, match=r"https://127\.0\.0\.1"):
-                    await saver.aget_tuple(cfg("t"))
+                    await read()
         finally:
             saver.close()
 
