@@ -656,22 +656,24 @@ def floors(res: dict[str, Any]) -> list[str]:
     """What no saver that waits one round trip per superstep can beat on this machine, from this run's figures."""
     langgraph = res.get("langgraph")
     base = res["rows"].get("0.0", {}).get("ours-direct")
-    bare = res["bare"].get("0.0", {}).get("direct put")
-    if langgraph is None or base is None or bare is None:
+    bare = res["bare"].get("0.0", {})
+    if langgraph is None or base is None or "direct put" not in bare:
         return []
-    floor = langgraph["ms"] + bare
+    floor = langgraph["ms"] + bare["direct put"]
+    pg = res.get("postgres")
     lines = [
         "## Floors on this machine",
         "",
         f"LangGraph alone (InMemorySaver, same graph, no I/O): {langgraph['ms']:.2f} ms per superstep, "
-        f"{langgraph['cpu_ms']:.2f} ms of CPU. One 1 KiB PUT through the proxy at 0 ms: {bare:.2f} ms (SeaweedFS's "
-        "handling, the proxy's forwarding and the least client work there is). A saver that waits for one round "
-        f'trip per superstep cannot take less than RTT + {floor:.2f} ms here; `transport="direct"` spends '
-        f"{base['ms'] - floor:.2f} ms over that at 0 ms ({base['cpu_ms']:.2f} ms client CPU, "
+        f"{langgraph['cpu_ms']:.2f} ms of CPU. One 1 KiB PUT through the proxy at 0 ms: {bare['direct put']:.2f} ms "
+        "(SeaweedFS's handling, the proxy's forwarding and the least client work there is). A saver that waits for "
+        f'one round trip per superstep cannot take less than RTT + {floor:.2f} ms here; `transport="direct"` '
+        f"spends {base['ms'] - floor:.2f} ms over that at 0 ms ({base['cpu_ms']:.2f} ms client CPU, "
         f"{base['server_cpu_ms']:.2f} ms server CPU, {base['proxy_cpu_ms']:.2f} ms proxy CPU per superstep).",
         "",
-        "| round trip | floor, ms | fastest S3 peer, ms | peer / floor | default / floor | direct / floor |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| round trip | floor, ms | fastest S3 peer, ms | peer / floor | default / floor | direct / floor |"
+        + (" floor / PostgresSaver |" if pg else ""),
+        "|---|---:|---:|---:|---:|---:|" + ("---:|" if pg else ""),
     ]
     for rtt in res["rtts"]:
         rows = res["rows"].get(str(rtt), {})
@@ -681,7 +683,7 @@ def floors(res: dict[str, Any]) -> list[str]:
         f = rtt + floor
         lines.append(
             f"| {rtt:g} ms | {f:.1f} | {min(peers):.1f} | {min(peers) / f:.2f}x | {rows['ours']['ms'] / f:.2f}x | "
-            f"{rows['ours-direct']['ms'] / f:.2f}x |"
+            f"{rows['ours-direct']['ms'] / f:.2f}x |" + (f" {f / pg['ms']:.2f}x |" if pg else "")
         )
     return [*lines, ""]
 
