@@ -11,7 +11,6 @@ timeout runs between bytes received, as a socket timeout does), TLS with the cli
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import socket
@@ -132,11 +131,17 @@ def _read_reply(sock: socket.socket, method: str) -> Reply | None:
 
 def _dropped(sock: socket.socket) -> bool:
     """Whether an idle connection can no longer carry a request: readable means the server closed it (or
-    sent bytes nobody asked for), as urllib3 checks before reusing a connection."""
-    with contextlib.suppress(OSError, ValueError):
+    sent bytes nobody asked for), as urllib3 checks before reusing a connection. ``poll`` where there is one:
+    ``select`` refuses descriptors above 1023, which a busy process has."""
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
         readable, _, _ = select.select([sock], [], [], 0)
         return bool(readable)
-    return True
+    except (OSError, ValueError):  # closed meanwhile
+        return True
 
 
 def tls_context(ca_certs: str | bool | None) -> ssl.SSLContext:

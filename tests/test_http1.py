@@ -329,3 +329,24 @@ def _send_all(port: int, sender: str, requests: list[Any], *, max_attempts: int,
             native.close()
     finally:
         direct.close()
+
+
+def test_the_blocking_sender_reuses_connections_above_descriptor_1023() -> None:
+    """``select`` cannot watch descriptors above 1023; a process holding many files must still reuse its
+    connections (the staleness check polls instead)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    reply = b'HTTP/1.1 200 OK\r\nETag: "e"\r\nx-amz-request-id: 1\r\nContent-Length: 2\r\n\r\nok'
+    server = _CannedServer([(reply, False), (reply, False), (reply, True)])
+    filler = [socket.socket() for _ in range(1100)]  # the sender's socket gets a descriptor above them
+    try:
+        replies = _send_all(server.port, "blocking", [Get("a"), Get("b"), Get("c")], max_attempts=1)
+    finally:
+        for sock in filler:
+            sock.close()
+        server.close()
+    assert [r.body for r in replies] == [b"ok"] * 3
+    assert server.connections == 1
