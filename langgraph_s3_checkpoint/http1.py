@@ -138,9 +138,8 @@ class ReplyReader:
     def end_of_stream(self) -> Reply | None:
         """The server closed: the reply, if the close is what ends it, else ``None`` (it was cut short)."""
         if self._state is UNTIL_CLOSE:
-            self._body.append(bytes(self._buffer))
-            self._buffer.clear()
-            self._state = DONE
+            self._wait_for_close()
+            self._finish()
             return self._reply()
         return None
 
@@ -166,12 +165,7 @@ class ReplyReader:
         return True
 
     def _read_fixed(self) -> bool:
-        if not self._buffer:
-            return self._remaining == 0 and self._finish()
-        piece = bytes(self._buffer[: self._remaining])
-        del self._buffer[: self._remaining]
-        self._body.append(piece)
-        self._remaining -= len(piece)
+        self._take_body()
         return self._remaining == 0 and self._finish()
 
     def _read_chunk_size(self) -> bool:
@@ -188,10 +182,7 @@ class ReplyReader:
     def _read_chunk_data(self) -> bool:
         if not self._buffer:
             return False
-        piece = bytes(self._buffer[: self._remaining])
-        del self._buffer[: self._remaining]
-        self._body.append(piece)
-        self._remaining -= len(piece)
+        self._take_body()
         if self._remaining == 0:
             self._state = CHUNK_END
         return True
@@ -227,6 +218,14 @@ class ReplyReader:
         TRAILERS: _read_trailers,
         UNTIL_CLOSE: _wait_for_close,
     }
+
+    def _take_body(self) -> None:
+        """Move what has arrived of the ``_remaining`` body bytes (fixed length, or the current chunk) to the body."""
+        if self._buffer and self._remaining:
+            piece = bytes(self._buffer[: self._remaining])
+            del self._buffer[: self._remaining]
+            self._body.append(piece)
+            self._remaining -= len(piece)
 
     def _finish(self) -> bool:
         self._state = DONE
