@@ -19,9 +19,9 @@ answer and decides retries and backoff, without I/O; :meth:`DirectTransport.exec
 the event loop (the async saver).
 
 What it gives up, which is why it is opt-in (``transport="direct"``): event hooks registered on the client
-do not see these requests, and clients it cannot faithfully imitate (proxies, unsigned or non-SigV4
-signing, S3 access-point or Outposts ARNs) are refused with :class:`InvalidConfigError` rather than
-half-supported.
+do not see these requests, and clients it cannot faithfully imitate (a proxy, from the client's setting or
+from ``HTTP_PROXY``/``HTTPS_PROXY``; unsigned or non-SigV4 signing; S3 access-point or Outposts ARNs) are
+refused with :class:`InvalidConfigError` rather than half-supported or silently bypassed.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
+
+from botocore.utils import get_environ_proxies
 
 from .blocking import BlockingPool, tls_context
 from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
@@ -349,8 +351,13 @@ def backoff(failure: Failure, attempt: int) -> float:
 def _check_client(client: Any, bucket: str) -> Any:
     """The client's credentials; refuses clients the transport cannot faithfully imitate."""
     config = client.meta.config
-    if config.proxies:
-        raise InvalidConfigError("transport='direct' does not support proxies; use transport='boto3'")
+    proxy = _proxy_of(client)
+    if proxy is not None:
+        raise InvalidConfigError(
+            f"transport='direct' does not go through proxies, and this client sends to {client.meta.endpoint_url} "
+            f"through the proxy {proxy} (the client's proxies setting, or HTTP_PROXY/HTTPS_PROXY in the "
+            "environment). Use transport='boto3', or exempt the endpoint's host with NO_PROXY."
+        )
     if config.signature_version not in (None, "s3v4", "v4"):
         raise InvalidConfigError(
             f"transport='direct' signs with SigV4 only, the client uses {config.signature_version!r}"
@@ -361,6 +368,26 @@ def _check_client(client: Any, bucket: str) -> Any:
     if credentials is None:
         raise InvalidConfigError("transport='direct' needs credentials; the client has none")
     return credentials
+
+
+def _proxy_of(client: Any) -> str | None:
+    """The proxy botocore sends this client's requests through, without its credentials; ``None``: none.
+
+    botocore takes it from the client's ``proxies`` setting or, failing that, from the environment
+    (``HTTP_PROXY``/``HTTPS_PROXY`` unless ``NO_PROXY`` exempts the endpoint's host); its HTTP session
+    resolves both. A client without that session (a stand-in) is judged by its setting and the environment."""
+    endpoint = client.meta.endpoint_url
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    resolver = getattr(session, "_proxy_config", None)
+    if resolver is not None and not client.meta.config.proxies:
+        url = resolver.proxy_url_for(endpoint)
+    else:
+        proxies = client.meta.config.proxies or get_environ_proxies(endpoint)
+        url = proxies.get(urlsplit(endpoint).scheme) if proxies else None
+    if not url:
+        return None
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
 def _is_answer(status: int, code: str) -> bool:

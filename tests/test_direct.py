@@ -213,6 +213,26 @@ def test_unsupported_settings_are_refused() -> None:
         S3Saver(bucket="b", client=proxied, transport="direct")
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_proxy_from_the_environment_is_refused_not_bypassed(monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
+    """boto3 sends through HTTP_PROXY/HTTPS_PROXY; the direct transport would silently go around it."""
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(f"{scheme.upper()}_PROXY", "http://someone:hunter2@proxy.invalid:3128")
+    options = {
+        "endpoint_url": f"{scheme}://127.0.0.1:9",
+        "region_name": "us-east-1",
+        "aws_access_key_id": "AKIA",
+        "aws_secret_access_key": "secret",
+    }
+    with pytest.raises(InvalidConfigError, match=r"through the proxy http://proxy\.invalid:3128") as refused:
+        S3Saver(bucket="b", transport="direct", **options)
+    assert "hunter2" not in str(refused.value) and "NO_PROXY" in str(refused.value)
+    S3Saver(bucket="b", **options).close()  # boto3 goes through the proxy: nothing to refuse
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    S3Saver(bucket="b", transport="direct", **options).close()  # exempted: boto3 would not use it either
+
+
 def test_url_option(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     with S3Saver.from_conn_string(f"s3://{bucket}/{prefix}?transport=direct", **client_options(s3_server)) as saver:
         assert saver._store.direct is not None
