@@ -9,9 +9,10 @@ validation, the flexible-checksum and ``Expect: 100-continue`` handshakes and ge
 which a checkpoint's small, single-shot objects need.
 
 What it keeps from the boto3 client it is built from: credentials (refreshable ones are re-read for every
-request), region, endpoint, addressing style, timeouts, the retry budget (botocore's standard mode: 5xx,
-throttling and connection errors, with the same exponential backoff) and the CA bundle. Everything
-other than the three hot requests (deletes, copies, bucket and lifecycle calls) still goes through boto3.
+request), the bucket's URL and signing region as botocore's endpoint rules resolve them, timeouts, the
+retry budget (botocore's standard mode: 5xx, throttling and connection errors, with the same exponential
+backoff) and the CA bundle. Everything other than the three hot requests (deletes, copies, bucket and
+lifecycle calls) still goes through boto3.
 
 Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
 answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends over blocking sockets
@@ -141,15 +142,12 @@ class DirectTransport:
     ) -> None:
         config = client.meta.config
         self._credentials: Any = _check_client(client, bucket)
-        endpoint = urlsplit(client.meta.endpoint_url)
-        style = (config.s3 or {}).get("addressing_style") or "auto"
-        virtual = style == "virtual" or (
-            style == "auto" and (endpoint.hostname or "").endswith("amazonaws.com") and _dns_compatible(bucket)
-        )
-        self.hostname = f"{bucket}.{endpoint.hostname}" if virtual else str(endpoint.hostname)
+        url, region = bucket_endpoint(client, bucket)
+        endpoint = urlsplit(url)
+        self.hostname = str(endpoint.hostname)
         self._host = self.hostname if endpoint.port is None else f"{self.hostname}:{endpoint.port}"
-        self._path = endpoint.path.rstrip("/") + ("" if virtual else "/" + quote(bucket, safe=""))
-        self._region = client.meta.region_name or "us-east-1"
+        self._path = endpoint.path.rstrip("/")
+        self._region = region
         self.https = endpoint.scheme == "https"
         self.port = endpoint.port or (443 if self.https else 80)
         self.max_attempts = int((config.retries or {}).get("total_max_attempts") or 3)
@@ -368,6 +366,47 @@ def _check_client(client: Any, bucket: str) -> Any:
     if credentials is None:
         raise InvalidConfigError("transport='direct' needs credentials; the client has none")
     return credentials
+
+
+def bucket_endpoint(client: Any, bucket: str) -> tuple[str, str]:
+    """Where botocore sends this bucket's object requests, and the region it signs them for.
+
+    botocore decides per request from S3's endpoint rules: virtual-hosted or path-style addressing (``auto``:
+    virtual on AWS for DNS-compatible names, path for IP addresses and custom endpoints), FIPS, dual-stack and
+    Transfer Acceleration endpoints, S3 Express One Zone zonal endpoints. Asking its resolver, rather than
+    imitating it, sends the direct transport's requests exactly where boto3's would go; a bucket botocore
+    signs with anything but SigV4 (S3 Express sessions, SigV4a) is refused. Without that resolver (a stand-in
+    client), the client's endpoint and addressing style decide as botocore's own ``auto`` does."""
+    resolver = getattr(client, "_ruleset_resolver", None)
+    if resolver is None:
+        return _endpoint_by_style(client, bucket), client.meta.region_name or "us-east-1"
+    try:
+        resolved = resolver.construct_endpoint(
+            operation_model=client.meta.service_model.operation_model("PutObject"),
+            call_args={"Bucket": bucket, "Key": "key"},
+            request_context={},
+        )
+    except Exception as exc:  # botocore's endpoint errors have no common base worth naming
+        raise InvalidConfigError(f"botocore cannot resolve an endpoint for bucket {bucket!r}: {exc}") from None
+    schemes = resolved.properties.get("authSchemes") or [{}]
+    scheme = schemes[0].get("name", "sigv4")
+    if scheme != "sigv4" or schemes[0].get("signingName", "s3") != "s3":
+        raise InvalidConfigError(
+            f"transport='direct' signs with SigV4, and botocore signs requests to bucket {bucket!r} with {scheme} "
+            "(S3 Express One Zone directory buckets, multi-region access points); use transport='boto3'"
+        )
+    return resolved.url, schemes[0].get("signingRegion") or client.meta.region_name or "us-east-1"
+
+
+def _endpoint_by_style(client: Any, bucket: str) -> str:
+    endpoint = urlsplit(client.meta.endpoint_url)
+    style = (client.meta.config.s3 or {}).get("addressing_style") or "auto"
+    virtual = style == "virtual" or (
+        style == "auto" and (endpoint.hostname or "").endswith("amazonaws.com") and _dns_compatible(bucket)
+    )
+    if virtual:
+        return endpoint._replace(netloc=f"{bucket}.{endpoint.netloc}").geturl()
+    return endpoint._replace(path=endpoint.path.rstrip("/") + "/" + quote(bucket, safe="")).geturl()
 
 
 def _proxy_of(client: Any) -> str | None:

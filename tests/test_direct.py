@@ -4,8 +4,9 @@ The conformance suite and the fault suite run with both transports (test_conform
 test_faults.py); the async saver's direct transport, which sends from the event loop, has its own module
 (test_native_async.py). This module covers what those do not: server-side encryption headers, the retention
 tag, keys that need percent-encoding, request counts equal to the boto3 path's (counted by a proxy in
-front of the server, since these requests do not pass through botocore's hooks), and the errors for
-clients the transport cannot imitate.
+front of the server, since these requests do not pass through botocore's hooks), where requests go
+(botocore's endpoint rules, checked without a server) and the errors for clients the transport cannot
+imitate.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph
@@ -29,7 +31,10 @@ from langgraph_s3_checkpoint import (
     S3Saver,
     make_client,
 )
+from langgraph_s3_checkpoint.http1 import Exchange
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.requests import Get
+from langgraph_s3_checkpoint.transport import DirectTransport
 
 SSE_KEY = "0123456789abcdef0123456789abcdef"
 BUCKET = "lgs3-test"
@@ -211,6 +216,73 @@ def test_unsupported_settings_are_refused() -> None:
     proxied.meta.config.proxies = {"http": "http://proxy:3128"}
     with pytest.raises(InvalidConfigError, match="proxies"):
         S3Saver(bucket="b", client=proxied, transport="direct")
+
+
+@pytest.mark.parametrize(
+    ("options", "bucket", "url"),
+    [
+        ({"region_name": "us-west-2"}, "my-bucket", "https://my-bucket.s3.us-west-2.amazonaws.com"),
+        ({"region_name": "us-east-1"}, "my-bucket", "https://my-bucket.s3.amazonaws.com"),
+        ({"region_name": "us-west-2"}, "my.bucket", "https://s3.us-west-2.amazonaws.com/my.bucket"),
+        (
+            {"region_name": "us-west-2", "s3": {"addressing_style": "path"}},
+            "b1",
+            "https://s3.us-west-2.amazonaws.com/b1",
+        ),
+        (
+            {"region_name": "us-west-2", "use_fips_endpoint": True},
+            "agents",
+            "https://agents.s3-fips.us-west-2.amazonaws.com",
+        ),
+        (
+            {"region_name": "eu-west-1", "use_dualstack_endpoint": True},
+            "agents",
+            "https://agents.s3.dualstack.eu-west-1.amazonaws.com",
+        ),
+        (
+            {"region_name": "us-west-2", "s3": {"use_accelerate_endpoint": True}},
+            "agents",
+            "https://agents.s3-accelerate.amazonaws.com",
+        ),
+        ({"endpoint_url": "http://127.0.0.1:8333"}, "agents", "http://127.0.0.1:8333/agents"),
+        ({"endpoint_url": "http://127.0.0.1:8333/s3/"}, "agents", "http://127.0.0.1:8333/s3/agents"),
+        (
+            {"endpoint_url": "http://minio.local:9000", "s3": {"addressing_style": "virtual"}},
+            "agents",
+            "http://agents.minio.local:9000",
+        ),
+    ],
+)
+def test_requests_go_where_botocore_sends_them(options: dict[str, Any], bucket: str, url: str) -> None:
+    """Addressing style, FIPS, dual-stack and acceleration: botocore's endpoint rules decide, not a copy of them."""
+    from botocore.config import Config
+
+    settings = {k: v for k, v in options.items() if k not in ("region_name", "endpoint_url")}
+    client = boto3.session.Session().client(
+        "s3",
+        region_name=options.get("region_name", "us-east-1"),
+        endpoint_url=options.get("endpoint_url"),
+        aws_access_key_id="AKIA",
+        aws_secret_access_key="secret",
+        config=Config(**settings),
+    )
+    direct = DirectTransport(client, bucket)
+    sent = direct.exchanges(Get("some/key"))
+    exchange = next(sent)
+    assert isinstance(exchange, Exchange)
+    scheme = "https" if direct.https else "http"
+    assert f"{scheme}://{exchange.headers['host']}{exchange.target}" == f"{url}/some/key"
+    signed_for = exchange.headers["authorization"].split("Credential=")[1].split("/")[2]
+    assert signed_for == (options.get("region_name") or "us-east-1")
+    direct.close()
+
+
+def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
+    client = boto3.session.Session().client(
+        "s3", region_name="us-west-2", aws_access_key_id="AKIA", aws_secret_access_key="secret"
+    )
+    with pytest.raises(InvalidConfigError, match="sigv4-s3express"):
+        DirectTransport(client, "agents--usw2-az1--x-s3")
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
