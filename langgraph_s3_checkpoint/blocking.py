@@ -144,14 +144,20 @@ def _dropped(sock: socket.socket) -> bool:
         return True
 
 
-def tls_context(ca_certs: str | bool | None) -> ssl.SSLContext:
-    """TLS as botocore's ``verify`` says: a CA bundle (file or folder), ``False`` (no verification), else the
-    system's trust store. Both senders use it."""
+def tls_context(ca_certs: str | bool | None, client_cert: str | tuple[str, str] | None = None) -> ssl.SSLContext:
+    """TLS as botocore's ``verify`` and ``client_cert`` say: a CA bundle (file or folder), ``False`` (no
+    verification), else the system's trust store; and the certificate (with its key, in the same file or a
+    second one) to present to servers that ask for one. Both senders use it."""
     if ca_certs is False:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-        return context
-    if isinstance(ca_certs, str) and os.path.isdir(ca_certs):
-        return ssl.create_default_context(capath=ca_certs)
-    return ssl.create_default_context(cafile=ca_certs if isinstance(ca_certs, str) else None)
+    elif isinstance(ca_certs, str) and os.path.isdir(ca_certs):
+        context = ssl.create_default_context(capath=ca_certs)
+    else:
+        context = ssl.create_default_context(cafile=ca_certs if isinstance(ca_certs, str) else None)
+    if isinstance(client_cert, str):
+        context.load_cert_chain(client_cert)
+    elif client_cert is not None:
+        context.load_cert_chain(*client_cert)
+    return context

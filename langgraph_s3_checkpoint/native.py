@@ -134,7 +134,7 @@ class _Pool:
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
         self._slots = asyncio.Semaphore(limit)
-        self._ssl = tls_context(direct.ca_certs) if direct.https else None
+        self._ssl = tls_context(direct.ca_certs, direct.client_cert) if direct.https else None
         self.lifetime: AsyncGenerator[None, None] | None = None
 
     async def send(self, exchange: Exchange) -> Response | Failure:

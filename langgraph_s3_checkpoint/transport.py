@@ -40,6 +40,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
+from botocore.httpsession import get_cert_path
 from botocore.utils import get_environ_proxies
 
 from .blocking import BlockingPool, tls_context
@@ -154,13 +155,16 @@ class DirectTransport:
         self.connect_timeout = float(config.connect_timeout)
         self.read_timeout = float(config.read_timeout)
         self.max_connections = max(config.max_pool_connections or 10, max_connections)
-        verify = getattr(getattr(client, "_endpoint", None), "http_session", None)
-        self.ca_certs: str | bool | None = getattr(verify, "_verify", None)
-        """botocore's ``verify``: a CA bundle path, ``False`` (no verification), or the default bundle."""
+        session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        self.ca_certs: str | bool | None = get_cert_path(getattr(session, "_verify", None))
+        """botocore's ``verify`` as it applies it: a CA bundle path (by default the one botocore uses, certifi's),
+        ``False`` (no verification), or ``None`` (the system's trust store, for a client without a session)."""
+        self.client_cert: str | tuple[str, str] | None = config.client_cert
+        """botocore's ``client_cert``: the certificate presented to servers that ask for one (mutual TLS)."""
         self._connections = BlockingPool(
             self.hostname,
             self.port,
-            tls=tls_context(self.ca_certs) if self.https else None,
+            tls=tls_context(self.ca_certs, self.client_cert) if self.https else None,
             connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout,
             max_idle=self.max_connections,

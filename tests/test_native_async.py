@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph, silent_server
@@ -325,6 +326,45 @@ async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> N
             else:
                 with pytest.raises(NotS3EndpointError, match=r"https://127\.0\.0\.1"):
                     await read()
+        finally:
+            saver.close()
+
+
+@pytest.mark.parametrize("sender", ["native", "blocking"])
+@pytest.mark.parametrize("presented", [False, True])
+async def test_mutual_tls_presents_the_clients_certificate(
+    tls_context: ssl.SSLContext, sender: str, presented: bool
+) -> None:
+    """A server that demands a client certificate: the one botocore's ``client_cert`` names is presented."""
+    from botocore.config import Config
+
+    cert = tls_context.cert_file  # type: ignore[attr-defined]
+    demanding = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    demanding.load_cert_chain(cert, str(Path(cert).with_name("key.pem")))
+    demanding.verify_mode = ssl.CERT_REQUIRED
+    demanding.load_verify_locations(cert)  # the self-signed certificate is its own CA
+    with _web_server(demanding) as port:
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=f"https://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id="AKIA",
+            aws_secret_access_key="secret",
+            verify=cert,
+            config=Config(
+                retries={"total_max_attempts": 1},
+                client_cert=(cert, str(Path(cert).with_name("key.pem"))) if presented else None,
+            ),
+        )
+        saver = (AsyncS3Saver if sender == "native" else S3Saver)(bucket="b", client=client, transport="direct")
+        try:
+            read = saver.aget_tuple(cfg("t")) if sender == "native" else asyncio.to_thread(saver.get_tuple, cfg("t"))
+            if presented:  # the TLS conversation worked; then the web server answers like one
+                with pytest.raises(NotS3EndpointError, match=r"https://127\.0\.0\.1"):
+                    await read
+            else:
+                with pytest.raises(S3RequestError, match="Cannot reach"):
+                    await read
         finally:
             saver.close()
 
