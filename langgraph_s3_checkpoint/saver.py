@@ -38,6 +38,7 @@ from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
 from .keys import Layout
 from .memory import MemoryBucket
 from .native import NativeTransport
+from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
 from .shell import BodyCache, BucketIO
@@ -313,18 +314,6 @@ def make_bucket_io(
     )
 
 
-def _check_numbers_and_flags(*, numbers: Mapping[str, Any], flags: Mapping[str, Any]) -> None:
-    """The saver's integer options must be integers (``max_concurrency`` >= 1), its flags booleans."""
-    for name, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
-    if numbers["max_concurrency"] < 1:
-        raise InvalidConfigError(f"max_concurrency must be >= 1, got {numbers['max_concurrency']!r}")
-    for name, flag in flags.items():
-        if not isinstance(flag, bool):
-            raise InvalidConfigError(f"{name} must be True or False, got {flag!r}")
-
-
 class BaseS3Saver(BaseCheckpointSaver[str]):
     """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`."""
 
@@ -355,19 +344,18 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
         operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
         **client_options: Any,
     ) -> None:
+        check_serde(serde)
         super().__init__(serde=serde)
-        if not bucket or not isinstance(bucket, str):
-            raise InvalidConfigError("bucket is required")
-        _check_numbers_and_flags(
-            numbers={
-                "inline_threshold": inline_threshold,
-                "max_concurrency": max_concurrency,
-                "cache_bytes": cache_bytes,
-                "compress_threshold": 0 if compress_threshold is None else compress_threshold,
-                "ttl_days": 1 if ttl_days is None else ttl_days,
-            },
-            flags={"create_bucket": create_bucket, "require_conditional_writes": require_conditional_writes},
+        prefix = check_location(bucket, prefix)
+        check_whole_numbers(
+            inline_threshold=inline_threshold,
+            max_concurrency=max_concurrency,
+            cache_bytes=cache_bytes,
+            compress_threshold=compress_threshold,
+            ttl_days=ttl_days,
         )
+        check_flags(create_bucket=create_bucket, require_conditional_writes=require_conditional_writes)
+        check_encryption(server_side_encryption, sse_kms_key_id, sse_customer_key)
         timeouts: dict[str, Any] = {
             name: value
             for name, value in (
@@ -378,10 +366,6 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
             if value is not None
         }
         self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
-        if cache_bytes < 0:
-            raise InvalidConfigError(f"cache_bytes must be >= 0 (0 disables the cache), got {cache_bytes!r}")
-        if ttl_days is not None and ttl_days < 1:
-            raise InvalidConfigError(f"ttl_days must be a whole number of days >= 1, got {ttl_days!r}")
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options, **timeouts)
@@ -391,7 +375,7 @@ class BaseS3Saver(BaseCheckpointSaver[str]):
                 "client; set them on your client (botocore.config.Config) instead"
             )
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = prefix
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes

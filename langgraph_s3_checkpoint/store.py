@@ -25,7 +25,7 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -57,6 +57,7 @@ from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
+from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
     PRECONDITION_FAILED,
@@ -1007,6 +1008,50 @@ def _last_writes(ops: Sequence[Op]) -> list[PutOp]:
 # ------------------------------------------------------------------------------------------------
 # The stores
 # ------------------------------------------------------------------------------------------------
+_TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes"})
+
+
+def _check_ttl(ttl: Any) -> None:
+    """``ttl`` is LangGraph's ``TTLConfig``: minutes, a flag and minutes again; nothing else."""
+    if ttl is None:
+        return
+    if not isinstance(ttl, Mapping):
+        raise InvalidConfigError(f"ttl must be a TTLConfig dict ({', '.join(sorted(_TTL_KEYS))}), got {ttl!r}")
+    unknown = sorted(set(ttl) - _TTL_KEYS)
+    if unknown:
+        raise InvalidConfigError(f"unknown ttl key(s) {unknown}; TTLConfig has {', '.join(sorted(_TTL_KEYS))}")
+    for name in ("default_ttl", "sweep_interval_minutes"):
+        minutes = ttl.get(name)
+        if minutes is not None and (
+            isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0
+        ):
+            raise InvalidConfigError(f"ttl[{name!r}] must be a positive number of minutes (or None), got {minutes!r}")
+    if not isinstance(ttl.get("refresh_on_read", True), bool):
+        raise InvalidConfigError(f"ttl['refresh_on_read'] must be True or False, got {ttl['refresh_on_read']!r}")
+
+
+def _check_index(index: Any) -> None:
+    """``index`` is LangGraph's ``IndexConfig``: an embedder, the vectors' size, the fields to embed."""
+    if index is None:
+        return
+    if not isinstance(index, Mapping):
+        raise InvalidConfigError(f"index must be an IndexConfig dict (embed, dims, fields), got {index!r}")
+    embed = index.get("embed")
+    if embed is None or not (isinstance(embed, str) or callable(embed) or hasattr(embed, "embed_documents")):
+        raise InvalidConfigError(
+            "index['embed'] must be an Embeddings object, a function from texts to vectors, or a provider "
+            f"string such as 'openai:text-embedding-3-small'; got {embed!r}"
+        )
+    dims = index.get("dims")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise InvalidConfigError(f"index['dims'] must be a whole number >= 1 (the vectors' size), got {dims!r}")
+    fields = index.get("fields")
+    if fields is not None and (isinstance(fields, str) or not all(isinstance(f, str) for f in fields)):
+        raise InvalidConfigError(
+            f"index['fields'] must be a list of JSON paths such as ['text', 'metadata.title'], got {fields!r}"
+        )
+
+
 class BaseS3Store(BaseStore):
     """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`."""
 
@@ -1032,10 +1077,15 @@ class BaseS3Store(BaseStore):
         vector_shards: int = DEFAULT_VECTOR_SHARDS,
         **client_options: Any,
     ) -> None:
-        if not bucket:
-            raise InvalidConfigError("bucket is required")
-        if not 1 <= int(vector_shards) <= 256:
-            raise InvalidConfigError(f"vector_shards must be between 1 and 256, got {vector_shards!r}")
+        prefix = check_location(bucket, prefix)
+        check_whole_numbers(
+            max_concurrency=max_concurrency, compress_threshold=compress_threshold, vector_shards=vector_shards
+        )
+        check_flags(create_bucket=create_bucket, require_conditional_writes=require_conditional_writes)
+        check_serde(serde)
+        check_encryption(server_side_encryption, sse_kms_key_id, sse_customer_key)
+        _check_ttl(ttl)
+        _check_index(index)
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options)
@@ -1044,7 +1094,7 @@ class BaseS3Store(BaseStore):
                 f"client options {sorted(client_options)} only apply when the store creates the client"
             )
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = prefix
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
@@ -1077,7 +1127,7 @@ class BaseS3Store(BaseStore):
         self._core = StoreCore(
             layout=StoreLayout(self.prefix),
             codec=StoreCodec(codec),
-            vector_shards=int(vector_shards),
+            vector_shards=vector_shards,
             indexed=self.embeddings is not None,
         )
 

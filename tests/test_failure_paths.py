@@ -29,12 +29,14 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import (
     AsyncS3Saver,
+    AsyncS3Store,
     CorruptObjectError,
     InvalidConfigError,
     S3AccessError,
     S3CheckpointError,
     S3RequestError,
     S3Saver,
+    S3Store,
     SaverMisuseError,
     SerializationError,
 )
@@ -184,6 +186,68 @@ def test_keyword_values_of_the_wrong_type_are_config_errors() -> None:
     ):
         with pytest.raises(InvalidConfigError):
             S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", **kwargs)
+
+
+_LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aws_secret_access_key": "secret"}
+
+
+@pytest.mark.parametrize("kind", [S3Saver, S3Store, AsyncS3Saver, AsyncS3Store])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"bucket": 5}, "bucket"),
+        ({"bucket": ""}, "bucket"),
+        ({"prefix": 5}, "prefix"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": "4"}, "max_concurrency"),
+        ({"compress_threshold": -1}, "compress_threshold"),
+        ({"compress_threshold": True}, "compress_threshold"),
+        ({"create_bucket": "no"}, "create_bucket"),
+        ({"require_conditional_writes": 0}, "require_conditional_writes"),
+        ({"serde": 42}, "serde"),
+        ({"server_side_encryption": "AES-256"}, "server_side_encryption"),
+        ({"sse_kms_key_id": "alias/agents"}, "sse_kms_key_id needs server_side_encryption='aws:kms'"),
+        ({"sse_customer_key": "too short"}, "sse_customer_key must be a 256-bit AES key"),
+        ({"sse_customer_key": "k" * 32, "server_side_encryption": "AES256"}, "exclude each other"),
+    ],
+)
+def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[str, Any], named: str) -> None:
+    """One check for both (options.py): refused at construction, naming the option, before any request."""
+    with pytest.raises(InvalidConfigError, match=named) as refused:
+        kind(**{"bucket": "b", **options}, **_LOCAL)
+    assert "too short" not in str(refused.value)  # a customer key is a secret: its length is named, not the key
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"vector_shards": 0}, "vector_shards"),
+        ({"vector_shards": 257}, "vector_shards"),
+        ({"vector_shards": "4"}, "vector_shards"),
+        ({"ttl": 5}, "ttl must be a TTLConfig"),
+        ({"ttl": {"default_tl": 5}}, "default_tl"),
+        ({"ttl": {"default_ttl": -1}}, "default_ttl"),
+        ({"ttl": {"default_ttl": "10"}}, "default_ttl"),
+        ({"ttl": {"sweep_interval_minutes": 0}}, "sweep_interval_minutes"),
+        ({"ttl": {"refresh_on_read": "no"}}, "refresh_on_read"),
+        ({"index": {"dims": 3}}, "embed"),
+        ({"index": {"dims": 3, "embed": 42}}, "embed"),
+        ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
+        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "fields": "text"}}, "fields"),
+    ],
+)
+def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidConfigError, match=named):
+        S3Store(bucket="b", **options, **_LOCAL)
+
+
+def test_good_store_options_are_kept() -> None:
+    embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
+    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "sweep_interval_minutes": 1}
+    with contextlib.closing(
+        S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
+    ) as store:
+        assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
 
 
 def test_no_credentials_is_an_access_error(

@@ -1,0 +1,94 @@
+"""The constructor options the saver and the store share, checked in one place.
+
+Why at construction: a wrong option found later is found in the wrong place. A ``create_bucket="no"`` is
+truthy and would create the bucket; a ``max_concurrency="4"`` fails as a ``TypeError`` inside the thread
+pool; an ``sse_customer_key`` of the wrong length, or an ``sse_kms_key_id`` without ``aws:kms``, is only
+refused by the server at the first write, after the graph has already run a step. Each check raises
+:class:`InvalidConfigError` naming the option, what it got and what it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidConfigError
+
+_RANGES: dict[str, tuple[int, int | None, str]] = {
+    "max_concurrency": (1, None, ""),
+    "inline_threshold": (0, None, " bytes"),
+    "compress_threshold": (0, None, " bytes (None turns compression off)"),
+    "cache_bytes": (0, None, " (0 turns the cache off)"),
+    "ttl_days": (1, None, " days (None: nothing expires)"),
+    "vector_shards": (1, 256, ""),
+}
+"""Whole-number options: least and greatest value, and what the number counts."""
+
+SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
+"""The values S3 accepts for ``x-amz-server-side-encryption``."""
+
+
+def check_location(bucket: Any, prefix: Any) -> str:
+    """The bucket must be a name, the prefix a string; returns the prefix without surrounding slashes."""
+    if not isinstance(bucket, str) or not bucket:
+        raise InvalidConfigError(f"bucket is required: the S3 bucket's name as a string, got {bucket!r}")
+    if not isinstance(prefix, str):
+        raise InvalidConfigError(f"prefix must be a string (a key prefix such as 'prod/agents'), got {prefix!r}")
+    return prefix.strip("/")
+
+
+def check_whole_numbers(**values: Any) -> None:
+    """Each value must be an ``int`` (not a ``bool``) within its option's range; ``None`` means "off"
+    and is only passed for the options that have an off."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        least, greatest, unit = _RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfigError(f"{name} must be a whole number{unit}, got {value!r}")
+        if value < least or (greatest is not None and value > greatest):
+            bounds = f">= {least}" if greatest is None else f"between {least} and {greatest}"
+            raise InvalidConfigError(f"{name} must be {bounds}{unit}, got {value!r}")
+
+
+def check_flags(**flags: Any) -> None:
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise InvalidConfigError(f"{name} must be True or False, got {flag!r}")
+
+
+def check_serde(serde: Any) -> None:
+    """A serializer LangGraph can use: ``dumps_typed`` and ``loads_typed`` (``SerializerProtocol``)."""
+    usable = all(callable(getattr(serde, method, None)) for method in ("dumps_typed", "loads_typed"))
+    if serde is not None and not usable:
+        raise InvalidConfigError(
+            f"serde must be a LangGraph serializer with dumps_typed/loads_typed (for example "
+            f"JsonPlusSerializer(), or EncryptedSerializer), got {serde!r}"
+        )
+
+
+def check_encryption(server_side_encryption: Any, sse_kms_key_id: Any, sse_customer_key: Any) -> None:
+    """Server-side encryption the way S3 accepts it, so that the first write is not the one to refuse it."""
+    if server_side_encryption is not None and server_side_encryption not in SSE_ALGORITHMS:
+        raise InvalidConfigError(
+            f"server_side_encryption must be one of {', '.join(SSE_ALGORITHMS)}, got {server_side_encryption!r}"
+        )
+    if sse_kms_key_id is not None:
+        if not isinstance(sse_kms_key_id, str) or not sse_kms_key_id:
+            raise InvalidConfigError(f"sse_kms_key_id must be a KMS key id or ARN, got {sse_kms_key_id!r}")
+        if server_side_encryption not in ("aws:kms", "aws:kms:dsse"):
+            raise InvalidConfigError(
+                "sse_kms_key_id needs server_side_encryption='aws:kms' (or 'aws:kms:dsse'); "
+                f"got server_side_encryption={server_side_encryption!r}"
+            )
+    if sse_customer_key is not None:
+        if server_side_encryption is not None:
+            raise InvalidConfigError(
+                "sse_customer_key (SSE-C, your key) and server_side_encryption (S3's or KMS's key) exclude each "
+                "other; pass one of them"
+            )
+        key = sse_customer_key.encode() if isinstance(sse_customer_key, str) else sse_customer_key
+        if not isinstance(key, bytes) or len(key) != 32:
+            length = f"{len(key)} bytes" if isinstance(key, bytes) else type(sse_customer_key).__name__
+            raise InvalidConfigError(
+                f"sse_customer_key must be a 256-bit AES key: 32 bytes (or a string of 32 UTF-8 bytes), got {length}"
+            )
