@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from numbers import Integral
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -1008,7 +1009,8 @@ def _last_writes(ops: Sequence[Op]) -> list[PutOp]:
 # ------------------------------------------------------------------------------------------------
 # The stores
 # ------------------------------------------------------------------------------------------------
-_TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes"})
+_TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes"})
+"""TTLConfig's keys. ``omit_expired`` is accepted and always in effect: reads never return an expired item."""
 
 
 def _check_ttl(ttl: Any) -> None:
@@ -1026,8 +1028,9 @@ def _check_ttl(ttl: Any) -> None:
             isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0
         ):
             raise InvalidConfigError(f"ttl[{name!r}] must be a positive number of minutes (or None), got {minutes!r}")
-    if not isinstance(ttl.get("refresh_on_read", True), bool):
-        raise InvalidConfigError(f"ttl['refresh_on_read'] must be True or False, got {ttl['refresh_on_read']!r}")
+    for name in ("refresh_on_read", "omit_expired"):
+        if not isinstance(ttl.get(name, True), bool):
+            raise InvalidConfigError(f"ttl[{name!r}] must be True or False, got {ttl[name]!r}")
 
 
 def _check_index(index: Any) -> None:
@@ -1043,7 +1046,7 @@ def _check_index(index: Any) -> None:
             f"string such as 'openai:text-embedding-3-small'; got {embed!r}"
         )
     dims = index.get("dims")
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, Integral) or dims < 1):
         raise InvalidConfigError(f"index['dims'] must be a whole number >= 1 (the vectors' size), got {dims!r}")
     fields = index.get("fields")
     if fields is not None and (isinstance(fields, str) or not all(isinstance(f, str) for f in fields)):

@@ -230,6 +230,7 @@ def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[st
         ({"ttl": {"default_ttl": "10"}}, "default_ttl"),
         ({"ttl": {"sweep_interval_minutes": 0}}, "sweep_interval_minutes"),
         ({"ttl": {"refresh_on_read": "no"}}, "refresh_on_read"),
+        ({"ttl": {"omit_expired": 1}}, "omit_expired"),
         ({"index": {"dims": 3}}, "embed"),
         ({"index": {"dims": 3, "embed": 42}}, "embed"),
         ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
@@ -243,7 +244,7 @@ def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: 
 
 def test_good_store_options_are_kept() -> None:
     embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
-    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "sweep_interval_minutes": 1}
+    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
     with contextlib.closing(
         S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
     ) as store:
