@@ -1010,7 +1010,8 @@ def _last_writes(ops: Sequence[Op]) -> list[PutOp]:
 # The stores
 # ------------------------------------------------------------------------------------------------
 _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes"})
-"""TTLConfig's keys. ``omit_expired`` is accepted and always in effect: reads never return an expired item."""
+"""TTLConfig's keys. ``omit_expired`` is accepted and always in effect for ``get`` and ``search``, which never
+return an expired item; ``list_namespaces`` reads keys only and lists a namespace until its items are swept."""
 
 
 def _check_ttl(ttl: Any) -> None:
