@@ -57,11 +57,15 @@ def check_flags(**flags: Any) -> None:
 
 
 def check_serde(serde: Any) -> None:
-    """A serializer LangGraph can use: ``dumps_typed`` and ``loads_typed`` (``SerializerProtocol``)."""
-    usable = all(callable(getattr(serde, method, None)) for method in ("dumps_typed", "loads_typed"))
-    if serde is not None and not usable:
+    """A serializer LangGraph can use: ``dumps_typed``/``loads_typed`` (``SerializerProtocol``), or the older
+    ``dumps``/``loads``, which LangGraph wraps (``maybe_add_typed_methods``)."""
+
+    def has(*methods: str) -> bool:
+        return all(callable(getattr(serde, method, None)) for method in methods)
+
+    if serde is not None and not (has("dumps_typed", "loads_typed") or has("dumps", "loads")):
         raise InvalidConfigError(
-            f"serde must be a LangGraph serializer with dumps_typed/loads_typed (for example "
+            "serde must be a LangGraph serializer with dumps_typed/loads_typed (for example "
             f"JsonPlusSerializer(), or EncryptedSerializer), got {serde!r}"
         )
 

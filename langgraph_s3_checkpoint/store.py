@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from numbers import Integral
 from typing import Any, TypeVar
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import (
     BaseStore,
@@ -1102,7 +1102,7 @@ class BaseS3Store(BaseStore):
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
-        self.serde: SerializerProtocol = serde or JsonPlusSerializer()
+        self.serde: SerializerProtocol = maybe_add_typed_methods(serde or JsonPlusSerializer())
         self.ttl_config = ttl
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None

@@ -242,6 +242,23 @@ def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: 
         S3Store(bucket="b", **options, **_LOCAL)
 
 
+@pytest.mark.parametrize("kind", [S3Saver, S3Store])
+def test_an_untyped_serde_is_wrapped_as_langgraph_does(kind: Any) -> None:
+    """LangGraph still accepts a serializer with only dumps/loads (``maybe_add_typed_methods``); so do we."""
+    import json
+
+    class Untyped:
+        def dumps(self, obj: Any) -> bytes:
+            return json.dumps(obj).encode()
+
+        def loads(self, data: bytes) -> Any:
+            return json.loads(data)
+
+    with contextlib.closing(kind(bucket="b", serde=Untyped(), **_LOCAL)) as made:
+        kind_name, data = made.serde.dumps_typed({"a": 1})
+        assert made.serde.loads_typed((kind_name, data)) == {"a": 1}
+
+
 def test_good_store_options_are_kept() -> None:
     embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
     ttl = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
