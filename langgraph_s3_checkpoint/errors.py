@@ -181,6 +181,12 @@ def error_for_code(code: str, bucket: str, request: str, detail: str) -> S3Check
     """The error for an S3 error ``code`` that retries did not cure; ``request`` names what was asked."""
     if code == "NoSuchBucket":
         return BucketNotFoundError(f"Bucket {bucket!r} does not exist. {CREATE_BUCKET_ADVICE}")
+    if code == "RequestTimeTooSkewed":
+        return S3AccessError(
+            f"The S3 server refused {request} on bucket {bucket!r} because this machine's clock differs from the "
+            "server's by more than it allows (RequestTimeTooSkewed; AWS allows 15 minutes): requests are signed "
+            "with the current time. Synchronize this machine's clock (NTP)."
+        )
     if code in ACCESS_DENIED_CODES:
         return S3AccessError(
             f"The S3 server refused {request} on bucket {bucket!r} ({code}). "

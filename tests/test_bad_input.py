@@ -3,6 +3,7 @@ bucket, wrong credentials, a server that ignores conditional writes, and secrets
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -239,6 +240,33 @@ def test_wrong_credentials(wrong_credentials: tuple[S3Saver, str, str]) -> None:
     assert "lgs3-test" in str(raised.value) and secret not in str(raised.value)
     with pytest.raises(S3AccessError):
         saver.get_tuple(cfg("anything"))
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+def test_a_clock_far_off_is_named_as_the_cause(
+    seaweedfs_server: LocalS3Server, prefix: str, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests are signed with the time; a server refuses them when this machine's clock is off by too much
+    (SeaweedFS checks it, as AWS does; moto does not). The error says to fix the clock, not the credentials."""
+    from datetime import datetime, timedelta
+
+    import botocore.auth
+
+    from langgraph_s3_checkpoint import transport as direct_module
+
+    class AnHourAhead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=1)
+
+    seaweedfs_server.create_bucket("lgs3-test")
+    saver = S3Saver(bucket="lgs3-test", prefix=prefix, client=seaweedfs_server.client(), transport=transport)
+    saver.setup()
+    ahead = botocore.auth.get_current_datetime() + timedelta(hours=1)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: ahead)
+    monkeypatch.setattr(direct_module, "datetime", AnHourAhead)
+    with contextlib.closing(saver), pytest.raises(S3AccessError, match=r"clock .*RequestTimeTooSkewed.*Synchronize"):
+        saver.get_tuple(cfg("t"))
 
 
 def test_no_secrets_in_repr_errors_or_logs(
