@@ -9,6 +9,7 @@ refused by the server at the first write, after the graph has already run a step
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .errors import InvalidConfigError
@@ -27,10 +28,25 @@ SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
 """The values S3 accepts for ``x-amz-server-side-encryption``."""
 
 
+_DIRECTORY_BUCKET = re.compile(r".+--[a-z0-9-]+--x-s3")
+"""S3 Express One Zone directory buckets are named ``base--zone-id--x-s3``."""
+
+
 def check_location(bucket: Any, prefix: Any) -> str:
-    """The bucket must be a name, the prefix a string; returns the prefix without surrounding slashes."""
+    """The bucket must be a name, the prefix a string; returns the prefix without surrounding slashes.
+
+    A directory bucket (S3 Express One Zone) is refused: its ``ListObjectsV2`` returns keys in no particular
+    order and without ``StartAfter``, and the saver finds a thread's newest records, a ``before=`` page of
+    history and the store's namespaces by listing keys in order. Such a bucket would not fail; it would
+    answer ``list`` with the wrong checkpoints."""
     if not isinstance(bucket, str) or not bucket:
         raise InvalidConfigError(f"bucket is required: the S3 bucket's name as a string, got {bucket!r}")
+    if _DIRECTORY_BUCKET.fullmatch(bucket):
+        raise InvalidConfigError(
+            f"bucket {bucket!r} is an S3 Express One Zone directory bucket, which lists keys out of order and "
+            "without StartAfter; this package reads history and namespaces through ordered listings. Use a "
+            "general purpose bucket."
+        )
     if not isinstance(prefix, str):
         raise InvalidConfigError(f"prefix must be a string (a key prefix such as 'prod/agents'), got {prefix!r}")
     return prefix.strip("/")

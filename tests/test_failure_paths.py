@@ -197,6 +197,7 @@ _LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aw
     [
         ({"bucket": 5}, "bucket"),
         ({"bucket": ""}, "bucket"),
+        ({"bucket": "agents--usw2-az1--x-s3"}, "directory bucket"),
         ({"prefix": 5}, "prefix"),
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"max_concurrency": "4"}, "max_concurrency"),
