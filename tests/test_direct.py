@@ -12,6 +12,7 @@ imitate.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -218,8 +219,18 @@ def test_unsupported_settings_are_refused() -> None:
         S3Saver(bucket="b", client=proxied, transport="direct")
 
 
+@pytest.fixture
+def no_aws_settings_around(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """botocore also reads endpoints, FIPS/dual-stack and addressing from the environment and config files."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") and name not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+
+
 @pytest.mark.parametrize(
-    ("options", "bucket", "url"),
+    ("options", "name", "url"),
     [
         ({"region_name": "us-west-2"}, "my-bucket", "https://my-bucket.s3.us-west-2.amazonaws.com"),
         ({"region_name": "us-east-1"}, "my-bucket", "https://my-bucket.s3.amazonaws.com"),
@@ -253,7 +264,8 @@ def test_unsupported_settings_are_refused() -> None:
         ),
     ],
 )
-def test_requests_go_where_botocore_sends_them(options: dict[str, Any], bucket: str, url: str) -> None:
+@pytest.mark.usefixtures("no_aws_settings_around")
+def test_requests_go_where_botocore_sends_them(options: dict[str, Any], name: str, url: str) -> None:
     """Addressing style, FIPS, dual-stack and acceleration: botocore's endpoint rules decide, not a copy of them."""
     from botocore.config import Config
 
@@ -266,7 +278,7 @@ def test_requests_go_where_botocore_sends_them(options: dict[str, Any], bucket: 
         aws_secret_access_key="secret",
         config=Config(**settings),
     )
-    direct = DirectTransport(client, bucket)
+    direct = DirectTransport(client, name)
     sent = direct.exchanges(Get("some/key"))
     exchange = next(sent)
     assert isinstance(exchange, Exchange)
@@ -277,6 +289,7 @@ def test_requests_go_where_botocore_sends_them(options: dict[str, Any], bucket: 
     direct.close()
 
 
+@pytest.mark.usefixtures("no_aws_settings_around")
 def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
     client = boto3.session.Session().client(
         "s3", region_name="us-west-2", aws_access_key_id="AKIA", aws_secret_access_key="secret"
