@@ -33,7 +33,8 @@ _DIRECTORY_BUCKET = re.compile(r".+--[a-z0-9-]+--x-s3")
 
 
 def check_location(bucket: Any, prefix: Any) -> str:
-    """The bucket must be a name, the prefix a string; returns the prefix without surrounding slashes.
+    """The bucket must be a name, the prefix a string (``None``: none); returns the prefix without surrounding
+    slashes.
 
     A directory bucket (S3 Express One Zone) is refused: its ``ListObjectsV2`` returns keys in no particular
     order and without ``StartAfter``, and the saver finds a thread's newest records, a ``before=`` page of
@@ -47,6 +48,8 @@ def check_location(bucket: Any, prefix: Any) -> str:
             "without StartAfter; this package reads history and namespaces through ordered listings. Use a "
             "general purpose bucket."
         )
+    if prefix is None:  # as if not given: the bucket's root
+        return ""
     if not isinstance(prefix, str):
         raise InvalidConfigError(f"prefix must be a string (a key prefix such as 'prod/agents'), got {prefix!r}")
     return prefix.strip("/")

@@ -267,6 +267,9 @@ def test_good_store_options_are_kept() -> None:
         S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
     ) as store:
         assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
+    for kind in (S3Saver, S3Store):
+        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
+            assert made.prefix == ""
 
 
 def test_no_credentials_is_an_access_error(
