@@ -41,7 +41,6 @@ from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
 from botocore.httpsession import get_cert_path
-from botocore.utils import get_environ_proxies
 
 from .blocking import BlockingPool, tls_context
 from .errors import InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
@@ -155,10 +154,9 @@ class DirectTransport:
         self.connect_timeout = float(config.connect_timeout)
         self.read_timeout = float(config.read_timeout)
         self.max_connections = max(config.max_pool_connections or 10, max_connections)
-        session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-        self.ca_certs: str | bool | None = get_cert_path(getattr(session, "_verify", None))
-        """botocore's ``verify`` as it applies it: a CA bundle path (by default the one botocore uses, certifi's),
-        ``False`` (no verification), or ``None`` (the system's trust store, for a client without a session)."""
+        self.ca_certs: str | bool = get_cert_path(client._endpoint.http_session._verify)
+        """botocore's ``verify`` as it applies it: a CA bundle path (by default the one botocore uses, certifi's)
+        or ``False`` (no verification)."""
         self.client_cert: str | tuple[str, str] | None = config.client_cert
         """botocore's ``client_cert``: the certificate presented to servers that ask for one (mutual TLS)."""
         self._connections = BlockingPool(
@@ -379,13 +377,9 @@ def bucket_endpoint(client: Any, bucket: str) -> tuple[str, str]:
     virtual on AWS for DNS-compatible names, path for IP addresses and custom endpoints), FIPS, dual-stack and
     Transfer Acceleration endpoints, S3 Express One Zone zonal endpoints. Asking its resolver, rather than
     imitating it, sends the direct transport's requests exactly where boto3's would go; a bucket botocore
-    signs with anything but SigV4 (S3 Express sessions, SigV4a) is refused. Without that resolver (a stand-in
-    client), the client's endpoint and addressing style decide as botocore's own ``auto`` does."""
-    resolver = getattr(client, "_ruleset_resolver", None)
-    if resolver is None:
-        return _endpoint_by_style(client, bucket), client.meta.region_name or "us-east-1"
+    signs with anything but SigV4 (S3 Express sessions, SigV4a) is refused."""
     try:
-        resolved = resolver.construct_endpoint(
+        resolved = client._ruleset_resolver.construct_endpoint(
             operation_model=client.meta.service_model.operation_model("PutObject"),
             call_args={"Bucket": bucket, "Key": "key"},
             request_context={},
@@ -402,31 +396,17 @@ def bucket_endpoint(client: Any, bucket: str) -> tuple[str, str]:
     return resolved.url, schemes[0].get("signingRegion") or client.meta.region_name or "us-east-1"
 
 
-def _endpoint_by_style(client: Any, bucket: str) -> str:
-    endpoint = urlsplit(client.meta.endpoint_url)
-    style = (client.meta.config.s3 or {}).get("addressing_style") or "auto"
-    virtual = style == "virtual" or (
-        style == "auto" and (endpoint.hostname or "").endswith("amazonaws.com") and _dns_compatible(bucket)
-    )
-    if virtual:
-        return endpoint._replace(netloc=f"{bucket}.{endpoint.netloc}").geturl()
-    return endpoint._replace(path=endpoint.path.rstrip("/") + "/" + quote(bucket, safe="")).geturl()
-
-
 def _proxy_of(client: Any) -> str | None:
     """The proxy botocore sends this client's requests through, without its credentials; ``None``: none.
 
-    botocore takes it from the client's ``proxies`` setting or, failing that, from the environment
-    (``HTTP_PROXY``/``HTTPS_PROXY`` unless ``NO_PROXY`` exempts the endpoint's host); its HTTP session
-    resolves both. A client without that session (a stand-in) is judged by its setting and the environment."""
+    The client's ``proxies`` setting, else what its HTTP session resolved from the environment
+    (``HTTP_PROXY``/``HTTPS_PROXY``, unless ``NO_PROXY`` exempts the endpoint's host)."""
     endpoint = client.meta.endpoint_url
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    resolver = getattr(session, "_proxy_config", None)
-    if resolver is not None and not client.meta.config.proxies:
-        url = resolver.proxy_url_for(endpoint)
+    configured = client.meta.config.proxies
+    if configured:
+        url = configured.get(urlsplit(endpoint).scheme)
     else:
-        proxies = client.meta.config.proxies or get_environ_proxies(endpoint)
-        url = proxies.get(urlsplit(endpoint).scheme) if proxies else None
+        url = client._endpoint.http_session._proxy_config.proxy_url_for(endpoint)
     if not url:
         return None
     parts = urlsplit(url if "://" in url else "http://" + url)
@@ -440,7 +420,3 @@ def _is_answer(status: int, code: str) -> bool:
 
 def _iso_time(text: str) -> datetime:
     return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-
-
-def _dns_compatible(bucket: str) -> bool:
-    return bool(re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", bucket))
