@@ -16,6 +16,7 @@ from .errors import InvalidConfigError
 
 _RANGES: dict[str, tuple[int, int | None, str]] = {
     "max_concurrency": (1, None, ""),
+    "max_attempts": (1, None, " (attempts per request, the first included)"),
     "inline_threshold": (0, None, " bytes"),
     "compress_threshold": (0, None, " bytes (None turns compression off)"),
     "cache_bytes": (0, None, " (0 turns the cache off)"),

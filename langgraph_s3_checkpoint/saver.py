@@ -152,12 +152,6 @@ def _seconds(name: str, value: Any) -> float:
     return seconds
 
 
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(f"{name}={value!r} must be a whole number >= 1")
-    return value
-
-
 _CLIENT_KWARGS = frozenset(
     {
         "aws_access_key_id",
@@ -204,10 +198,11 @@ def make_client(
         endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     ):
         addressing_style = "path"  # local and non-AWS servers expect it (boto3 reads AWS_ENDPOINT_URL itself)
+    check_whole_numbers(max_attempts=max_attempts)
     config = Config(
         connect_timeout=_seconds("connect_timeout", connect_timeout),
         read_timeout=_seconds("read_timeout", read_timeout),
-        retries={"mode": "standard", "total_max_attempts": _count("max_attempts", max_attempts)},
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": addressing_style} if addressing_style else None,
     )
