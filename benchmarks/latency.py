@@ -84,6 +84,16 @@ def loop_graph(steps: int) -> Any:
     return g
 
 
+def client_options(s3: dict[str, Any]) -> dict[str, Any]:
+    """The boto3 client keywords for the server (through the proxy) a child was given."""
+    return {
+        "endpoint_url": s3["endpoint_url"],
+        "aws_access_key_id": s3["access_key"],
+        "aws_secret_access_key": s3["secret_key"],
+        "region_name": s3["region"],
+    }
+
+
 def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
     if name in ("inmemory", "inmemory-async"):
         from langgraph.checkpoint.memory import InMemorySaver
@@ -99,12 +109,7 @@ def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
         saver.setup()
         return saver
     prefix = f"lat/{name}/{uuid.uuid4().hex[:8]}"
-    plain = {
-        "endpoint_url": s3["endpoint_url"],
-        "aws_access_key_id": s3["access_key"],
-        "aws_secret_access_key": s3["secret_key"],
-        "region_name": s3["region"],
-    }
+    plain = client_options(s3)
 
     def boto3_client() -> Any:
         import boto3
@@ -311,12 +316,7 @@ def bare(s3: dict[str, Any], samples: int) -> dict[str, float]:
     from langgraph_s3_checkpoint.requests import Get, Put
     from langgraph_s3_checkpoint.transport import DirectTransport
 
-    opts = {
-        "endpoint_url": s3["endpoint_url"],
-        "aws_access_key_id": s3["access_key"],
-        "aws_secret_access_key": s3["secret_key"],
-        "region_name": s3["region"],
-    }
+    opts = client_options(s3)
     import boto3
     from botocore.config import Config
 
