@@ -161,8 +161,8 @@ class TargetThreadExistsError(S3CheckpointError):
 
 
 class SaverMisuseError(S3CheckpointError, RuntimeError):
-    """A method was called in a context where it cannot work (a blocking call on the event loop, a saver
-    used after ``close()``)."""
+    """A method was called in a context where it cannot work (a blocking call on the event loop, a saver or
+    store used after ``close()`` or its ``with`` block)."""
 
 
 CREATE_BUCKET_ADVICE = (

@@ -41,7 +41,7 @@ from .native import NativeTransport
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
-from .shell import BodyCache, BucketIO
+from .shell import BodyCache, BucketIO, ClosesAtBlockEnd
 from .transport import DirectTransport
 
 T = TypeVar("T")
@@ -309,7 +309,7 @@ def make_bucket_io(
     )
 
 
-class BaseS3Saver(BaseCheckpointSaver[str]):
+class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
     """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`."""
 
     _native_async = False
@@ -634,11 +634,8 @@ class S3Saver(BaseS3Saver):
     def from_conn_string(cls, url: str, **kwargs: Any) -> Iterator[S3Saver]:
         """Open a saver for ``s3://bucket/prefix?options``; keyword arguments override URL options and
         reach the boto3 client when they are client settings (``endpoint_url``, ``region_name`` ...)."""
-        saver = cls._from_url(url, **kwargs)
-        try:
+        with cls._from_url(url, **kwargs) as saver:
             yield saver
-        finally:
-            saver.close()
 
     def setup(self) -> None:
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
@@ -661,11 +658,8 @@ class AsyncS3Saver(BaseS3Saver):
     @classmethod
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncIterator[AsyncS3Saver]:
-        saver = cls._from_url(url, **kwargs)
-        try:
+        with cls._from_url(url, **kwargs) as saver:
             yield saver
-        finally:
-            saver.close()
 
     async def setup(self) -> None:
         await self._arun("setup", self._setup_plan())

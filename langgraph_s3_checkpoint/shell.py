@@ -61,6 +61,30 @@ from .transport import DirectTransport, list_arguments, put_arguments
 T = TypeVar("T")
 
 
+Closing = TypeVar("Closing", bound="ClosesAtBlockEnd")
+
+
+class ClosesAtBlockEnd:
+    """``with x:`` and ``async with x:`` hand back ``x`` and close it when the block ends, as a file does and as
+    ``from_conn_string``'s block does. Both forms work on the sync and the async classes alike: InMemorySaver
+    accepts both, and closing never needs the event loop."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: Closing) -> Closing:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self: Closing) -> Closing:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 def same_etag(a: str, b: str) -> bool:
     """Listings and reads may quote ETags differently."""
     return a.strip('"') == b.strip('"')
@@ -207,12 +231,13 @@ class BucketIO:
         if self.direct is not None:
             self.direct.close()
 
-    def check_open(self, what: str) -> None:
-        """Refuse work after ``close()``: its connections are gone, and a silently re-opened pool would leak."""
+    def check_open(self, what: str, *, kind: str = "saver") -> None:
+        """Refuse work after ``close()``: its connections are gone, and a silently re-opened pool would leak.
+        ``kind`` names what the user holds: a saver or a store."""
         if self._closed:
             raise SaverMisuseError(
-                f"{what}() was called on a saver that was closed (after its `with` block or close()). "
-                "Open a new saver (S3Saver.from_conn_string / S3Saver(...)) for further calls."
+                f"{what}() was called on a {kind} that was closed (after its `with` block or close()). "
+                f"Open a new {kind} (from_conn_string or the constructor) for further calls."
             )
 
     # -- one request ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, closing, contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from numbers import Integral
@@ -75,7 +75,7 @@ from .requests import (
     Written,
 )
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
-from .shell import same_etag
+from .shell import ClosesAtBlockEnd, same_etag
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -1056,7 +1056,7 @@ def _check_index(index: Any) -> None:
         )
 
 
-class BaseS3Store(BaseStore):
+class BaseS3Store(ClosesAtBlockEnd, BaseStore):
     """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`."""
 
     supports_ttl = True
@@ -1154,7 +1154,8 @@ class BaseS3Store(BaseStore):
         return cls(bucket=bucket, prefix=prefix, **options)
 
     def close(self) -> None:
-        """Stop the TTL sweeper and release the worker threads. The store must not be used afterwards."""
+        """Stop the TTL sweeper and release the worker threads and connections. Idempotent; every later call
+        raises :class:`SaverMisuseError` naming it (``with``/``async with`` blocks end with this)."""
         self.stop_ttl_sweeper()
         self._io.close()
 
@@ -1184,27 +1185,36 @@ class BaseS3Store(BaseStore):
         listed, to_embed, queries = self._prepare(ops)
         documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
         query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
-        return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return self._run("batch", self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         listed, to_embed, queries = self._prepare(ops)
         documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
         answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
-        return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return await self._arun("abatch", self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+
+    def _run(self, what: str, plan: Plan[T]) -> T:
+        self._io.check_open(what, kind="store")
+        return self._io.run(plan)
+
+    async def _arun(self, what: str, plan: Plan[T]) -> T:
+        self._io.check_open(what, kind="store")
+        return await self._io.arun(plan)
 
     # -- TTL ----------------------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
         """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return self._io.run(self._core.sweep())
+        return self._run("sweep_ttl", self._core.sweep())
 
     async def asweep_ttl(self) -> int:
-        return await self._io.arun(self._core.sweep())
+        return await self._arun("asweep_ttl", self._core.sweep())
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
         daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
         Without a ``ttl_config`` nothing starts."""
+        self._io.check_open("start_ttl_sweeper", kind="store")
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config:
             future.set_result(None)
@@ -1259,12 +1269,12 @@ class S3Store(BaseS3Store):
     def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> Iterator[S3Store]:
-        with closing(cls._from_url(url, index=index, ttl=ttl, **kwargs)) as store:
+        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
             yield store
 
     def setup(self) -> None:
         """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support."""
-        self._io.run(self._setup_plan())
+        self._run("setup", self._setup_plan())
 
 
 class AsyncS3Store(BaseS3Store):
@@ -1283,11 +1293,11 @@ class AsyncS3Store(BaseS3Store):
     async def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[AsyncS3Store]:
-        with closing(cls._from_url(url, index=index, ttl=ttl, **kwargs)) as store:
+        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
             yield store
 
     async def setup(self) -> None:
-        await self._io.arun(self._setup_plan())
+        await self._arun("setup", self._setup_plan())
 
 
 __all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreCore", "StoreLayout"]

@@ -837,6 +837,50 @@ def test_a_closed_saver_refuses_every_call_naming_it(s3_server: LocalS3Server, b
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("cls", [S3Saver, AsyncS3Saver, S3Store, AsyncS3Store], ids=lambda c: c.__name__)
+def test_with_and_async_with_close_the_saver_or_store_at_the_block_end(
+    s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]
+) -> None:
+    """Both block forms work on all four classes, as on InMemorySaver, and close what they opened: later calls
+    are refused naming the call, whichever block form was used."""
+    kind = "store" if "Store" in cls.__name__ else "saver"
+
+    def refused(target: Any) -> None:
+        read = target.aget(("ns",), "k") if kind == "store" else target.aget_tuple(cfg("t"))
+        with pytest.raises(SaverMisuseError, match=rf"\(\) was called on a {kind} that was closed"):
+            asyncio.run(read)
+
+    opened = cls(bucket=bucket, prefix=prefix, client=s3_server.client())
+    with opened as entered:
+        assert entered is opened
+    refused(opened)
+
+    async def main() -> Any:
+        async with cls(bucket=bucket, prefix=prefix, client=s3_server.client()) as entered:
+            if kind == "saver":
+                assert await entered.aget_tuple(cfg("absent")) is None
+            else:
+                assert await entered.aget(("ns",), "absent") is None
+        return entered
+
+    refused(asyncio.run(main()))
+    opened.close()  # idempotent
+
+
+def test_a_closed_store_refuses_every_call_naming_it(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    with S3Store.from_conn_string(f"s3://{bucket}/{prefix}", **_credentials(s3_server)) as store:
+        store.put(("ns",), "k", {"v": 1})
+    for name, call in (
+        ("batch", lambda: store.get(("ns",), "k")),
+        ("sweep_ttl", store.sweep_ttl),
+        ("setup", store.setup),
+        ("start_ttl_sweeper", store.start_ttl_sweeper),
+        ("abatch", lambda: asyncio.run(store.aget(("ns",), "k"))),
+    ):
+        with pytest.raises(SaverMisuseError, match=rf"{name}\(\) was called on a store that was closed"):
+            call()
+
+
 def test_misuse_errors_name_the_method_the_user_called(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     async def main() -> None:
         saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
