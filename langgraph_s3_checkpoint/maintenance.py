@@ -139,7 +139,7 @@ class Maintenance(Committing):
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
         if isinstance(thread_ids, str):
             raise InvalidArgumentTypeError(
-                "prune() takes a sequence of thread ids, not a single string; wrap it in a list"
+                f"prune() takes a sequence of thread ids, not a str: wrap it in a list, prune([{thread_ids!r}])"
             )
         if strategy not in ("keep_latest", "delete"):
             raise InvalidConfigError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
@@ -223,7 +223,10 @@ class Maintenance(Committing):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if isinstance(run_ids, str):
-            raise InvalidArgumentTypeError("delete_for_runs() takes a sequence of run ids, not a single string")
+            raise InvalidArgumentTypeError(
+                f"delete_for_runs() takes a sequence of run ids, not a str: wrap it in a list, "
+                f"delete_for_runs([{run_ids!r}])"
+            )
         for run_id in run_ids:
             index = self.layout.run_index(run_id)
             entries: list[Page] = []

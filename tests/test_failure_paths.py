@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from helpers import cfg, silent_server
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
@@ -307,6 +307,27 @@ def test_unserializable_value_is_a_type_error_like_inmemorysaver(
         with pytest.raises(SerializationError) as raised:
             saver.put(cfg("t"), checkpoint, {}, {"x": "1"})
         assert isinstance(raised.value, TypeError)
+
+
+def test_one_string_for_a_sequence_of_ids_is_a_type_error_and_deletes_nothing(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """``prune("ab")`` must not prune threads "a" and "b" (a str is a sequence of characters); PostgresSaver
+    raises a TypeError saying "not a str", and so do we, before any request."""
+    with S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) as saver:
+        for thread_id in ("ab", "a", "b"):
+            parent = saver.put(cfg(thread_id), empty_checkpoint(), {"step": 0, "run_id": thread_id}, {})
+            saver.put(parent, create_checkpoint(empty_checkpoint(), {}, 1), {"step": 1, "run_id": thread_id}, {})
+        before = {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")}
+        for strategy in ("keep_latest", "delete"):
+            with pytest.raises(TypeError, match=r"prune\(\) takes a sequence of thread ids, not a str.*\['ab'\]"):
+                saver.prune("ab", strategy=strategy)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"delete_for_runs\(\) takes a sequence of run ids, not a str"):
+            saver.delete_for_runs("ab")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not a str"):
+            asyncio.run(saver.aprune("ab"))  # type: ignore[arg-type]
+        assert {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")} == before
+        assert all(len(configs) == 2 for configs in before.values())
 
 
 def test_foreign_keys_under_the_prefix_are_skipped(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:

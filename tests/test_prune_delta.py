@@ -67,6 +67,10 @@ def test_keep_latest_prunes_an_ordinary_thread(saver: S3Saver) -> None:
     assert len(after) < len(before)
     assert len(list(saver.list(config))) == 1
     assert graph.get_state(config).values == {"steps": 5}
+    # The kept checkpoint still names its parent (documented in the README); the parent reads as absent.
+    kept = saver.get_tuple(config)
+    assert kept is not None and kept.parent_config is not None
+    assert saver.get_tuple(kept.parent_config) is None
 
 
 def _chat_graph(saver: S3Saver) -> Any:
