@@ -1,5 +1,6 @@
-"""LangGraph's own test suite as a gate: every test of the installed langgraph's sdist that passes with
-InMemorySaver must pass with S3Saver (sync tests) and AsyncS3Saver (async tests) on SeaweedFS.
+"""LangGraph's own test suites as a gate: every test of the sdist of the installed langgraph (and of
+langgraph-prebuilt) that passes with InMemorySaver must pass with S3Saver (sync tests) and AsyncS3Saver (async
+tests) on SeaweedFS.
 
 Runs ``tests/langgraph_suite/run.py`` in-process (pytest itself runs in a subprocess, from the
 extracted sdist in ``.langgraph-tests/<version>/``). Never skips: if the sdist cannot be fetched, if
@@ -12,13 +13,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 
 from run import run_suite
 
 
-def test_s3_savers_pass_every_langgraph_test_that_memory_passes() -> None:
-    result = run_suite()
+@pytest.mark.parametrize("package", ["langgraph", "langgraph-prebuilt"])
+def test_s3_savers_pass_every_langgraph_test_that_memory_passes(package: str) -> None:
+    """``langgraph-prebuilt`` (``create_react_agent``, ``ToolNode``) ships the same checkpointer fixtures."""
+    result = run_suite(package=package)
     assert not result.problems, result.render()
     assert result.tests, "no LangGraph test ran"
     assert not result.regressions, result.render()

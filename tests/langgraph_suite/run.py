@@ -246,6 +246,7 @@ def _run_pytest(
 
 def run_suite(
     *,
+    package: str = "langgraph",
     workers: int = DEFAULT_WORKERS,
     savers: str = "memory,s3",
     pytest_args: list[str] | None = None,
@@ -258,7 +259,7 @@ def run_suite(
     ``retries``: regressions are run again (with their memory twins) up to this many times; one that
     passes on a retry is reported as flaky and does not fail the gate.
     """
-    root = ensure_tests()
+    root = ensure_tests(package=package)
     for stale in root.glob("last-*"):
         stale.unlink()
     extra = list(pytest_args or [])
@@ -293,6 +294,9 @@ def run_suite(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="LangGraph's own tests as a gate for S3Saver / AsyncS3Saver")
+    parser.add_argument(
+        "--package", default="langgraph", help="whose sdist tests: langgraph (default) or langgraph-prebuilt"
+    )
     parser.add_argument("-n", "--workers", type=int, default=DEFAULT_WORKERS, help="xdist workers (0: no xdist)")
     parser.add_argument("--savers", default="memory,s3", help="checkpointer params (see lgs3_suite_plugin)")
     parser.add_argument("--retries", type=int, default=1, help="reruns of regressions before they count (0: none)")
@@ -301,6 +305,7 @@ def main() -> None:
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest (node ids replace the file list)")
     args = parser.parse_args()
     result = run_suite(
+        package=args.package,
         workers=args.workers,
         savers=args.savers,
         pytest_args=args.pytest_args,
