@@ -9,7 +9,8 @@ Loaded by ``run.py`` with ``-p lgs3_suite_plugin``; nothing in the downloaded fi
   fixture body unchanged.
 * Each S3 test gets a fresh saver under a fresh random key prefix (thread isolation); all of them share
   one SeaweedFS server per session (with xdist the controller starts it and the workers share it) and
-  one boto3 client per process.
+  one boto3 client per process. Such a test that also takes LangGraph's ``sync_store``/``async_store`` gets
+  S3Store/AsyncS3Store on the same bucket.
 * Tests that use neither fixture are deselected (``--lgs3-all-tests`` keeps them).
 * syrupy snapshots of an ``s3``/``s3_aio`` test are looked up under the ``memory`` test's name: the
   graph drawn or the state returned must not depend on where checkpoints live.
@@ -29,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, local
+from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, S3Saver, S3Store, local
 
 BUCKET = "lgs3-langgraph-suite"
 S3_SYNC = "s3"
@@ -174,8 +175,42 @@ def _patch_conftest(module: Any, config: pytest.Config) -> None:
 
     module.sync_checkpointer = sync_checkpointer
     module.async_checkpointer = async_checkpointer
+    if hasattr(module, "sync_store") and hasattr(module, "async_store"):
+        _patch_stores(module)
     module._lgs3_patched = True
     _state["patched"] = True
+
+
+def _patch_stores(module: Any) -> None:
+    """A test that runs on our saver and takes LangGraph's ``sync_store``/``async_store`` gets S3Store/AsyncS3Store
+    on the same bucket (one bucket, no database, as in production); its memory twin keeps upstream's store. The
+    store fixtures keep their params (ids), so pairing and snapshots are unchanged."""
+    sync_fn, sync_params = _unwrap(module.sync_store)
+    async_fn, async_params = _unwrap(module.async_store)
+
+    def on_our_saver(request: pytest.FixtureRequest, fixture: str, ours: str) -> bool:
+        params = getattr(getattr(request.node, "callspec", None), "params", {}) or {}
+        return params.get(fixture) == ours
+
+    @pytest.fixture(scope="function", params=sync_params)
+    def sync_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+        if on_our_saver(request, "sync_checkpointer", S3_SYNC):
+            with S3Store.from_conn_string(f"s3://{BUCKET}/{_fresh_prefix()}", client=_client()) as store:
+                yield store
+        else:
+            yield from sync_fn(request)
+
+    @pytest.fixture(scope="function", params=async_params)
+    async def async_store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+        if on_our_saver(request, "async_checkpointer", S3_ASYNC):
+            async with AsyncS3Store.from_conn_string(f"s3://{BUCKET}/{_fresh_prefix()}", client=_client()) as store:
+                yield store
+        else:
+            async for store in async_fn(request):
+                yield store
+
+    module.sync_store = sync_store
+    module.async_store = async_store
 
 
 TRANSPORT = os.environ.get("LGS3_TRANSPORT", "boto3")
