@@ -1182,17 +1182,19 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return listed, to_embed, queries
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        self._io.check_open("batch", kind="store")  # before any embedding is paid for
         listed, to_embed, queries = self._prepare(ops)
         documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
         query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
-        return self._run("batch", self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        self._io.check_open("abatch", kind="store")
         listed, to_embed, queries = self._prepare(ops)
         documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
         answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
-        return await self._arun("abatch", self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     def _run(self, what: str, plan: Plan[T]) -> T:
         self._io.check_open(what, kind="store")
