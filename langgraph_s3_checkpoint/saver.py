@@ -260,9 +260,11 @@ def make_bucket_io(
     cache: BodyCache | None = None,
     deadline: float | None = None,
     native_async: bool = False,
+    serves: str = "saver",
 ) -> BucketIO:
     """The I/O shell for ``client``: encryption arguments, transport (an in-process :class:`MemoryBucket`
-    answers every request itself), the retention tag, read cache and deadline. Saver and store share it.
+    answers every request itself), the retention tag, read cache and deadline. Saver and store share it;
+    ``serves`` names which one holds it in the error for a call after ``close()``.
 
     With ``transport="direct"`` and ``native_async``, the async driver sends GET, PUT and LIST from the
     event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`)."""
@@ -306,6 +308,7 @@ def make_bucket_io(
         cache=cache,
         backend=client if memory else None,
         deadline=deadline,
+        serves=serves,
     )
 
 

@@ -212,6 +212,8 @@ class BucketIO:
     """An in-process bucket (``memory.MemoryBucket``) that answers every request instead of boto3."""
     deadline: float | None = None
     """Seconds one operation may take (``operation_timeout``); for a stream, each item. ``None``: no limit."""
+    serves: str = "saver"
+    """What the user holds, a saver or a store: named when a call comes after ``close()``."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
 
@@ -231,13 +233,12 @@ class BucketIO:
         if self.direct is not None:
             self.direct.close()
 
-    def check_open(self, what: str, *, kind: str = "saver") -> None:
-        """Refuse work after ``close()``: its connections are gone, and a silently re-opened pool would leak.
-        ``kind`` names what the user holds: a saver or a store."""
+    def check_open(self, what: str) -> None:
+        """Refuse work after ``close()``: its connections are gone, and a silently re-opened pool would leak."""
         if self._closed:
             raise SaverMisuseError(
-                f"{what}() was called on a {kind} that was closed (after its `with` block or close()). "
-                f"Open a new {kind} (from_conn_string or the constructor) for further calls."
+                f"{what}() was called on a {self.serves} that was closed (after its `with` block or close()). "
+                f"Open a new {self.serves} (from_conn_string or the constructor) for further calls."
             )
 
     # -- one request ----------------------------------------------------------------------------

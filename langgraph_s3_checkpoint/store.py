@@ -1122,6 +1122,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             sse_customer_key=sse_customer_key,
             transport=transport,
             native_async=True,  # the async methods of both classes send from the loop with transport="direct"
+            serves="store",
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec
@@ -1182,14 +1183,14 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return listed, to_embed, queries
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        self._io.check_open("batch", kind="store")  # before any embedding is paid for
+        self._io.check_open("batch")  # before any embedding is paid for
         listed, to_embed, queries = self._prepare(ops)
         documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
         query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
         return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        self._io.check_open("abatch", kind="store")
+        self._io.check_open("abatch")
         listed, to_embed, queries = self._prepare(ops)
         documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
         answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
@@ -1197,11 +1198,11 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     def _run(self, what: str, plan: Plan[T]) -> T:
-        self._io.check_open(what, kind="store")
+        self._io.check_open(what)
         return self._io.run(plan)
 
     async def _arun(self, what: str, plan: Plan[T]) -> T:
-        self._io.check_open(what, kind="store")
+        self._io.check_open(what)
         return await self._io.arun(plan)
 
     # -- TTL ----------------------------------------------------------------------------------------
@@ -1216,7 +1217,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
         daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
         Without a ``ttl_config`` nothing starts."""
-        self._io.check_open("start_ttl_sweeper", kind="store")
+        self._io.check_open("start_ttl_sweeper")
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config:
             future.set_result(None)
