@@ -18,20 +18,18 @@ event loop's thread, as AsyncPostgresSaver does, which the upstream async tests 
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 
 from fetch import ensure_tests
+from upstream import bound_to_bucket, load_test_module
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -41,28 +39,8 @@ UPSTREAM_NAME = "tests.test_memory"
 PRIVATE_PARTS = (".storage", ".writes[", ".blobs", "_load_blobs", "__mro__")
 
 
-def _load_upstream() -> types.ModuleType:
-    """Import the sdist's ``tests/test_memory.py`` as ``tests.test_memory``, and keep that name registered (the
-    serializer imports allow-listed classes by module path when it decodes)."""
-    saved_package = sys.modules.get("tests")
-    package = types.ModuleType("tests")
-    package.__path__ = [str(ROOT / "tests")]
-    sys.modules["tests"] = package
-    try:
-        spec = importlib.util.spec_from_file_location(UPSTREAM_NAME, ROOT / "tests" / "test_memory.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[UPSTREAM_NAME] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        if saved_package is None:
-            sys.modules.pop("tests", None)
-        else:
-            sys.modules["tests"] = saved_package
-
-
-upstream = _load_upstream()
+# Kept registered as ``tests.test_memory``: the serializer imports allow-listed classes by module path.
+upstream = load_test_module(ROOT, "test_memory.py", UPSTREAM_NAME)
 
 
 def _public(test: Any, private_helpers: frozenset[str] = frozenset()) -> bool:
@@ -92,19 +70,10 @@ _reset_warned_types = upstream._reset_warned_types
 
 @pytest.fixture(autouse=True)
 def _saver_class(s3_server: LocalS3Server, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Any]]:
-    client = s3_server.client()
-    opened: list[S3Saver] = []
-
-    class Bound(S3Saver):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(bucket=bucket, prefix=f"m/{uuid4().hex[:12]}", client=client, **kwargs)
-            opened.append(self)
-
-    Bound.__name__ = Bound.__qualname__ = f"S3SaverOn{s3_server.kind}"
-    monkeypatch.setattr(upstream, "InMemorySaver", Bound)
-    yield Bound
-    for saver in opened:
-        saver.close()
+    name = f"S3SaverOn{s3_server.kind}"
+    with bound_to_bucket(S3Saver, client=s3_server.client(), bucket=bucket, prefix="m", name=name) as bound:
+        monkeypatch.setattr(upstream, "InMemorySaver", bound)
+        yield bound
 
 
 def test_upstream_suite_was_collected() -> None:

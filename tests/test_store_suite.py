@@ -15,20 +15,18 @@ so every collected test runs, with no expected failures, against both classes.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 
 from fetch import ensure_tests
+from upstream import bound_to_bucket, load_test_module
 
 from langgraph_s3_checkpoint import AsyncS3Store, S3Store
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -36,30 +34,7 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 ROOT = ensure_tests(package="langgraph-checkpoint", required="test_store.py")
 
 
-def _load_upstream() -> types.ModuleType:
-    """Import the sdist's ``tests/test_store.py`` (it imports ``tests.embed_test_utils``) under its own name."""
-    saved = {name: sys.modules.get(name) for name in ("tests", "tests.embed_test_utils")}
-    package = types.ModuleType("tests")
-    package.__path__ = [str(ROOT / "tests")]
-    sys.modules["tests"] = package
-    sys.modules.pop("tests.embed_test_utils", None)
-    try:
-        name = "langgraph_checkpoint_sdist_test_store"
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "test_store.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                sys.modules.pop(key, None)
-            else:
-                sys.modules[key] = value
-
-
-upstream = _load_upstream()
+upstream = load_test_module(ROOT, "test_store.py", "langgraph_checkpoint_sdist_test_store")
 
 UPSTREAM_TESTS = {
     name: fn
@@ -77,19 +52,10 @@ def _store_class(
     request: pytest.FixtureRequest, s3_server: LocalS3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[type[Any]]:
     base: type[Any] = S3Store if request.param == "S3Store" else AsyncS3Store
-    client = s3_server.client()
-    opened: list[Any] = []
-
-    class Bound(base):  # type: ignore[misc, valid-type]
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(bucket=bucket, prefix=f"t/{uuid4().hex[:12]}", client=client, **kwargs)
-            opened.append(self)
-
-    Bound.__name__ = Bound.__qualname__ = f"{base.__name__}On{s3_server.kind}"
-    monkeypatch.setattr(upstream, "InMemoryStore", Bound)
-    yield Bound
-    for store in opened:
-        store.close()
+    name = f"{base.__name__}On{s3_server.kind}"
+    with bound_to_bucket(base, client=s3_server.client(), bucket=bucket, prefix="t", name=name) as bound:
+        monkeypatch.setattr(upstream, "InMemoryStore", bound)
+        yield bound
 
 
 def test_upstream_suite_was_collected() -> None:
