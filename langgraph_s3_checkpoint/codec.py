@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, SerializationError
-from .keys import is_digest, unescape
+from .keys import RECORD, is_digest, revert_id, unescape
 
 MAGIC = b"LGS3"
 FORMAT_VERSION = 1
@@ -167,8 +167,26 @@ class Codec:
             }
         )
 
-    def decode_record(self, key: str, data: bytes) -> Record:
+    def _record_frame(self, key: str, data: bytes) -> Any:
+        """A record's or head's frame; a record must hold the checkpoint its key names.
+
+        Readers, gc and repair take a record's id from its body, so an object filed under another
+        checkpoint's key (a botched manual restore, a tampered bucket) would otherwise show a checkpoint
+        where another belongs, or hide one from ``list`` and gc.
+        """
         frame = self._unframe(key, data)
+        folder, _, name = key.rpartition("/")
+        if name == RECORD and isinstance(frame, dict) and "id" in frame:
+            try:
+                filed_as = revert_id(folder.rpartition("/")[2])
+            except ValueError:
+                filed_as = None
+            if filed_as != frame["id"]:
+                raise corrupt(key, f"holds checkpoint {frame['id']!r}, not the one its key names: misfiled or tampered")
+        return frame
+
+    def decode_record(self, key: str, data: bytes) -> Record:
+        frame = self._record_frame(key, data)
         try:
             checkpoint = self.load(key, frame["checkpoint"])
             return Record(
@@ -189,7 +207,7 @@ class Codec:
 
     def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None]:
         """Checkpoint id and ``previous_head`` of a record or head, without decoding anything else."""
-        frame = self._unframe(key, data)
+        frame = self._record_frame(key, data)
         try:
             return str(frame["id"]), frame.get("previous_head")
         except (KeyError, TypeError) as exc:
@@ -204,7 +222,7 @@ class Codec:
 
     def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
         """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
-        frame = self._unframe(key, data)
+        frame = self._record_frame(key, data)
         if not isinstance(frame, dict) or "id" not in frame:
             raise corrupt(key, "record has no checkpoint id")
         return frame.get("previous_head"), bool(frame.get("detached", False))

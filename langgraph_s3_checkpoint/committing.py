@@ -77,11 +77,12 @@ class Committing(Reading):
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
         fence = self.memory.fence(thread_id, ns, parent_id)
-        if isinstance(fence, Fenced):
-            if fence.seen.etag == SUPERSEDED:
-                raise CheckpointConflictError(thread_id, ns)
-            if parent_id is not None and checkpoint_id <= parent_id:
-                raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id)
+        if parent_id is not None and checkpoint_id <= parent_id and (
+            isinstance(fence, Fenced) or (_carries_time(checkpoint_id) and _carries_time(parent_id))
+        ):
+            raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
+        if isinstance(fence, Fenced) and fence.seen.etag == SUPERSEDED:
+            raise CheckpointConflictError(thread_id, ns)
         now = datetime.now(timezone.utc)
         values = self._split_values(thread_id, ns, checkpoint, new_versions, fence, now)
         prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, fence)]
@@ -167,15 +168,19 @@ class Committing(Reading):
         head_id = self.codec.peek_head_id(c.head_key, head_now.body)
         if head_id == c.checkpoint_id:
             return head_now.etag
-        straggler = isinstance(fence, Join) and not fence.fork and c.source == "loop"
+        straggler = isinstance(fence, Join) and not fence.fork and c.source != "fork"
         if straggler and c.parent_id not in (None, head_id):
-            # A step continues its parent, which must still be the head: this is a straggler whose
-            # saver no longer remembers the head it read (the memory is bounded), not a replay (those
-            # read their starting checkpoint explicitly, which marks it a fork).
+            # LangGraph puts on top of the checkpoint it just read as the latest (a step, an input, an
+            # update), so a parent that is no longer the head means another writer moved the thread
+            # meanwhile: through another saver, through this one (two requests of one conversation), or
+            # before this saver's bounded memory forgot the head. Joining would commit a second child
+            # of that parent and silently drop the other writer's. The forks are exempt: a replay or
+            # update of an older checkpoint read it explicitly (``fence.fork``), and ``__copy__``
+            # (source "fork") puts on top of the latest checkpoint's parent by design.
             raise CheckpointConflictError(c.thread_id, c.ns)
         if c.checkpoint_id < head_id:
             if c.parent_id == head_id:
-                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id)
+                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
             return None
         # The head may be a head-only commit (its record PUT failed): make sure its record exists
         # before the head moves on, or it would be lost from history.
@@ -276,6 +281,12 @@ class Committing(Reading):
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )
+
+
+def _carries_time(checkpoint_id: str) -> bool:
+    """Whether an id is a uuid6 like LangGraph's, whose order is the order of the writers' clocks (ids a
+    caller chose itself, such as "2" in tests, say nothing of time)."""
+    return len(checkpoint_id) == 36 and checkpoint_id[14] == "6" and checkpoint_id.count("-") == 4
 
 
 class Outcome(Enum):

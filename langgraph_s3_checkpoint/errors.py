@@ -62,23 +62,23 @@ class CheckpointConflictError(S3CheckpointError):
 
 
 class ClockSkewError(S3CheckpointError):
-    """A checkpoint continuing the head has an id older than the head's: the writers' clocks disagree.
+    """A checkpoint has an id older than its parent's or than the head it continues: the writers' clocks
+    disagree.
 
     LangGraph's checkpoint ids are uuid6 values that carry the time of the machine that made them, and
-    "latest" means "newest id" for every LangGraph saver. A worker whose clock is behind the one that
-    wrote the head would create a child that sorts before its parent, so it is refused instead of
-    being committed where no reader would look for it. Nothing was committed.
+    "latest" means "newest id" for every LangGraph saver. A child that sorts before its parent would be
+    committed where no reader looks for the latest checkpoint, so it is refused. Nothing was committed.
     """
 
-    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, head_id: str) -> None:
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, newer_id: str, newer: str) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         where = f"thread {thread_id!r}" + (f", namespace {checkpoint_ns!r}" if checkpoint_ns else "")
         super().__init__(
-            f"Checkpoint {checkpoint_id!r} continues {where}, but its id is older than the head "
-            f"{head_id!r}: the clock of this machine is behind the clock of the machine that wrote the "
-            "head (checkpoint ids carry the time). Nothing was committed. Synchronize the clocks (NTP) "
-            "and retry."
+            f"Checkpoint {checkpoint_id!r} continues {where}, but its id is older than {newer} {newer_id!r}: "
+            f"the clock of the machine making this checkpoint is behind the clock of the machine that made "
+            f"{newer}, or that one's was ahead (checkpoint ids carry the time). Nothing was committed. "
+            "Synchronize the clocks (NTP) and retry."
         )
 
 
@@ -97,7 +97,17 @@ class S3AccessError(S3CheckpointError):
 
 class S3RequestError(S3CheckpointError):
     """An S3 request failed after retries (unreachable endpoint, timeouts, the operation's deadline) for
-    a reason other than the cases above."""
+    a reason other than the cases above.
+
+    The outcome of a write that failed this way is unknown: the server may have applied it and only the
+    answer been lost. A ``put`` that raised it may have committed; reading the thread (``get_tuple``)
+    shows which, and resuming the graph continues from whatever is committed."""
+
+
+UNKNOWN_OUTCOME = (
+    "If this was a write, it may still have been applied (only the answer lost): a put that raised this may "
+    "have committed; get_tuple shows the thread as it is."
+)
 
 
 class NotS3EndpointError(S3RequestError):

@@ -91,13 +91,23 @@ class Maintenance(Committing):
         if names:
             yield from all_of(names)
         # The heads last (If-None-Match): until they land the target reads as empty, never half-copied.
-        commits: list[Request] = []
+        commits: list[Put] = []
         for prefix, head in zip(prefixes, heads, strict=True):
             if head is not None:
                 target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
                 commits.append(Put(target, head.body, if_none_match=True))
-        if commits:
-            yield commits
+        replies = (yield from all_of(commits)) if commits else []
+        unsure = [put for put, reply in zip(commits, replies, strict=True) if reply is PRECONDITION_FAILED]
+        # A refused head that holds this copy's bytes is this copy's own, its answer lost on the way back.
+        standing = (yield from all_of([Get(put.key) for put in unsure])) if unsure else []
+        refused = [put.key for put, now in zip(unsure, standing, strict=True) if now is None or now.body != put.body]
+        if refused:
+            # Another writer created the target meanwhile (a second copy, a first put): its heads stand.
+            raise TargetThreadExistsError(
+                f"copy_thread: another writer gave target thread {target_thread_id!r} checkpoints while it was "
+                f"being copied; {len(refused)} of the copy's {len(commits)} heads were refused and theirs kept "
+                f"({', '.join(refused)}). Delete the target and copy again, or choose a new thread id"
+            )
 
     def _refuse_existing_target(self, target_thread_id: str) -> Plan[None]:
         """Raise :class:`TargetThreadExistsError` if the copy's target has a committed checkpoint.
@@ -244,7 +254,7 @@ class Maintenance(Committing):
                 ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
                 if ns is None:
                     continue
-                first_id = marker.body.decode() if marker is not None else ""
+                first_id = _first_checkpoint_of_run(marker)
                 yield from self._delete_run_in_ns(run_id, thread_id, ns, first_id)
                 yield [Delete((key, self.layout.thread_run_entry(run_id, thread_id, ns)))]
 
@@ -485,3 +495,12 @@ class _RunRecords:
 def _is_pair(relative: str) -> bool:
     parts = relative.split("/")
     return len(parts) == 2 and all(parts)
+
+
+def _first_checkpoint_of_run(entry: StoredObject | None) -> str:
+    """The run's first checkpoint id from its run-index entry, or "" (walk the whole namespace) when the
+    entry is gone or damaged: the id only bounds the walk; which records are the run's is read from them."""
+    try:
+        return entry.body.decode() if entry is not None else ""
+    except UnicodeDecodeError:
+        return ""

@@ -340,3 +340,79 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
             reply = roller._store._batch(step, None)
     assert committed is not None, "the rollback never moved the head"
     return committed
+
+
+@pytest.mark.parametrize("source", ["input", "update"])
+@pytest.mark.parametrize("shared", [True, False], ids=["one-saver", "two-savers"])
+def test_two_writers_from_one_read_the_second_raises(make_saver: Any, source: str, shared: bool) -> None:
+    """Two requests of one conversation (an input, an ``update_state``) both read the latest checkpoint
+    before either writes, through one saver instance or two. The second put must raise, not commit a
+    second child of the same parent and silently drop the first writer's checkpoint from the latest state."""
+    first = make_saver()
+    second = first if shared else make_saver()
+    base = first.put(cfg("pair"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    parent_a, parent_b = first.get_tuple(cfg("pair")), second.get_tuple(cfg("pair"))
+    assert parent_a is not None and parent_b is not None and parent_a.config == parent_b.config == base
+    won = first.put(parent_a.config, empty_checkpoint(), {"source": source, "step": 0}, {})
+    with pytest.raises(CheckpointConflictError):
+        second.put(parent_b.config, empty_checkpoint(), {"source": source, "step": 0}, {})
+    latest = make_saver().get_tuple(cfg("pair"))
+    assert latest is not None and latest.config == won
+    assert_linear(make_saver(), "pair")
+
+
+def test_update_from_a_forgotten_read_raises(make_saver: Any) -> None:
+    """The same after the saver's bounded memory forgot the head it read: an ``update_state`` on a parent
+    another writer has moved past loses instead of joining."""
+    stale, other = make_saver(), make_saver()
+    stale._core.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
+    base = stale.put(cfg("forgot"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    stale.get_tuple(cfg("forgot"))
+    won = other.put(base, empty_checkpoint(), {"source": "update", "step": 0}, {})
+    stale.get_tuple(cfg("another-thread"))
+    with pytest.raises(CheckpointConflictError):
+        stale.put(base, empty_checkpoint(), {"source": "update", "step": 0}, {})
+    latest = make_saver().get_tuple(cfg("forgot"))
+    assert latest is not None and latest.config == won
+
+
+def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
+    """Two ``update_state`` calls through one saver, each having read the latest state before the other
+    wrote (two HTTP requests in one app process): one commits, the other raises; none is lost silently."""
+    saver = make_saver()
+    graph = fence_graph(saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "updates"}}
+    graph.invoke({"pending": "one"}, config)
+    both_read, first_done = threading.Barrier(2), threading.Event()
+    original = saver.get_tuple
+
+    def get_tuple(config: RunnableConfig) -> CheckpointTuple | None:
+        tup = original(config)
+        if "checkpoint_id" not in config["configurable"]:
+            both_read.wait(timeout=30)
+            if threading.current_thread().name == "b":
+                first_done.wait(timeout=30)  # b writes after a's commit: no If-Match race decides it
+        return tup
+
+    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    outcomes: dict[str, str] = {}
+
+    def update(name: str) -> None:
+        try:
+            graph.update_state(config, {"steps": [name]})
+            outcomes[name] = "committed"
+        except CheckpointConflictError:
+            outcomes[name] = "conflict"
+        finally:
+            if name == "a":
+                first_done.set()
+
+    threads = [threading.Thread(target=update, args=(name,), name=name) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes == {"a": "committed", "b": "conflict"}
+    saver.get_tuple = original  # type: ignore[method-assign]
+    assert graph.get_state(config).values["steps"] == ["one", "a"]
+    assert_linear(make_saver(), "updates")

@@ -26,7 +26,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver, maintenance
+from langgraph_s3_checkpoint import (
+    CheckpointConflictError,
+    ClockSkewError,
+    CorruptObjectError,
+    S3Saver,
+    TargetThreadExistsError,
+    maintenance,
+)
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Put
 
@@ -284,6 +291,19 @@ def test_c_delete_for_runs_never_promotes_a_leftover(make_saver: Callable[[], S3
     assert ids(make_saver().list(cfg("u"))) == [cid(11)]
 
 
+def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Defect: a run-index entry that is not UTF-8 (damaged, or foreign) made delete_for_runs raise a bare
+    UnicodeDecodeError naming no key, and the run could not be deleted. The entry only bounds the walk."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(2), cid(1), run="run-b")
+    put(saver, "t", cid(3), cid(2), run="run-b")
+    layout = saver._core.layout
+    s3_client.put_object(Bucket=saver.bucket, Key=layout.run_entry("run-b", "t", ""), Body=b"\xff\xfe")
+    make_saver().delete_for_runs(["run-b"])
+    assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+
+
 # -- d: prune ------------------------------------------------------------------------------------------
 def test_d_prune_spares_a_forks_fresh_large_value(make_saver: Callable[[], S3Saver]) -> None:
     """Defect: prune deleted unreferenced large values whose version is below the head's whatever their
@@ -418,6 +438,28 @@ def test_h_folder_markers_and_foreign_keys_are_skipped(make_saver: Callable[[], 
     assert ids(reader.list(cfg("t"))) == [cid(1)]
 
 
+def test_h_a_record_filed_under_another_checkpoints_key_is_refused(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Defect: readers took a record's id from its body, so a record copied under another checkpoint's key
+    (a botched manual restore) answered ``get_tuple`` for that id with another checkpoint and hid committed
+    ones from ``list``. Such an object is reported as corrupt, naming its key."""
+    saver = make_saver()
+    for n in (1, 2, 3):
+        put(saver, "t", cid(n), cid(n - 1) if n > 1 else None)
+    layout = saver._core.layout
+    misfiled = layout.record("t", "", cid(2))
+    s3_client.copy_object(
+        Bucket=saver.bucket, Key=misfiled, CopySource={"Bucket": saver.bucket, "Key": layout.record("t", "", cid(1))}
+    )
+    reader = make_saver()
+    with pytest.raises(CorruptObjectError, match="not the one its key names") as info:
+        reader.get_tuple(cfg("t", "", cid(2)))
+    assert misfiled in str(info.value)
+    with pytest.raises(CorruptObjectError, match="not the one its key names"):
+        ids(reader.list(cfg("t")))
+
+
 def test_h_foreign_thread_folders_are_skipped(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
     """Found while probing (h) on HEAD: a foreign folder under ``threads/`` whose name is not one of our
     escaped segments (``%ZZ``, ``~abc``) made list(None) and expire_threads raise ValueError. It is no
@@ -463,6 +505,7 @@ def test_j_list_before_a_detached_checkpoint(make_saver: Callable[[], S3Saver]) 
         put(target, "t", cid(2), cid(1))
         put(target, "t", cid(4), cid(2))
     forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None  # a fork starts by reading its checkpoint
     for target in (forker, memory):
         put(target, "t", cid(3), cid(1), source="update")  # older than the head: detached
     bound = cfg("t", "", cid(3))
@@ -489,6 +532,23 @@ def test_k_clock_skew_is_refused(make_saver: Callable[[], S3Saver]) -> None:
     reader = make_saver()
     assert ids(reader.list(cfg("t"))) == [cid(5)]
     assert reader.get_tuple(cfg("t", "", cid(3))) is None and reader.get_tuple(cfg("t", "", cid(4))) is None
+
+
+def test_k_clock_skew_of_a_fork_is_refused(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: time travel by a writer whose clock is behind (``update_state`` on an older checkpoint) made a
+    child older than its own parent; it was committed detached, so the edit never became the latest
+    state although ``update_state`` succeeded. A child older than its parent is refused whatever the fence."""
+
+    def uuid6(n: int) -> str:  # shaped like LangGraph's ids, which carry the writer's clock
+        return f"1f{n:06d}-0000-6000-8000-000000000000"
+
+    put(make_saver(), "t", uuid6(5))
+    put(make_saver(), "t", uuid6(7), uuid6(5))
+    forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", uuid6(5))) is not None  # how LangGraph starts a fork: read explicitly
+    with pytest.raises(ClockSkewError, match="older than its parent"):
+        put(forker, "t", uuid6(4), uuid6(5), source="update")
+    assert ids(make_saver().list(cfg("t"))) == [uuid6(7), uuid6(5)]
 
 
 # -- l: the saver's memory does not outlive its own deletes ---------------------------------------------
@@ -555,6 +615,48 @@ def test_l_memory_after_another_savers_delete(make_saver: Callable[[], S3Saver])
     assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
     reader.delete_for_runs(["run-1"])
     assert reader.get_tuple(cfg(LONG_THREAD)) is None
+
+
+# -- m: copy_thread into a target another writer creates meanwhile --------------------------------------
+def test_m_copy_thread_refused_by_a_target_created_meanwhile(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: copy_thread wrote the target's heads with ``If-None-Match`` and ignored the replies, so a copy
+    into a target that another writer created while it was copying returned normally without being applied
+    (and a copy-then-delete "move" lost the source). It must raise, and the other writer's checkpoint stays."""
+    copier, writer = make_saver(), make_saver()
+    put(copier, "src", cid(1))
+    put(copier, "src", cid(2), cid(1))
+    original_names = copier._core._names
+
+    def names_then_a_writer(thread_id: str, ns: str) -> Any:
+        put(writer, "dst", cid(9), source="input")  # lands between the copy's check and its commit
+        return original_names(thread_id, ns)
+
+    copier._core._names = names_then_a_writer  # type: ignore[method-assign]
+    with pytest.raises(TargetThreadExistsError, match="another writer"):
+        copier.copy_thread("src", "dst")
+    reader = make_saver()
+    assert ids(reader.list(cfg("dst"))) == [cid(9)]
+    assert ids(reader.list(cfg("src"))) == [cid(2), cid(1)]
+
+
+def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Saver]) -> None:
+    """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
+    copier = make_saver()
+    put(copier, "src", cid(1))
+    shell = copier.bucket_io
+    original = shell._send
+    lost: list[str] = []
+
+    def send(request: Any) -> Any:
+        reply = original(request)
+        if isinstance(request, Put) and request.if_none_match and request.key.endswith("/head") and not lost:
+            lost.append(request.key)
+            return original(request)  # the retry of a PUT that landed: refused, as S3 answers it
+        return reply
+
+    shell._send = send  # type: ignore[method-assign]
+    copier.copy_thread("src", "dst")
+    assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 
 
 # -- randomized differential test against InMemorySaver ---------------------------------------------
