@@ -25,7 +25,7 @@ import ormsgpack
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, SerializationError
+from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
 from .keys import RECORD, is_digest, revert_id, unescape
 
 MAGIC = b"LGS3"
@@ -95,8 +95,10 @@ class Codec:
         if len(data) < 6 or data[:4] != MAGIC:
             raise corrupt(key, "not written by langgraph-s3-checkpoint (bad magic)")
         version, compression = data[4], data[5]
+        if version > FORMAT_VERSION:
+            raise NewerFormatError(key, version, FORMAT_VERSION)
         if version != FORMAT_VERSION:
-            raise corrupt(key, f"format version {version} is not supported by this release (expected {FORMAT_VERSION})")
+            raise corrupt(key, f"format version {version} was never written by any release")
         body = data[6:]
         try:
             if compression == _ZLIB:
@@ -232,6 +234,15 @@ class Codec:
         frame = self._unframe(key, data)
         try:
             return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
+        except (KeyError, TypeError) as exc:
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
+
+    def peek_blobs(self, key: str, data: bytes) -> dict[str, str]:
+        """The large values (channel -> version) a record or head references, decoding nothing else (no key
+        is needed to copy an encrypted thread)."""
+        frame = self._record_frame(key, data)
+        try:
+            return dict(frame["blobs"])
         except (KeyError, TypeError) as exc:
             raise corrupt(key, f"record is missing a field ({exc})") from exc
 

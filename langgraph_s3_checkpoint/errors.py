@@ -161,6 +161,22 @@ class DamagedHeadError(CorruptObjectError):
         )
 
 
+class NewerFormatError(S3CheckpointError):
+    """An object was written by a newer release of langgraph-s3-checkpoint, in a format this one cannot read.
+
+    Not a :class:`CorruptObjectError`: the object is sound, and nothing here may treat it as damage or
+    garbage. ``repair_thread`` and ``gc`` stop at it instead of moving a head back past the newer release's
+    commits or deleting them."""
+
+    def __init__(self, key: str, version: int, supported: int) -> None:
+        self.key = key
+        super().__init__(
+            f"{key!r} was written by a newer release of langgraph-s3-checkpoint (object format {version}; this "
+            f"release reads format {supported}). Upgrade this process's langgraph-s3-checkpoint; do not repair or "
+            "gc this bucket with an older release."
+        )
+
+
 class SerializationError(S3CheckpointError, TypeError):
     """The serializer could not encode a channel value or write; nothing was committed (also a ``TypeError``,
     as InMemorySaver raises for an unserializable value)."""

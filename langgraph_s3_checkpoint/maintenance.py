@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from .chain import Chain, Standing
 from .codec import Record
@@ -39,13 +38,17 @@ from .requests import (
     Plan,
     PreconditionFailed,
     Put,
-    Request,
     StoredObject,
     Written,
 )
 
 ROLLBACK_ATTEMPTS = 5
 """How often ``delete_for_runs`` starts over when the run it deletes commits again meanwhile."""
+DELETE_PASSES = 3
+"""How often ``delete_thread`` goes over a thread that objects reappeared in (a racing first put)."""
+COPY_ATTEMPTS = 3
+"""How often ``copy_thread`` takes a new snapshot of the source when a large value its heads reference
+was deleted (a prune, a rollback) before it could be copied."""
 PRUNE_GRACE = timedelta(minutes=10)
 """prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
 
@@ -55,6 +58,17 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
+        for _ in range(DELETE_PASSES):
+            yield from self._delete_thread_once(thread_id)
+            # The first put of a new thread racing this delete has no head to be fenced on: its large
+            # values may have gone in this pass and its head landed after the heads were deleted. Another
+            # pass deletes that head too, instead of leaving one whose values are missing.
+            left = yield from one(ListKeys(self.layout.thread(thread_id), max_keys=1))
+            if not left.keys:
+                break
+        self.memory.forget_thread(thread_id)
+
+    def _delete_thread_once(self, thread_id: str) -> Plan[None]:
         # Heads first: once they are gone the thread reads as empty, so a crash part-way through
         # never leaves a half-deleted thread that looks alive.
         root = self.layout.namespaces(thread_id)
@@ -74,7 +88,6 @@ class Maintenance(Committing):
                 yield deletes(keys)
 
         yield from for_each_emitted(pages(thread_prefix), delete_page)
-        self.memory.forget_thread(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
         src_pages: list[Page] = []
@@ -83,10 +96,30 @@ class Maintenance(Committing):
         if not prefixes:
             return
         yield from self._refuse_existing_target(target_thread_id)
-        # Snapshot the heads before copying anything: records newer than a snapshot head stay
-        # invisible in the copy, exactly as they would in the source.
-        heads = yield from all_of([Get(f"{p}head") for p in prefixes])
-        yield from self._copy_history(source_thread_id, target_thread_id)
+        for _ in range(COPY_ATTEMPTS):
+            # Snapshot the heads before copying anything: records newer than a snapshot head stay
+            # invisible in the copy, exactly as they would in the source.
+            heads = yield from all_of([Get(f"{p}head") for p in prefixes])
+            needed = {
+                f"{prefix}b/{escape(channel)}/{escape(version)}"
+                for prefix, head in zip(prefixes, heads, strict=True)
+                if head is not None
+                for channel, version in self.codec.peek_blobs(f"{prefix}head", head.body).items()
+            }
+            copied = yield from self._copy_history(source_thread_id, target_thread_id, needed)
+            if copied == needed:
+                break
+            # A large value a snapshot head references was gone before it could be copied: the source
+            # moved on and a prune (or rollback) removed it. Committing these heads would make the
+            # target unreadable; take a new snapshot (objects already copied are overwritten or, if
+            # no head references them, left to gc).
+        else:
+            raise CheckpointConflictError(
+                source_thread_id,
+                "",
+                f" (copy_thread to {target_thread_id!r}: large values its heads reference kept being deleted "
+                f"while it copied, {COPY_ATTEMPTS} times; nothing was committed to the target)",
+            )
         names = self._names(target_thread_id, "")
         if names:
             yield from all_of(names)
@@ -126,15 +159,17 @@ class Maintenance(Committing):
                 "delete it first or choose a new thread id"
             )
 
-    def _copy_history(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
+    def _copy_history(self, source_thread_id: str, target_thread_id: str, needed: set[str]) -> Plan[set[str]]:
         """Server-side copies of every object of the source thread except its heads and its ``name`` (both
-        written by ``copy_thread`` for the target), with the global run-index twin of each run entry."""
+        written by ``copy_thread`` for the target), with the global run-index twin of each run entry.
+        Returns which of the ``needed`` source keys were copied."""
         source_prefix = self.layout.thread(source_thread_id)
         target_segment = escape(target_thread_id)
         run_prefix = f"{source_prefix}r/"
+        copied: set[str] = set()
 
         def copy_page(page: Page) -> Plan[None]:
-            requests: list[Request] = []
+            requests: list[Copy] = []
             for key in page.keys:
                 if key.endswith("/head") or key == self.layout.thread_name(source_thread_id):
                     continue
@@ -142,9 +177,12 @@ class Maintenance(Committing):
                 if key.startswith(run_prefix):
                     requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
             for chunk in chunks(requests, READ_BATCH * 2):
-                yield list(chunk)
+                replies = yield from all_of(chunk)
+                existing = {c.source for c, existed in zip(chunk, replies, strict=True) if existed}
+                copied.update(existing & needed)
 
         yield from for_each_emitted(pages(source_prefix), copy_page)
+        return copied
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
         if isinstance(thread_ids, str):
@@ -237,7 +275,9 @@ class Maintenance(Committing):
                 f"delete_for_runs() takes a sequence of run ids, not a str: wrap it in a list, "
                 f"delete_for_runs([{run_ids!r}])"
             )
-        for run_id in run_ids:
+        # A run id is indexed as put() stores it, as a str: LangGraph copies a run_id from the config into
+        # the metadata as given (an int, a UUID), and PostgresSaver matches it as text too.
+        for run_id in map(str, run_ids):
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
             yield from collect_emitted(pages(index), entries)
@@ -266,9 +306,10 @@ class Maintenance(Committing):
                 return
         raise CheckpointConflictError(thread_id, ns, f" while run {run_id!r} was being deleted (it kept committing)")
 
-    def _run_of(self, key: str, obj: StoredObject) -> Any:
-        """The run id a record (or head) was written by."""
-        return self.codec.peek_record(key, obj.body)[0].get("run_id")
+    def _run_of(self, key: str, obj: StoredObject) -> str | None:
+        """The run id a record (or head) was written by, as a str (as put() indexes it)."""
+        run_id = self.codec.peek_record(key, obj.body)[0].get("run_id")
+        return None if run_id is None else str(run_id)
 
     def _try_delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[bool]:
         """Delete one namespace's checkpoints of a run; False if the run itself moved the head meanwhile.
@@ -364,12 +405,16 @@ class Maintenance(Committing):
         return not (now is not None and self._run_of(head_key, now) == run_id)
 
     # -- retention ------------------------------------------------------------------------------------
-    def expire_threads(self, cutoff: datetime, *, dry_run: bool) -> Plan[None]:
-        """Delete (or, dry, only name) every thread none of whose heads was written after ``cutoff``.
+    def expire_threads(self, older_than: timedelta, *, dry_run: bool) -> Plan[None]:
+        """Delete (or, dry, only name) every thread none of whose heads was written in the last ``older_than``.
 
-        Emits each expired thread id. Cost: one LIST of the thread index per 1,000 threads, and per
-        thread one LIST of its namespaces and one LIST per namespace (returning just its head), then
-        ``delete_thread`` for the expired ones. History objects are never listed for live threads.
+        Emits each expired thread id. Age is judged by the server's clock (the ``Date`` of the listing
+        that showed the heads), like gc's and prune's, so a machine whose clock is ahead cannot take a
+        live thread for an idle one. An idle thread's heads are deleted first, each only if it still
+        has the ETag it was listed with (the root namespace's first): a thread written since it was
+        judged idle keeps its heads and is left alone. Cost: one LIST of the thread index per 1,000
+        threads, and per thread one LIST of its namespaces and one LIST per namespace (returning just
+        its head), then, for an idle one, its heads' conditional deletes and ``delete_thread``.
         """
         root = self.layout.threads_root
 
@@ -383,16 +428,30 @@ class Maintenance(Committing):
                 newest = max((m for head_page in heads for m in head_page.modified), default=None)
                 # No head at all: not a live thread (an emptied folder some servers keep listing, or a
                 # leftover that gc collects), so nothing to expire.
-                if newest is None or newest >= cutoff:
+                served = max((h.served for h in heads if h.served is not None), default=None)
+                if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
                     continue
                 thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
                 if thread_id is None:
                     continue
                 if not dry_run:
+                    if not (yield from self._delete_idle_heads(thread_id, heads)):
+                        continue  # written since it was listed: alive
                     yield from self.delete_thread(thread_id)
                 yield Emit(thread_id)
 
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
+
+    def _delete_idle_heads(self, thread_id: str, heads: list[Page]) -> Plan[bool]:
+        """Delete a thread's heads if none changed since they were listed; False (the root namespace's
+        head kept) if one did. The root namespace goes first: every step of the graph moves it."""
+        listed = [(page.keys[0], page.etags[0]) for page in heads if page.keys and page.etags and page.etags[0]]
+        root_head = self.layout.head(thread_id, "")
+        listed.sort(key=lambda head: head[0] != root_head)
+        for key, etag in listed:
+            if (yield from one(DeleteIfMatch(key, etag))) is PRECONDITION_FAILED:
+                return False
+        return True
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:

@@ -24,7 +24,7 @@ What it models, exactly the S3 semantics the plans rely on:
 * ListObjectsV2: keys in ascending UTF-8 byte order, ``prefix``, ``start_after``, ``max_keys`` (at most
   1,000), ``delimiter`` (common prefixes, which count towards ``max_keys``) and opaque continuation tokens;
   each page carries the ETag, LastModified and size of its keys and the server's clock (``served``);
-* DeleteObjects (missing keys are fine), CopyObject (a missing source replies ``None``, as the store maps
+* DeleteObjects (missing keys are fine), CopyObject (a missing source replies ``False``, as the store maps
   NoSuchKey), HeadBucket / CreateBucket, and lifecycle rules (recorded; :meth:`MemoryBucket.apply_lifecycle`
   runs them on demand);
 * keys longer than 1,024 bytes are refused (``KeyTooLongError``), and every request on a bucket that does
@@ -198,7 +198,7 @@ class MemoryBucket:
             source = self._objects.get(request.source)
             if source is not None:
                 self._store(request.target, source.body, source.tagged)
-            return None
+            return source is not None
         if isinstance(request, EnsureExpiryRule):
             self.lifecycle_rules[request.rule_id] = (request.prefix, request.days)
             return None

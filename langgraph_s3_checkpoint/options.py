@@ -53,7 +53,16 @@ def check_location(bucket: Any, prefix: Any) -> str:
         return ""
     if not isinstance(prefix, str):
         raise InvalidConfigError(f"prefix must be a string (a key prefix such as 'prod/agents'), got {prefix!r}")
-    return prefix.strip("/")
+    cleaned = prefix.strip("/")
+    segments = cleaned.split("/")
+    if cleaned and ("" in segments or "\\" in cleaned or "." in segments or ".." in segments):
+        # Servers that keep objects as files (SeaweedFS) store "a//b", "a/./b" and "a\\b" under a normalised
+        # path, so a listing of the prefix as written finds nothing: writes would work, history would be empty.
+        raise InvalidConfigError(
+            f"prefix {prefix!r} has an empty, '.' or '..' segment or a backslash, which some S3 servers "
+            "normalise (the objects then live under another prefix); use plain segments such as 'prod/agents'"
+        )
+    return cleaned
 
 
 def check_whole_numbers(**values: Any) -> None:

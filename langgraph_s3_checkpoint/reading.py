@@ -344,7 +344,8 @@ class Reading(CoreState):
         budget = _Budget(limit)
         if budget.done:
             return
-        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        # An empty id bounds nothing, as in InMemorySaver (it tests the id for truth).
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id") or None
         if config is None:
             root = self.layout.threads_root
 

@@ -75,7 +75,9 @@ class DeleteIfMatch(Request["PreconditionFailed | None"]):
 
 
 @dataclass(frozen=True)
-class Copy(Request[None]):
+class Copy(Request[bool]):
+    """Server-side copy; the reply says whether the source existed (``False``: deleted since it was listed)."""
+
     source: str
     target: str
 

@@ -17,7 +17,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -551,12 +551,12 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         A sweep for servers without lifecycle rules, and the safe way to apply a TTL: only whole idle
         threads are removed, never parts of a live one. ``dry_run`` only reports.
         """
-        cutoff = datetime.now(timezone.utc) - older_than
-        return builtins.list(self._iterate("expire_threads", self._core.expire_threads(cutoff, dry_run=dry_run)))
+        plan = self._core.expire_threads(older_than, dry_run=dry_run)
+        return builtins.list(self._iterate("expire_threads", plan))
 
     async def aexpire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
-        cutoff = datetime.now(timezone.utc) - older_than
-        return [t async for t in self._aiterate("aexpire_threads", self._core.expire_threads(cutoff, dry_run=dry_run))]
+        plan = self._core.expire_threads(older_than, dry_run=dry_run)
+        return [t async for t in self._aiterate("aexpire_threads", plan)]
 
     # -- async API ----------------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -378,7 +378,7 @@ class BucketIO:
             raise
         return None
 
-    def _copy(self, request: Copy) -> None:
+    def _copy(self, request: Copy) -> bool:
         try:
             self.client.copy_object(
                 Bucket=self.bucket,
@@ -388,8 +388,10 @@ class BucketIO:
                 **self.copy_args,
             )
         except ClientError as exc:
-            if _code(exc) not in _MISSING_CODES:  # missing: deleted since it was listed
+            if _code(exc) not in _MISSING_CODES:
                 raise
+            return False  # deleted since it was listed
+        return True
 
     def _bucket_exists(self, request: BucketExists) -> bool:
         try:

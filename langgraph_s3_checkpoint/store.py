@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import logging
+import math
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,7 +57,7 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 
 from .codec import Codec
 from .core import Core
-from .errors import CorruptObjectError, InvalidConfigError, StoreConflictError
+from .errors import CorruptObjectError, InvalidArgumentTypeError, InvalidConfigError, StoreConflictError
 from .keys import MAX_SEGMENT, Layout, is_digest
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
@@ -1014,6 +1015,46 @@ _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "omit_expired", "sweep_
 return an expired item; ``list_namespaces`` reads keys only and lists a namespace until its items are swept."""
 
 
+MAX_KEY_BYTES = 1024
+"""The longest object key S3 accepts (UTF-8 bytes)."""
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+"""The filter operators of InMemoryStore and PostgresStore."""
+
+
+def _check_op(op: Op) -> None:
+    """What LangGraph's namespace check leaves to each store: a str where a tuple belongs (it would be
+    taken letter by letter), a key that is not a str, a per-item ``ttl`` that is not a positive number
+    of minutes, and a filter operator that does not exist (it would silently match nothing)."""
+    namespace = op.namespace_prefix if isinstance(op, SearchOp) else getattr(op, "namespace", ())
+    if isinstance(namespace, str):
+        raise InvalidArgumentTypeError(
+            f"a namespace is a tuple of labels, not the str {namespace!r}: write ({namespace!r},)"
+        )
+    if isinstance(op, (GetOp, PutOp)) and not isinstance(op.key, str):
+        raise InvalidArgumentTypeError(f"an item's key must be a str, got {type(op.key).__name__} {op.key!r}")
+    if isinstance(op, PutOp) and op.ttl is not None and (
+        isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not 0 < op.ttl < math.inf
+    ):
+        raise InvalidConfigError(f"ttl of item {op.key!r} must be a positive number of minutes or None, got {op.ttl!r}")
+    if isinstance(op, SearchOp) and op.filter:
+        _check_filter(op.filter)
+
+
+def _check_filter(filter: Mapping[str, Any]) -> None:
+    for field_name, wanted in filter.items():
+        if not isinstance(wanted, Mapping):
+            continue
+        if any(str(k).startswith("$") for k in wanted):
+            unknown = sorted(str(k) for k in wanted if k not in _OPERATORS)
+            if unknown:
+                raise ValueError(
+                    f"Unsupported operator: {unknown[0]} (filter on {field_name!r}); "
+                    f"the operators are {', '.join(sorted(_OPERATORS))}"
+                )
+        else:
+            _check_filter(wanted)
+
+
 def _check_ttl(ttl: Any) -> None:
     """``ttl`` is LangGraph's ``TTLConfig``: minutes, a flag and minutes again; nothing else."""
     if ttl is None:
@@ -1176,11 +1217,24 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         listed = list(ops)
         for op in listed:
             validate_op_namespace(op)
+            _check_op(op)
+            if isinstance(op, PutOp):
+                self._check_key_length(op)
         if self.index_config is None:
             return listed, {}, []
         to_embed = texts_to_embed(self.index_config, _last_writes(listed))
         queries = sorted({op.query for op in listed if isinstance(op, SearchOp) and op.query})
         return listed, to_embed, queries
+
+    def _check_key_length(self, op: PutOp) -> None:
+        """S3 keys are at most 1,024 bytes (AWS, SeaweedFS): refuse an item whose object key would be longer
+        before any of the batch is written, instead of failing halfway through it."""
+        size = len(self._core.layout.item(op.namespace, op.key).encode("utf-8", "surrogatepass"))
+        if size > MAX_KEY_BYTES:
+            raise InvalidConfigError(
+                f"item {op.key!r} in namespace {tuple(op.namespace)!r} would be stored under a key of {size} bytes; "
+                f"S3 allows {MAX_KEY_BYTES}. Use shorter or fewer namespace labels (or a shorter prefix)"
+            )
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         self._io.check_open("batch")  # before any embedding is paid for

@@ -199,6 +199,9 @@ _LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aw
         ({"bucket": ""}, "bucket"),
         ({"bucket": "agents--usw2-az1--x-s3"}, "directory bucket"),
         ({"prefix": 5}, "prefix"),
+        ({"prefix": "prod//agents"}, "'prod//agents'"),  # SeaweedFS stores it as prod/agents: lists would miss
+        ({"prefix": "prod\\agents"}, "backslash"),
+        ({"prefix": "prod/../agents"}, "'..'"),
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"max_concurrency": "4"}, "max_concurrency"),
         ({"compress_threshold": -1}, "compress_threshold"),

@@ -9,12 +9,14 @@ folders under ``threads/``.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import random
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, cast
@@ -30,10 +32,12 @@ from langgraph_s3_checkpoint import (
     CheckpointConflictError,
     ClockSkewError,
     CorruptObjectError,
+    NewerFormatError,
     S3Saver,
     TargetThreadExistsError,
     maintenance,
 )
+from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Put
 
@@ -302,6 +306,35 @@ def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[
     s3_client.put_object(Bucket=saver.bucket, Key=layout.run_entry("run-b", "t", ""), Body=b"\xff\xfe")
     make_saver().delete_for_runs(["run-b"])
     assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+
+
+def test_c_delete_for_runs_with_run_ids_that_are_not_str(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: LangGraph copies a ``run_id`` from the config into the metadata as given (an int, a UUID).
+    delete_for_runs(["12"]) then deleted nothing, and delete_for_runs([12]) raised a bare AttributeError.
+    Run ids match as text, either way round (as PostgresSaver's query matches them)."""
+    saver = make_saver()
+    run = uuid.UUID(int=7)
+    for n, run_id in ((1, "keep"), (2, 12), (3, run)):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = cid(n)
+        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint, {"source": "loop", "run_id": run_id}, {})
+    make_saver().delete_for_runs(["12"])
+    assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(1)]
+    make_saver().delete_for_runs([run])  # type: ignore[list-item]
+    assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+
+
+def test_c_list_before_an_empty_id_is_unbounded(make_saver: Callable[[], S3Saver]) -> None:
+    """Found by the differential fuzzer: ``before`` with an empty checkpoint id listed nothing, where
+    InMemorySaver treats it as no bound."""
+    saver, memory = make_saver(), InMemorySaver()
+    for target in (saver, memory):
+        put(target, "t", cid(1))
+        put(target, "t", cid(2), cid(1))
+    unbounded = {"configurable": {"checkpoint_id": ""}}
+    for config in (cfg("t"), None):
+        expected = ids(memory.list(config, before=unbounded))
+        assert expected == [cid(2), cid(1)] and ids(saver.list(config, before=unbounded)) == expected
 
 
 # -- d: prune ------------------------------------------------------------------------------------------
@@ -657,6 +690,91 @@ def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Sav
     shell._send = send  # type: ignore[method-assign]
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
+
+
+def test_m_copy_thread_while_the_source_moves_on_and_is_pruned(
+    make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: copy_thread snapshots the source's heads, copies the objects, then commits the heads. If the
+    source moved on and a prune removed a large value the snapshot references (older than the grace period)
+    before it was copied, the copy committed a head whose value was gone: the target could not be read. It
+    now takes a new snapshot when a referenced value was not copied."""
+    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    source, copier = make_saver(), make_saver()
+    big = {"big": "a" * BIG}
+    put(source, "src", cid(1), values=big, versions={"big": ver(1)})
+    original = copier._core._copy_history
+    moved: list[bool] = []
+
+    def copy_after_the_source_moved(source_id: str, target_id: str, needed: set[str]) -> Any:
+        if not moved:  # after the heads' snapshot: the source takes a step and is pruned
+            moved.append(True)
+            put(source, "src", cid(2), cid(1), values={"big": "b" * BIG}, versions={"big": ver(2)})
+            make_saver().prune(["src"])
+        return (yield from original(source_id, target_id, needed))
+
+    copier._core._copy_history = copy_after_the_source_moved  # type: ignore[method-assign]
+    copier.copy_thread("src", "dst")
+    copied = make_saver().get_tuple(cfg("dst"))
+    assert moved and copied is not None
+    assert copied.checkpoint["id"] == cid(2) and copied.checkpoint["channel_values"]["big"] == "b" * BIG
+
+
+# -- o: delete_thread racing the first put of a new thread ---------------------------------------------
+def test_o_delete_thread_racing_a_new_threads_first_put(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
+    """Defect: the first put of a new thread wrote its large value, delete_thread deleted it, then the put's head
+    landed (a new thread's head is created with If-None-Match: there was no head to fence on). put returned,
+    and every read of the thread raised CorruptObjectError. delete_thread now goes over the thread again when
+    objects reappeared during a pass: the thread reads as deleted, consistently."""
+    writer, deleter = make_saver(), make_saver()
+    plan = put_plan(writer, "t", cid(1), values={"big": "v" * BIG}, versions={"big": ver(1)})
+    values_written = send(writer, plan.send(None))  # the large value lands; the head is not sent yet
+    original = deleter._core._delete_thread_once
+    passes: list[int] = []
+
+    def a_pass_then_the_head_lands(thread_id: str) -> Any:
+        yield from original(thread_id)
+        passes.append(1)
+        if len(passes) == 1:  # the put resumes: its record and head land after this pass
+            with contextlib.suppress(StopIteration):
+                reply: Any = values_written
+                while True:
+                    reply = send(writer, plan.send(reply))
+
+    deleter._core._delete_thread_once = a_pass_then_the_head_lands  # type: ignore[method-assign]
+    deleter.delete_thread("t")
+    assert len(passes) == 2
+    assert make_saver().get_tuple(cfg("t")) is None
+    assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=f"{writer.prefix}/threads/").get("KeyCount") == 0
+
+
+# -- n: objects of a newer release ------------------------------------------------------------------------
+def test_n_objects_of_a_newer_release_are_not_taken_for_damage(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Defect: a head and records in a newer format (a rolling upgrade, then a rollback) were reported as a
+    damaged head whose advice was ``repair_thread``, which moved the head back to the newest record this
+    release could read; gc then listed the newer release's commits as uncommitted leftovers to delete.
+    Now every reader, repair and gc stop at such an object with NewerFormatError, and nothing changes."""
+    saver = make_saver()
+    for n in (1, 2, 3):
+        put(saver, "t", cid(n), cid(n - 1) if n > 1 else None)
+    layout = saver._core.layout
+    newer = [layout.head("t", ""), layout.record("t", "", cid(3)), layout.record("t", "", cid(2))]
+    for key in newer:
+        body = s3_client.get_object(Bucket=saver.bucket, Key=key)["Body"].read()
+        s3_client.put_object(Bucket=saver.bucket, Key=key, Body=body[:4] + bytes((body[4] + 1,)) + body[5:])
+    before = sorted(o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=saver.prefix)["Contents"])
+    old = make_saver()
+    with pytest.raises(NewerFormatError, match="newer release"):
+        old.get_tuple(cfg("t"))
+    with pytest.raises(NewerFormatError):
+        old.repair_thread("t")
+    with pytest.raises(NewerFormatError):
+        run_gc(old, grace_seconds=0)
+    after = sorted(o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=saver.prefix)["Contents"])
+    assert after == before
+    assert not isinstance(NewerFormatError("k", 2, 1), CorruptObjectError)
 
 
 # -- randomized differential test against InMemorySaver ---------------------------------------------

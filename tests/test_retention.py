@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from helpers import RequestCounter
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
+from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, maintenance
+from langgraph_s3_checkpoint import saver as saver_module
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 
@@ -43,6 +44,56 @@ def test_expire_threads(
     assert list(saver.list(None)) == []
     assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount") == 0
     saver.close()
+
+
+def test_expire_threads_judges_age_by_the_servers_clock(
+    s3_server: LocalS3Server, bucket: str, prefix: str, monkeypatch: Any
+) -> None:
+    """Defect: the cutoff was this machine's clock minus ``older_than``, compared with the server's
+    LastModified: on a host whose clock was 3 hours ahead, expire_threads(2 hours) deleted a thread written
+    a second earlier. Ages are now the server's (the listing's ``Date``), like gc's and prune's."""
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    _history(saver, "live", 2)
+
+    class AheadClock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=3)
+
+    for module in (maintenance, saver_module):  # wherever this machine's clock could be read
+        monkeypatch.setattr(module, "datetime", AheadClock, raising=False)
+    assert saver.expire_threads(timedelta(hours=2)) == []
+    assert saver.get_tuple({"configurable": {"thread_id": "live"}}) is not None
+    saver.close()
+
+
+def test_expire_threads_keeps_a_thread_written_after_it_was_judged_idle(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """Defect: a thread written between the idle check and the delete was deleted with the write that had
+    just been acknowledged. Its heads are deleted only if unchanged since they were listed."""
+    saver, writer = (S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) for _ in range(2))
+    _history(saver, "busy", 2, ns="sub:1")
+    _history(saver, "busy", 2)
+    _history(saver, "idle", 1)
+    latest = writer.get_tuple({"configurable": {"thread_id": "busy"}})
+    assert latest is not None
+    name_of = saver._core._name_of
+
+    def name_of_then_a_write(segment: str, where: str) -> Any:
+        thread_id = yield from name_of(segment, where)
+        if thread_id == "busy":  # judged idle; a run commits before the delete
+            writer.put(latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
+        return thread_id
+
+    saver._core._name_of = name_of_then_a_write  # type: ignore[method-assign]
+    assert saver.expire_threads(timedelta(seconds=-60)) == ["idle"]
+    kept = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    assert kept.get_tuple({"configurable": {"thread_id": "busy"}}).metadata["step"] == 9
+    assert kept.get_tuple({"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}) is not None
+    assert kept.get_tuple({"configurable": {"thread_id": "idle"}}) is None
+    for s in (saver, writer, kept):
+        s.close()
 
 
 async def test_async_expire_threads(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
@@ -116,7 +167,7 @@ def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
     step3["channel_versions"] = dict(versions)
     step3["channel_values"] = {"big": "x" * 1000}
     counter.reset()
-    fresh.put(config, step3, {"step": 2}, {})
+    config = fresh.put(config, step3, {"step": 2}, {})
     assert counter.snapshot() == {"PutObject": 2}
 
     unaware = S3Saver(bucket=bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)

@@ -422,7 +422,7 @@ MAINTENANCE_SCENARIOS = [
     _maintenance(
         "expire_threads (one idle thread, one live)",
         _old_and_new,
-        lambda s, ctx: s._core.expire_threads(datetime.now(timezone.utc) - timedelta(days=7), dry_run=False),
+        lambda s, ctx: s._core.expire_threads(timedelta(days=7), dry_run=False),
         lambda o, ctx: o.delete_thread("old"),
     ),
 ]

@@ -871,3 +871,38 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
         assert results[1].value == {"text": "something else", "color": "blue"}
         assert [r.key for r in store.search(("d",), query="apple pie", filter={"color": "red"})] == ["b"]
         assert [r.key for r in store.search(("d",), query="apple pie", filter={"color": "blue"})] == ["a"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad ops: refused before anything is written, naming what is wrong
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda s: s.search(("a",), filter={"n": {"$in": [1, 2]}}), ValueError, r"Unsupported operator: \$in"),
+        (lambda s: s.search(("a",), filter={"n": {"$gt": 0, "eq": 1}}), ValueError, "Unsupported operator: eq"),
+        (lambda s: s.search(("a",), filter={"m": {"n": {"$gte ": 1}}}), ValueError, r"Unsupported operator: \$gte "),
+        (lambda s: s.search("ab"), TypeError, "not the str 'ab'"),
+        (lambda s: s.get("ab", "k"), TypeError, "not the str 'ab'"),
+        (lambda s: s.batch([PutOp(("a",), 5, {"v": 1})]), TypeError, "key must be a str, got int 5"),  # type: ignore[arg-type]
+        (lambda s: s.put(("a",), "k", {"v": 1}, ttl=0), ValueError, "positive number of minutes"),
+        (lambda s: s.put(("a",), "k", {"v": 1}, ttl=-5), ValueError, "positive number of minutes"),
+        (lambda s: s.put(("a",), "k", {"v": 1}, ttl=float("nan")), ValueError, "positive number of minutes"),
+        (lambda s: s.put(("a",), "k", {"v": 1}, ttl="5"), ValueError, "positive number of minutes"),
+        (
+            lambda s: s.batch([PutOp(("a",), "k2", {"v": 1}), PutOp(("x" * 179,) * 6, "k", {"v": 1})]),
+            ValueError,
+            "S3 allows 1024",
+        ),
+    ],
+)
+def test_bad_ops_are_refused_before_writing(call: Callable[[S3Store], Any], error: type, message: str) -> None:
+    """A misspelled or unknown filter operator raises like InMemoryStore's (instead of matching nothing); a str
+    namespace (which would be taken letter by letter), a non-str key and a per-item ttl that is not a positive
+    number of minutes are refused. Nothing is written, and a good batch still works afterwards."""
+    store = memory_store(False, ttl={"default_ttl": 10})
+    store.put(("a",), "kept", {"n": 1})
+    with pytest.raises(error, match=message):
+        call(store)
+    assert [i.key for i in store.search(("a",))] == ["kept"]  # "k2" of the refused batch was not written
+    assert store.search(("a",), filter={"n": {"$gte": 1, "$lt": 2}})[0].key == "kept"
