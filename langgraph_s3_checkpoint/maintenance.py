@@ -214,6 +214,14 @@ class Maintenance(Committing):
             yield [request]
         del doomed[:]
 
+        # A fork committed meanwhile may reference an older large value that it found existing and did
+        # not rewrite (a young one is spared anyway): keep what the head references now too.
+        head_key = self.layout.head(thread_id, ns)
+        head_now = yield from one(Get(head_key))
+        if head_now is not None:
+            now_referenced = self.codec.peek_blobs(head_key, head_now.body).items()
+            scope.keep.update(self.layout.blob(thread_id, ns, ch, v) for ch, v in now_referenced)
+
         # Blobs after records: a crash in between must not leave a record whose blobs are gone, which
         # list() would fail on until the prune runs again.
         def prune_blobs(page: Page) -> Plan[None]:

@@ -748,6 +748,32 @@ def test_o_delete_thread_racing_a_new_threads_first_put(make_saver: Callable[[],
     assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=f"{writer.prefix}/threads/").get("KeyCount") == 0
 
 
+def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
+    make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: prune read the head, then deleted every large value it does not reference. A fork of an older
+    checkpoint committed meanwhile reuses that checkpoint's value (offered with If-None-Match, found existing,
+    not rewritten); prune deleted it under the fork's head, and the fork could not be read. Prune now re-reads
+    the head before it deletes large values and keeps what it references."""
+    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    writer, pruner, forker = make_saver(), make_saver(), make_saver()
+    put(writer, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    put(writer, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None  # a fork starts by reading its checkpoint
+    original = pruner._core._prune_scope
+
+    def scope_then_a_fork(thread_id: str, ns: str) -> Any:
+        scope = yield from original(thread_id, ns)
+        put(forker, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="update")
+        return scope
+
+    pruner._core._prune_scope = scope_then_a_fork  # type: ignore[method-assign]
+    pruner.prune(["t"])
+    latest = make_saver().get_tuple(cfg("t"))
+    assert latest is not None and latest.checkpoint["id"] == cid(3)
+    assert latest.checkpoint["channel_values"]["big"] == "1" * BIG
+
+
 # -- n: objects of a newer release ------------------------------------------------------------------------
 def test_n_objects_of_a_newer_release_are_not_taken_for_damage(
     make_saver: Callable[[], S3Saver], s3_client: Any
