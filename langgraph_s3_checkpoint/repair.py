@@ -337,6 +337,9 @@ def _write_head(
     )
     reply = yield from one(put)
     if reply is PRECONDITION_FAILED:
+        now = yield from one(Get(head_key))
+        if now is not None and now.body == chosen.body:
+            return dataclasses.replace(planned, status=REPAIRED)  # this write landed; its answer was lost
         why = "the head changed while repairing (a writer committed): nothing written; run repair again"
         return NamespaceRepair(planned.checkpoint_ns, CHANGED, None, why, planned.damaged)
     return dataclasses.replace(planned, status=REPAIRED)

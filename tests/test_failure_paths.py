@@ -43,6 +43,7 @@ from langgraph_s3_checkpoint import (
 from langgraph_s3_checkpoint.errors import DamagedHeadError, NotS3EndpointError
 from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.requests import Put
 from langgraph_s3_checkpoint.saver import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env
 
@@ -651,6 +652,34 @@ def test_a_damaged_head_names_repair_and_repair_restores_the_thread(
         graph.invoke({"turns": ["user again"]}, cfg("hurt"))  # the conversation goes on where it was
         assert graph.get_state(cfg("hurt")).values["turns"][: len(before.values["turns"])] == before.values["turns"]
         assert saver.repair_thread("hurt").namespaces[0].status == "ok"
+
+
+def test_repair_whose_head_write_answer_was_lost_reports_repaired(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """Found by the adversarial review: when repair's conditional head PUT landed but its answer was lost, the
+    retry was refused and repair reported "the head changed ... nothing written" although it had written the
+    head. A refused PUT is now read back: the head holding the repair's bytes is the repair's own."""
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        _chat(saver, "hurt", 2)
+        client.put_object(Bucket=bucket, Key=_head_key(saver, "hurt"), Body=b"LGS3\x01\x00garbage")
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        shell = saver.bucket_io
+        original = shell._send
+        lost: list[str] = []
+
+        def send(request: Any) -> Any:
+            reply = original(request)
+            if isinstance(request, Put) and request.key == _head_key(saver, "hurt") and not lost:
+                lost.append(request.key)
+                return original(request)  # the retry of a PUT that landed: refused, as S3 answers it
+            return reply
+
+        shell._send = send  # type: ignore[method-assign]
+        done = saver.repair_thread("hurt")
+        assert lost and [n.status for n in done.namespaces] == ["repaired"]
+        assert saver.get_tuple(cfg("hurt")) is not None
 
 
 def test_repair_rebuilds_a_deleted_head_async(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
