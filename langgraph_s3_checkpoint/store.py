@@ -24,6 +24,7 @@ import concurrent.futures
 import hashlib
 import logging
 import math
+import re
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -1017,6 +1018,7 @@ return an expired item; ``list_namespaces`` reads keys only and lists a namespac
 
 MAX_KEY_BYTES = 1024
 """The longest object key S3 accepts (UTF-8 bytes)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 """The filter operators of InMemoryStore and PostgresStore."""
 
@@ -1032,6 +1034,13 @@ def _check_op(op: Op) -> None:
         )
     if isinstance(op, (GetOp, PutOp)) and not isinstance(op.key, str):
         raise InvalidArgumentTypeError(f"an item's key must be a str, got {type(op.key).__name__} {op.key!r}")
+    if isinstance(op, PutOp):
+        for text in (*op.namespace, op.key):
+            if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
+                raise InvalidConfigError(
+                    f"{text!r} (in namespace {tuple(op.namespace)!r}, key {op.key!r}) holds a lone surrogate, "
+                    "which is not text an item can be stored under; decode the bytes it came from properly"
+                )
     if isinstance(op, PutOp) and op.ttl is not None and (
         isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not 0 < op.ttl < math.inf
     ):

@@ -889,6 +889,8 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl=-5), ValueError, "positive number of minutes"),
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl=float("nan")), ValueError, "positive number of minutes"),
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl="5"), ValueError, "positive number of minutes"),
+        (lambda s: s.put(("a",), "k\udcff", {"v": 1}), ValueError, "lone surrogate"),
+        (lambda s: s.put(("a", "b\ud800"), "k", {"v": 1}), ValueError, "lone surrogate"),
         (
             lambda s: s.batch([PutOp(("a",), "k2", {"v": 1}), PutOp(("x" * 179,) * 6, "k", {"v": 1})]),
             ValueError,
@@ -898,7 +900,8 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
 )
 def test_bad_ops_are_refused_before_writing(call: Callable[[S3Store], Any], error: type, message: str) -> None:
     """A misspelled or unknown filter operator raises like InMemoryStore's (instead of matching nothing); a str
-    namespace (which would be taken letter by letter), a non-str key and a per-item ttl that is not a positive
+    namespace (which would be taken letter by letter), a non-str key, a lone surrogate in a key or label (the
+    item's frame cannot hold it: ormsgpack raised a bare TypeError) and a per-item ttl that is not a positive
     number of minutes are refused. Nothing is written, and a good batch still works afterwards."""
     store = memory_store(False, ttl={"default_ttl": 10})
     store.put(("a",), "kept", {"n": 1})
