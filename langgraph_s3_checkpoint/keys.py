@@ -36,6 +36,9 @@ from dataclasses import dataclass
 MAX_SEGMENT = 180
 """Longest escaped segment kept verbatim; longer ids become ``~`` + SHA-256."""
 
+MAX_KEY_BYTES = 1024
+"""The longest object key S3 accepts (UTF-8 bytes; AWS and SeaweedFS refuse longer ones with KeyTooLongError)."""
+
 RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
 

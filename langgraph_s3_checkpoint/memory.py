@@ -50,6 +50,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from .errors import S3RequestError, error_for_code
+from .keys import MAX_KEY_BYTES
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -67,7 +68,6 @@ from .requests import (
     Written,
 )
 
-MAX_KEY_BYTES = 1024
 MAX_LIST_KEYS = 1000
 MAX_DELETE_KEYS = 1000
 

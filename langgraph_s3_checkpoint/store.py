@@ -59,7 +59,7 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidArgumentTypeError, InvalidConfigError, StoreConflictError
-from .keys import MAX_SEGMENT, Layout, is_digest
+from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, is_digest
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -1016,8 +1016,6 @@ _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "omit_expired", "sweep_
 return an expired item; ``list_namespaces`` reads keys only and lists a namespace until its items are swept."""
 
 
-MAX_KEY_BYTES = 1024
-"""The longest object key S3 accepts (UTF-8 bytes)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 """The filter operators of InMemoryStore and PostgresStore."""
