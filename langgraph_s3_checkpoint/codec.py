@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
-from .keys import RECORD, is_digest, revert_id, unescape
+from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
 
 MAGIC = b"LGS3"
 FORMAT_VERSION = 1
@@ -177,14 +177,14 @@ class Codec:
         where another belongs, or hide one from ``list`` and gc.
         """
         frame = self._unframe(key, data)
-        folder, _, name = key.rpartition("/")
-        if name == RECORD and isinstance(frame, dict) and "id" in frame:
-            try:
-                filed_as = revert_id(folder.rpartition("/")[2])
-            except ValueError:
-                filed_as = None
-            if filed_as != frame["id"]:
-                raise corrupt(key, f"holds checkpoint {frame['id']!r}, not the one its key names: misfiled or tampered")
+        misfiled = (
+            key.endswith(f"/{RECORD}")
+            and isinstance(frame, dict)
+            and "id" in frame
+            and filed_checkpoint_id(key) != frame["id"]
+        )
+        if misfiled:
+            raise corrupt(key, f"holds checkpoint {frame['id']!r}, not the one its key names: misfiled or tampered")
         return frame
 
     def decode_record(self, key: str, data: bytes) -> Record:

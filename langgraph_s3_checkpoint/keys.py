@@ -111,6 +111,18 @@ def revert_id(segment: str) -> str:
     return bytes.fromhex(hexpart).translate(_COMPLEMENT).decode("utf-8", "surrogatepass")
 
 
+def filed_checkpoint_id(key: str) -> str | None:
+    """The checkpoint id a record's key names (``.../c/{R}/checkpoint``); ``None`` for any other key, or a
+    record key whose folder is not an inverted id."""
+    folder, _, name = key.rpartition("/")
+    if name != RECORD:
+        return None
+    try:
+        return revert_id(folder.rpartition("/")[2])
+    except ValueError:
+        return None
+
+
 _LOWER_HEX = "0123456789abcdef"
 _COMPLEMENT = bytes(255 - b for b in range(256))
 """Maps each byte b to 255 - b."""
