@@ -188,7 +188,13 @@ class Layout:
         return f"{self.ns(thread_id, checkpoint_ns)}b/"
 
     def blob(self, thread_id: str, checkpoint_ns: str, channel: str, version: str) -> str:
-        return f"{self.blobs(thread_id, checkpoint_ns)}{escape(channel)}/{escape(version)}"
+        return self.blob_in(self.ns(thread_id, checkpoint_ns), channel, version)
+
+    @staticmethod
+    def blob_in(ns_folder: str, channel: str, version: str) -> str:
+        """A large value's key in a namespace known by its folder (``.../ns/{N}/``, as listed) rather than
+        by its name, which a digest segment would need a read to recover."""
+        return f"{ns_folder}b/{escape(channel)}/{escape(version)}"
 
     @staticmethod
     def blob_of(key: str) -> tuple[str, str]:

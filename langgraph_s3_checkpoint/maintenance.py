@@ -101,7 +101,7 @@ class Maintenance(Committing):
             # invisible in the copy, exactly as they would in the source.
             heads = yield from all_of([Get(f"{p}head") for p in prefixes])
             needed = {
-                f"{prefix}b/{escape(channel)}/{escape(version)}"
+                self.layout.blob_in(prefix, channel, version)
                 for prefix, head in zip(prefixes, heads, strict=True)
                 if head is not None
                 for channel, version in self.codec.peek_blobs(f"{prefix}head", head.body).items()
