@@ -22,7 +22,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import CheckpointKey, Layout, escape
-from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, for_each_emitted, one, pages
+from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, for_each_emitted, landed, one, pages
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -130,10 +130,8 @@ class Maintenance(Committing):
                 target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
                 commits.append(Put(target, head.body, if_none_match=True))
         replies = (yield from all_of(commits)) if commits else []
-        unsure = [put for put, reply in zip(commits, replies, strict=True) if reply is PRECONDITION_FAILED]
-        # A refused head that holds this copy's bytes is this copy's own, its answer lost on the way back.
-        standing = (yield from all_of([Get(put.key) for put in unsure])) if unsure else []
-        refused = [put.key for put, now in zip(unsure, standing, strict=True) if now is None or now.body != put.body]
+        applied = yield from landed(commits, replies)
+        refused = [put.key for put, ours in zip(commits, applied, strict=True) if not ours]
         if refused:
             # Another writer created the target meanwhile (a second copy, a first put): its heads stand.
             raise TargetThreadExistsError(

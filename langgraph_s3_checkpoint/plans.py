@@ -12,7 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .requests import Delete, Emit, ListKeys, Page, Plan, Request
+from .requests import (
+    PRECONDITION_FAILED,
+    Delete,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    PreconditionFailed,
+    Put,
+    Request,
+    Written,
+)
 
 R = TypeVar("R")
 A = TypeVar("A")
@@ -43,6 +55,16 @@ def all_of(requests: Sequence[Request[R]]) -> Plan[list[R]]:
     """A plan of one batch of ``requests`` run in parallel (even if there are none), returning their
     replies in the same order."""
     return (yield list(requests))
+
+
+def landed(puts: Sequence[Put], replies: Sequence[Written | PreconditionFailed]) -> Plan[list[bool]]:
+    """Whether each conditional PUT's object holds that PUT's bytes now. A refused PUT is read back: the
+    bytes are its own when an earlier attempt landed and only its answer was lost (the retry is then
+    refused by the very condition the first attempt met); anything else is another writer's."""
+    refused = [i for i, reply in enumerate(replies) if reply is PRECONDITION_FAILED]
+    now = (yield from all_of([Get(puts[i].key) for i in refused])) if refused else []
+    held = {i: obj is not None and obj.body == puts[i].body for i, obj in zip(refused, now, strict=True)}
+    return [held.get(i, True) for i in range(len(puts))]
 
 
 def list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:

@@ -42,8 +42,8 @@ from langgraph.checkpoint.base import Checkpoint
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, one
-from .requests import PRECONDITION_FAILED, Get, Page, Plan, Put, StoredObject
+from .plans import READ_BATCH, all_of, all_pages, chunks, landed, one
+from .requests import Get, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -336,10 +336,8 @@ def _write_head(
         else Put(head_key, chosen.body, if_none_match=True)
     )
     reply = yield from one(put)
-    if reply is PRECONDITION_FAILED:
-        now = yield from one(Get(head_key))
-        if now is not None and now.body == chosen.body:
-            return dataclasses.replace(planned, status=REPAIRED)  # this write landed; its answer was lost
+    [applied] = yield from landed([put], [reply])  # a refused retry of a write that landed is still ours
+    if not applied:
         why = "the head changed while repairing (a writer committed): nothing written; run repair again"
         return NamespaceRepair(planned.checkpoint_ns, CHANGED, None, why, planned.damaged)
     return dataclasses.replace(planned, status=REPAIRED)
