@@ -104,10 +104,12 @@ class S3RequestError(S3CheckpointError):
     shows which, and resuming the graph continues from whatever is committed."""
 
 
-UNKNOWN_OUTCOME = (
-    "If this was a write, it may still have been applied (only the answer lost): a put that raised this may "
-    "have committed; get_tuple shows the thread as it is."
-)
+def unreachable(where: str, reason: object) -> S3RequestError:
+    """The error for a request no attempt of which got an answer (both transports raise it)."""
+    return S3RequestError(
+        f"Cannot reach the S3 endpoint {where}: {reason}. If this was a write, it may still have been applied "
+        "(only the answer lost): a put that raised this may have committed; get_tuple shows the thread as it is."
+    )
 
 
 class NotS3EndpointError(S3RequestError):

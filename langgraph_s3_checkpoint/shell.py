@@ -35,7 +35,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
-from .errors import UNKNOWN_OUTCOME, NotS3EndpointError, S3AccessError, S3RequestError, SaverMisuseError, error_for_code
+from .errors import NotS3EndpointError, S3AccessError, S3RequestError, SaverMisuseError, error_for_code, unreachable
 from .native import NativeTransport
 from .requests import (
     PRECONDITION_FAILED,
@@ -287,7 +287,7 @@ class BucketIO:
             raise error from (exc if isinstance(error, S3RequestError) else None)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
-            raise S3RequestError(f"Cannot reach the S3 endpoint {self.endpoint}: {exc}. {UNKNOWN_OUTCOME}") from exc
+            raise unreachable(self.endpoint, exc) from exc
         except ResponseParserError as exc:
             raise self.not_s3(f"a reply botocore cannot parse as S3 ({str(exc)[:200]})") from None
         except (NoCredentialsError, PartialCredentialsError) as exc:

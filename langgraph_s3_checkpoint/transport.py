@@ -43,7 +43,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from botocore.httpsession import get_cert_path
 
 from .blocking import BlockingPool, tls_context
-from .errors import UNKNOWN_OUTCOME, InvalidConfigError, NotS3EndpointError, S3RequestError, error_for_code
+from .errors import InvalidConfigError, NotS3EndpointError, error_for_code, unreachable
 from .http1 import Exchange, Failure, Response
 from .requests import PRECONDITION_FAILED, Get, ListKeys, Page, Put, StoredObject, Written, condition_failed
 
@@ -273,8 +273,7 @@ class DirectTransport:
             except Failure as failure:
                 if not failure.retryable or attempt == self.max_attempts:
                     if not failure.code:
-                        reason = f"Cannot reach the S3 endpoint ({what}): {failure}. {UNKNOWN_OUTCOME}"
-                        raise S3RequestError(reason) from None
+                        raise unreachable(f"({what})", failure) from None
                     raise error_for_code(failure.code, self._bucket, what, str(failure)) from None
                 yield backoff(failure, attempt)
         raise AssertionError("unreachable")
