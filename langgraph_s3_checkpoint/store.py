@@ -1033,18 +1033,22 @@ def _check_op(op: Op) -> None:
     if isinstance(op, (GetOp, PutOp)) and not isinstance(op.key, str):
         raise InvalidArgumentTypeError(f"an item's key must be a str, got {type(op.key).__name__} {op.key!r}")
     if isinstance(op, PutOp):
-        for text in (*op.namespace, op.key):
-            if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
-                raise InvalidConfigError(
-                    f"{text!r} (in namespace {tuple(op.namespace)!r}, key {op.key!r}) holds a lone surrogate, "
-                    "which is not text an item can be stored under; decode the bytes it came from properly"
-                )
-    if isinstance(op, PutOp) and op.ttl is not None and (
+        _check_put(op)
+    if isinstance(op, SearchOp) and op.filter:
+        _check_filter(op.filter)
+
+
+def _check_put(op: PutOp) -> None:
+    for text in (*op.namespace, op.key):
+        if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
+            raise InvalidConfigError(
+                f"{text!r} (in namespace {tuple(op.namespace)!r}, key {op.key!r}) holds a lone surrogate, "
+                "which is not text an item can be stored under; decode the bytes it came from properly"
+            )
+    if op.ttl is not None and (
         isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not 0 < op.ttl < math.inf
     ):
         raise InvalidConfigError(f"ttl of item {op.key!r} must be a positive number of minutes or None, got {op.ttl!r}")
-    if isinstance(op, SearchOp) and op.filter:
-        _check_filter(op.filter)
 
 
 def _check_filter(filter: Mapping[str, Any]) -> None:
