@@ -9,7 +9,7 @@ import operator
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -117,6 +117,25 @@ def checkpoint_id_of(key: str) -> str:
 
     parts = key.split("/")
     return revert_id(parts[parts.index("c") + 1])
+
+
+def lose_first_answer(saver: Any, matches: Callable[[Any], bool]) -> list[str]:
+    """Make the first request ``matches`` accepts land on the server but lose its answer: the saver sees the
+    reply of a retry, which a conditional PUT that landed gets refused. Returns the keys it happened to
+    (empty if it never did), for the test to assert on."""
+    shell = saver.bucket_io
+    original = shell._send
+    lost: list[str] = []
+
+    def send(request: Any) -> Any:
+        reply = original(request)
+        if not lost and matches(request):
+            lost.append(request.key)
+            return original(request)  # the retry, as S3 answers it after the first attempt landed
+        return reply
+
+    shell._send = send
+    return lost
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import cfg, silent_server
+from helpers import cfg, lose_first_answer, silent_server
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -665,18 +665,8 @@ def test_repair_whose_head_write_answer_was_lost_reports_repaired(
         _chat(saver, "hurt", 2)
         client.put_object(Bucket=bucket, Key=_head_key(saver, "hurt"), Body=b"LGS3\x01\x00garbage")
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
-        shell = saver.bucket_io
-        original = shell._send
-        lost: list[str] = []
-
-        def send(request: Any) -> Any:
-            reply = original(request)
-            if isinstance(request, Put) and request.key == _head_key(saver, "hurt") and not lost:
-                lost.append(request.key)
-                return original(request)  # the retry of a PUT that landed: refused, as S3 answers it
-            return reply
-
-        shell._send = send  # type: ignore[method-assign]
+        head_key = _head_key(saver, "hurt")
+        lost = lose_first_answer(saver, lambda r: isinstance(r, Put) and r.key == head_key)
         done = saver.repair_thread("hurt")
         assert lost and [n.status for n in done.namespaces] == ["repaired"]
         assert saver.get_tuple(cfg("hurt")) is not None

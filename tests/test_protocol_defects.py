@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, cast
 
 import pytest
-from helpers import cfg
+from helpers import cfg, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -676,18 +676,9 @@ def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Sav
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
     put(copier, "src", cid(1))
-    shell = copier.bucket_io
-    original = shell._send
-    lost: list[str] = []
-
-    def send(request: Any) -> Any:
-        reply = original(request)
-        if isinstance(request, Put) and request.if_none_match and request.key.endswith("/head") and not lost:
-            lost.append(request.key)
-            return original(request)  # the retry of a PUT that landed: refused, as S3 answers it
-        return reply
-
-    shell._send = send  # type: ignore[method-assign]
+    lost = lose_first_answer(
+        copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head")
+    )
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 
