@@ -77,8 +77,10 @@ class Committing(Reading):
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
         fence = self.memory.fence(thread_id, ns, parent_id)
-        if parent_id is not None and checkpoint_id <= parent_id and (
-            isinstance(fence, Fenced) or (_carries_time(checkpoint_id) and _carries_time(parent_id))
+        if (
+            parent_id is not None
+            and checkpoint_id <= parent_id
+            and (isinstance(fence, Fenced) or (_carries_time(checkpoint_id) and _carries_time(parent_id)))
         ):
             raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
         if isinstance(fence, Fenced) and fence.seen.etag == SUPERSEDED:

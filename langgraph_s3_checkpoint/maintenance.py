@@ -40,6 +40,7 @@ from .requests import (
     Put,
     StoredObject,
     Written,
+    same_etag,
 )
 
 ROLLBACK_ATTEMPTS = 5
@@ -418,9 +419,10 @@ class Maintenance(Committing):
         that showed the heads), like gc's and prune's, so a machine whose clock is ahead cannot take a
         live thread for an idle one. An idle thread's heads are deleted first, each only if it still
         has the ETag it was listed with (the root namespace's first): a thread written since it was
-        judged idle keeps its heads and is left alone. Cost: one LIST of the thread index per 1,000
-        threads, and per thread one LIST of its namespaces and one LIST per namespace (returning just
-        its head), then, for an idle one, its heads' conditional deletes and ``delete_thread``.
+        judged idle keeps its heads and is left alone (:meth:`_delete_idle_heads`). Cost: one LIST of
+        the thread index per 1,000 threads, and per thread one LIST of its namespaces and one LIST per
+        namespace (returning just its head), then, for an idle one, one GET and one conditional delete
+        per head, and ``delete_thread``.
         """
         root = self.layout.threads_root
 
@@ -449,14 +451,27 @@ class Maintenance(Committing):
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
 
     def _delete_idle_heads(self, thread_id: str, heads: list[Page]) -> Plan[bool]:
-        """Delete a thread's heads if none changed since they were listed; False (the root namespace's
-        head kept) if one did. The root namespace goes first: every step of the graph moves it."""
+        """Delete a thread's heads if none changed since they were listed; False, with every head in place,
+        if one did (the thread is in use).
+
+        The root namespace goes first: every step of the graph moves it, so a step that starts after its
+        delete fails loudly at its first checkpoint instead of writing into a thread being deleted. A
+        subgraph's head can still move after that (a subgraph checkpoints inside its parent's step, before
+        the parent's own checkpoint): then the heads already deleted are put back, from the bytes read
+        before deleting them, with ``If-None-Match`` so that a head a writer created meanwhile wins."""
         listed = [(page.keys[0], page.etags[0]) for page in heads if page.keys and page.etags and page.etags[0]]
         root_head = self.layout.head(thread_id, "")
         listed.sort(key=lambda head: head[0] != root_head)
-        for key, etag in listed:
-            if (yield from one(DeleteIfMatch(key, etag))) is PRECONDITION_FAILED:
+        now = yield from all_of([Get(key) for key, _ in listed])
+        if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
+            return False
+        deleted: list[tuple[str, StoredObject]] = []
+        for (key, _), obj in zip(listed, now, strict=True):
+            assert obj is not None  # checked above
+            if (yield from one(DeleteIfMatch(key, obj.etag))) is PRECONDITION_FAILED:
+                yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
                 return False
+            deleted.append((key, obj))
         return True
 
     # -- setup ------------------------------------------------------------------------------------

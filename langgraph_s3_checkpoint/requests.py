@@ -110,6 +110,11 @@ class StoredObject:
     modified: datetime | None = None
 
 
+def same_etag(a: str, b: str) -> bool:
+    """Listings and reads may quote ETags differently."""
+    return a.strip('"') == b.strip('"')
+
+
 @dataclass(frozen=True)
 class Written:
     """Reply to a successful :class:`Put`."""

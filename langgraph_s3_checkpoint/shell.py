@@ -55,6 +55,7 @@ from .requests import (
     StoredObject,
     Written,
     condition_failed,
+    same_etag,
 )
 from .transport import DirectTransport, list_arguments, put_arguments
 
@@ -83,11 +84,6 @@ class ClosesAtBlockEnd:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def same_etag(a: str, b: str) -> bool:
-    """Listings and reads may quote ETags differently."""
-    return a.strip('"') == b.strip('"')
 
 
 class BodyCache:

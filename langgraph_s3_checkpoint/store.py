@@ -75,9 +75,10 @@ from .requests import (
     Request,
     StoredObject,
     Written,
+    same_etag,
 )
 from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
-from .shell import ClosesAtBlockEnd, same_etag
+from .shell import ClosesAtBlockEnd
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,12 +6,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from helpers import RequestCounter
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, maintenance
 from langgraph_s3_checkpoint import saver as saver_module
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.requests import DeleteIfMatch
 
 
 def _history(saver: S3Saver, thread_id: str, steps: int, ns: str = "") -> None:
@@ -92,6 +94,54 @@ def test_expire_threads_keeps_a_thread_written_after_it_was_judged_idle(
     assert kept.get_tuple({"configurable": {"thread_id": "busy"}}).metadata["step"] == 9
     assert kept.get_tuple({"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}) is not None
     assert kept.get_tuple({"configurable": {"thread_id": "idle"}}) is None
+    for s in (saver, writer, kept):
+        s.close()
+
+
+@pytest.mark.parametrize("moment", ["before_deleting", "after_the_root_head_went"])
+def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_idle(
+    s3_server: LocalS3Server, bucket: str, prefix: str, moment: str
+) -> None:
+    """Defect: the root namespace's head was deleted first and, when a subgraph's head then turned out to
+    have moved (a step in progress: a subgraph checkpoints inside its parent's step, before the parent's own
+    checkpoint), expire_threads left the thread alone without its root head: the conversation read as
+    empty and the step in progress failed at its parent checkpoint. Heads are now read before any delete,
+    and those already deleted when a later one is found moved are put back."""
+    saver, writer = (S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) for _ in range(2))
+    _history(saver, "busy", 2, ns="sub:1")
+    _history(saver, "busy", 2)
+    root = {"configurable": {"thread_id": "busy"}}
+    sub = {"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}
+    sub_latest, root_latest = writer.get_tuple(sub), writer.get_tuple(root)
+    assert sub_latest is not None and root_latest is not None
+    root_head = saver._core.layout.head("busy", "")
+    shell = saver.bucket_io
+    send = shell._send
+    moved: list[bool] = []
+
+    def subgraph_step() -> None:
+        moved.append(True)
+        writer.put(sub_latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
+
+    def send_racing_a_subgraph_step(request: Any) -> Any:
+        if not moved and moment == "before_deleting" and isinstance(request, DeleteIfMatch):
+            subgraph_step()
+        reply = send(request)
+        if not moved and moment == "after_the_root_head_went" and isinstance(request, DeleteIfMatch):
+            assert request.key == root_head  # the root goes first
+            subgraph_step()
+        return reply
+
+    shell._send = send_racing_a_subgraph_step
+    assert saver.expire_threads(timedelta(seconds=-60)) == []
+    assert moved
+    kept = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    again = kept.get_tuple(root)
+    assert again is not None and again.checkpoint["id"] == root_latest.checkpoint["id"]
+    assert kept.get_tuple(sub).metadata["step"] == 9
+    # The step in progress commits its parent checkpoint on the head it read.
+    assert writer.put(root_latest.config, empty_checkpoint(), {"step": 10, "source": "loop"}, {})
+    assert kept.get_tuple(root).metadata["step"] == 10
     for s in (saver, writer, kept):
         s.close()
 
