@@ -28,6 +28,9 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     The probe object of an interrupted ``setup()``.
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
+``unfinished_delete``
+    The ``deleting`` marker of a ``delete_thread`` that died part-way, once nothing else of the thread is
+    left (while anything is, the marker keeps ``repair_thread`` from bringing it back).
 
 Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every
 reader: each namespace's ``c/`` listing is walked newest first and the records at or below the head are
@@ -58,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
-from .keys import Layout, escape
+from .keys import DELETING, Layout, escape
 from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, for_each_emitted, one, pages
 from .requests import Emit, Get, ListKeys, Page, Plan, StoredObject
 
@@ -301,9 +304,12 @@ class _Collector:
         self.thread_kept = 0
         namespaces = yield from self.namespaces(prefix)
         yield from self.run_entries(prefix, namespaces)
-        # Listed last, once every other object of the thread has been judged ("name" sorts before
-        # "ns/" and "r/").
-        yield from self.thread_name(prefix)
+        # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
+        # condemns, even if a batch fails part-way.
+        yield from self.flush()
+        # Listed last, once every other object of the thread has been judged ("deleting" and "name" sort
+        # before "ns/" and "r/").
+        yield from self.thread_keys(prefix)
         yield from self.flush()
 
     def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
@@ -344,20 +350,21 @@ class _Collector:
 
         yield from for_each_emitted(pages(entries_root), entries_page)
 
-    def thread_name(self, prefix: str) -> Plan[None]:
-        """Judge the keys directly under a thread: its ``name`` object, once everything else was judged."""
-        name_key = f"{prefix}name"
+    def thread_keys(self, prefix: str) -> Plan[None]:
+        """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
+        its ``deleting`` marker."""
+        reasons = {f"{prefix}name": "orphan_name", f"{prefix}{DELETING}": "unfinished_delete"}
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             old = _age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
-                if key != name_key:
+                if key not in reasons:
                     self.foreign()
                 elif self.thread_kept == 0:
-                    # The name object of a thread with nothing else left (everything else went, or was
-                    # never there). While anything stays — a put in flight among it — so does the name.
-                    self.doom(page, i, "orphan_name", old)
+                    # A thread with nothing else left (everything else went, or was never there). While
+                    # anything stays — a put in flight among it — so do its name and its marker.
+                    self.doom(page, i, reasons[key], old)
                 else:
                     self.keep()
             yield from self.flush_if_full()

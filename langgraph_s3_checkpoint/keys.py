@@ -16,6 +16,7 @@ and MinIO map keys to files and folders and cannot hold both.
 
 Layout under ``{prefix}/`` (see docs/design.md)::
 
+    threads/{T}/deleting                      a delete_thread in progress (or one that died part-way)
     threads/{T}/name                          real thread id, only when T is a digest
     threads/{T}/r/{run}/{N}                   this thread's entries in the run index
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
@@ -38,6 +39,9 @@ MAX_SEGMENT = 180
 
 MAX_KEY_BYTES = 1024
 """The longest object key S3 accepts (UTF-8 bytes; AWS and SeaweedFS refuse longer ones with KeyTooLongError)."""
+
+DELETING = "deleting"
+"""Name of a thread's delete-in-progress marker (:meth:`Layout.deleting`)."""
 
 RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
@@ -156,6 +160,11 @@ class Layout:
 
     def thread_name(self, thread_id: str) -> str:
         return f"{self.thread(thread_id)}name"
+
+    def deleting(self, thread_id: str) -> str:
+        """Written before ``delete_thread`` deletes anything and deleted when it is done: while it exists,
+        ``repair_thread`` does not rebuild a head from the records it condemned (see repair.py)."""
+        return f"{self.thread(thread_id)}{DELETING}"
 
     def namespaces(self, thread_id: str) -> str:
         return f"{self.thread(thread_id)}ns/"

@@ -50,6 +50,8 @@ DELETE_PASSES = 3
 COPY_ATTEMPTS = 3
 """How often ``copy_thread`` takes a new snapshot of the source when a large value its heads reference
 was deleted (a prune, a rollback) before it could be copied."""
+DELETING_MARKER = b"delete_thread"
+"""Body of a thread's ``deleting`` marker (only its existence and age matter)."""
 PRUNE_GRACE = timedelta(minutes=10)
 """prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
 
@@ -59,14 +61,26 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
+        yield from self._mark_deleting(thread_id)
+        yield from self._finish_delete(thread_id)
+
+    def _mark_deleting(self, thread_id: str) -> Plan[None]:
+        """Write the thread's ``deleting`` marker. It goes before anything is deleted and is deleted last,
+        so a delete that dies part-way leaves it beside the records it condemned: ``repair_thread`` then
+        does not bring the thread back from them (they would read as a thread whose head was lost)."""
+        yield [Put(self.layout.deleting(thread_id), DELETING_MARKER)]
+
+    def _finish_delete(self, thread_id: str) -> Plan[None]:
+        marker = self.layout.deleting(thread_id)
         for _ in range(DELETE_PASSES):
             yield from self._delete_thread_once(thread_id)
             # The first put of a new thread racing this delete has no head to be fenced on: its large
             # values may have gone in this pass and its head landed after the heads were deleted. Another
             # pass deletes that head too, instead of leaving one whose values are missing.
-            left = yield from one(ListKeys(self.layout.thread(thread_id), max_keys=1))
-            if not left.keys:
+            left = yield from one(ListKeys(self.layout.thread(thread_id), max_keys=2))
+            if not [key for key in left.keys if key != marker]:
                 break
+        yield deletes([marker])
         self.memory.forget_thread(thread_id)
 
     def _delete_thread_once(self, thread_id: str) -> Plan[None]:
@@ -82,8 +96,10 @@ class Maintenance(Committing):
         thread_segment = escape(thread_id)
         run_prefix = f"{thread_prefix}r/"
 
+        marker = self.layout.deleting(thread_id)
+
         def delete_page(page: Page) -> Plan[None]:
-            keys = list(page.keys)
+            keys = [key for key in page.keys if key != marker]
             keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
             if keys:
                 yield deletes(keys)
@@ -170,7 +186,10 @@ class Maintenance(Committing):
         def copy_page(page: Page) -> Plan[None]:
             requests: list[Copy] = []
             for key in page.keys:
-                if key.endswith("/head") or key == self.layout.thread_name(source_thread_id):
+                if key.endswith("/head") or key in (
+                    self.layout.thread_name(source_thread_id),
+                    self.layout.deleting(source_thread_id),
+                ):
                     continue
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
                 if key.startswith(run_prefix):
@@ -445,7 +464,7 @@ class Maintenance(Committing):
                 if not dry_run:
                     if not (yield from self._delete_idle_heads(thread_id, heads)):
                         continue  # written since it was listed: alive
-                    yield from self.delete_thread(thread_id)
+                    yield from self._finish_delete(thread_id)
                 yield Emit(thread_id)
 
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
@@ -465,11 +484,13 @@ class Maintenance(Committing):
         now = yield from all_of([Get(key) for key, _ in listed])
         if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
             return False
+        yield from self._mark_deleting(thread_id)
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above
             if (yield from one(DeleteIfMatch(key, obj.etag))) is PRECONDITION_FAILED:
                 yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
+                yield deletes([self.layout.deleting(thread_id)])
                 return False
             deleted.append((key, obj))
         return True

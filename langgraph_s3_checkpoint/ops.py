@@ -79,6 +79,7 @@ def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
 # What a key is
 # ------------------------------------------------------------------------------------------------
 THREAD_NAME = "thread-name"
+DELETING = "deleting"
 RUN_ENTRY = "run-entry"
 NS_NAME = "ns-name"
 HEAD = "head"
@@ -93,6 +94,8 @@ def classify(relative: str) -> str:
     parts = relative.split("/")
     if parts == ["name"]:
         return THREAD_NAME
+    if parts == [keys.DELETING]:
+        return DELETING
     if len(parts) == 3 and parts[0] == "r":
         return RUN_ENTRY
     if len(parts) < 3 or parts[0] != "ns":
@@ -129,7 +132,7 @@ def blob_key(ns_prefix: str, channel: str, version: str) -> str:
 def is_safe_relative(relative: str) -> bool:
     """Whether an archive member may be written under a thread prefix (no escaping it, no odd paths)."""
     parts = relative.split("/")
-    return all(p and p not in (".", "..") for p in parts) and classify(relative) != UNKNOWN
+    return all(p and p not in (".", "..") for p in parts) and classify(relative) not in (UNKNOWN, DELETING)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
-        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME)]
+        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME, DELETING)]
         for chunk in chunks(keys, READ_BATCH):
             bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):
@@ -337,6 +340,8 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
             codec.decode_blob(key, body)
         elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
             body.decode("utf-8", "surrogatepass")
+        elif kind == DELETING:
+            return Problem(key, "a delete_thread of this thread began and did not finish: run it again")
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
     except CorruptObjectError as exc:

@@ -23,7 +23,19 @@ other, newest first:
    * several (writers raced on X; a loser normally deletes its record, a crashed one cannot): X, the
      newest record that is certainly committed, and the report names the others.
 3. If no stored record is named by another (a thread of one checkpoint, or a pruned one whose older
-   links were deleted): the newest intact record that is not ``detached``.
+   links were deleted): the newest intact record that is not ``detached`` — when the head is damaged.
+   When it is *missing*, only if that record continues an earlier checkpoint (it names a
+   ``previous_head``, so the thread had committed before): a lone record that continues nothing is
+   exactly what the first put of a thread leaves when it dies before its head, or loses the race for a
+   new thread's head, and the commit chain (:mod:`langgraph_s3_checkpoint.chain`) calls every record of
+   a namespace without a head uncommitted. Promoting it would commit a checkpoint whose writer was told
+   it failed.
+
+**A delete that died part-way.** ``delete_thread`` deletes the heads first, so a delete that dies leaves
+records without heads, which would read as heads lost. It writes the thread's ``deleting`` marker before
+deleting anything and removes it last: while the marker exists, a namespace whose head is missing is not
+rebuilt from records listed at or before the marker's time (by the server's clock, to the second), and is
+reported ``deleting``; records written after it (the thread was used again) are judged by the rules above.
 
 The head is written with a conditional PUT (``If-Match`` on the damaged head, ``If-None-Match: *`` when
 it is missing), so a writer that commits meanwhile wins and nothing is overwritten. Nothing is deleted.
@@ -35,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.checkpoint.base import Checkpoint
@@ -43,7 +56,7 @@ from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, landed, one
-from .requests import Get, Page, Plan, Put, StoredObject
+from .requests import Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -54,6 +67,7 @@ WOULD_REPAIR = "would-repair"
 UNDECRYPTABLE = "undecryptable"
 UNREPAIRABLE = "unrepairable"
 CHANGED = "changed"
+DELETING = "deleting"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -105,7 +119,8 @@ class NamespaceRepair:
 
     checkpoint_ns: str
     status: str
-    """``ok``, ``repaired``, ``would-repair`` (dry run), ``undecryptable``, ``unrepairable`` or ``changed``."""
+    """``ok``, ``repaired``, ``would-repair`` (dry run), ``undecryptable``, ``unrepairable``, ``changed`` or
+    ``deleting`` (a ``delete_thread`` of the thread did not finish: its records are not brought back)."""
     head_id: str | None = None
     """The checkpoint the head points at now (or would, in a dry run)."""
     reason: str = ""
@@ -148,13 +163,33 @@ class RepairReport:
 def _all_keys(prefix: str, delimiter: str | None = None) -> Plan[Page]:
     """Every key (or common prefix) under ``prefix``, merged into one page."""
     found = yield from all_pages(prefix, delimiter)
-    return Page(keys=[k for p in found for k in p.keys], prefixes=[x for p in found for x in p.prefixes], token=None)
+    return Page(
+        keys=[k for p in found for k in p.keys],
+        prefixes=[x for p in found for x in p.prefixes],
+        token=None,
+        modified=[m for p in found for m in p.modified],
+    )
+
+
+def _to_the_second(moment: datetime) -> datetime:
+    """Listings date objects to the millisecond on some servers, to the second on others."""
+    return moment.replace(microsecond=0)
+
+
+def _deleting_since(marker_key: str) -> Plan[datetime | None]:
+    """When the thread's unfinished ``delete_thread`` began (its marker's LastModified), if one did."""
+    page = yield from one(ListKeys(marker_key, max_keys=1))
+    for key, modified in zip(page.keys, page.modified, strict=False):
+        if key == marker_key:
+            return _to_the_second(modified)
+    return None
 
 
 def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:
     """Check every namespace of a thread and rebuild each damaged or missing head (see the module docs)."""
     layout = core.layout
     root = layout.namespaces(thread_id)
+    deleting_since = yield from _deleting_since(layout.deleting(thread_id))
     listing = yield from _all_keys(root, delimiter="/")
     report = RepairReport(thread_id, dry_run)
     for ns_prefix in listing.prefixes:
@@ -164,22 +199,33 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
             obj = yield from one(Get(f"{ns_prefix}name"))
             if obj is not None:
                 name = obj.body.decode("utf-8", "surrogatepass")
-        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run)
+        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, deleting_since)
         if outcome.status in (REPAIRED, CHANGED):
             core.memory.forget_namespace(thread_id, name)
         report.namespaces.append(outcome)
     return report
 
 
-def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) -> Plan[NamespaceRepair]:
+def _repair_namespace(
+    codec: Codec, ns_prefix: str, name: str, dry_run: bool, deleting_since: datetime | None
+) -> Plan[NamespaceRepair]:
     """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
     head_key = f"{ns_prefix}head"
     head = yield from one(Get(head_key))
     damage = _diagnose_head(codec, name, head_key, head)
     if isinstance(damage, NamespaceRepair):
         return damage
-    records = yield from _stored_records(f"{ns_prefix}c/")
+    stored = yield from _stored_records(f"{ns_prefix}c/")
+    condemned_up_to = deleting_since if damage.missing else None
+    records = [(key, cid) for key, cid, modified in stored if not _condemned(modified, condemned_up_to)]
     if not records:
+        if stored and condemned_up_to is not None:
+            why = (
+                f"{damage.what}: a delete_thread of this thread began at {condemned_up_to.isoformat()} and did "
+                f"not finish; the {len(stored)} record(s) it was deleting are not brought back. Run "
+                "delete_thread again to finish it"
+            )
+            return NamespaceRepair(name, DELETING, None, why)
         if head is None:
             return NamespaceRepair(name, OK, None, "nothing stored")
         return NamespaceRepair(name, UNREPAIRABLE, None, f"{damage.what} and no checkpoint record is stored")
@@ -187,15 +233,29 @@ def _repair_namespace(codec: Codec, ns_prefix: str, name: str, dry_run: bool) ->
         survey = yield from _survey(codec, records, damage.known_id)
     except DecryptionError as exc:
         return NamespaceRepair(name, UNDECRYPTABLE, None, f"the records cannot be decrypted: {exc}")
-    choice = _choose_head(survey, damage)
+    choice, reason = _choose_head(survey, damage)
     if choice is None:
-        why = f"{damage.what} and no intact checkpoint record is stored"
+        return NamespaceRepair(name, UNREPAIRABLE, None, reason, survey.damaged)
+    record, obj = choice
+    missing = yield from _missing_blobs(ns_prefix, record)
+    if missing:
+        why = (
+            f"{damage.what}; the record to restore, {record.checkpoint['id']!r}, references large values that are "
+            f"not stored ({', '.join(missing)}): as the head it would make the thread unreadable, not empty"
+        )
         return NamespaceRepair(name, UNREPAIRABLE, None, why, survey.damaged)
-    (record, obj), reason = choice
     planned = NamespaceRepair(name, WOULD_REPAIR, str(record.checkpoint["id"]), reason, survey.damaged)
     if dry_run:
         return planned
     return (yield from _write_head(head_key, head, obj, planned))
+
+
+def _missing_blobs(ns_prefix: str, record: Record) -> Plan[list[str]]:
+    """The keys of the large values ``record`` references that are not stored (a copy or a delete that died
+    part-way can leave records whose values it had not copied, or had already deleted)."""
+    wanted = [Layout.blob_in(ns_prefix, channel, version) for channel, version in record.blobs.items()]
+    found = (yield from all_of([ListKeys(key, max_keys=1) for key in wanted])) if wanted else []
+    return [key for key, page in zip(wanted, found, strict=True) if key not in page.keys]
 
 
 @dataclass(frozen=True)
@@ -206,13 +266,15 @@ class _Damage:
     """``the head is missing`` or ``the head is damaged (reason)``: the start of every reason reported."""
     known_id: str | None
     """The checkpoint id a damaged head still names, if that much of it is readable."""
+    missing: bool = False
+    """The head does not exist (rather than exists damaged)."""
 
 
 def _diagnose_head(codec: Codec, name: str, head_key: str, head: StoredObject | None) -> NamespaceRepair | _Damage:
     """What is wrong with a head: nothing (a readable head, or an undecryptable one, which is not damage:
     the report that it stays as it is) or the damage to repair."""
     if head is None:
-        return _Damage("the head is missing", None)
+        return _Damage("the head is missing", None, missing=True)
     try:
         record = codec.decode_record(head_key, head.body)
         return NamespaceRepair(name, OK, str(record.checkpoint["id"]), "the head is readable")
@@ -227,16 +289,26 @@ def _diagnose_head(codec: Codec, name: str, head_key: str, head: StoredObject | 
     return _Damage(damage, known_id)
 
 
-def _stored_records(records_prefix: str) -> Plan[list[tuple[str, str]]]:
-    """The key and checkpoint id of every record of a namespace, newest first (the listing order of
-    inverted ids)."""
+def _stored_records(records_prefix: str) -> Plan[list[tuple[str, str, datetime | None]]]:
+    """The key, checkpoint id and LastModified of every record of a namespace, newest first (the listing
+    order of inverted ids)."""
     listing = yield from _all_keys(records_prefix)
-    records: list[tuple[str, str]] = []
-    for key in listing.keys:
+    dates: list[datetime | None] = list(listing.modified) if len(listing.modified) == len(listing.keys) else []
+    records: list[tuple[str, str, datetime | None]] = []
+    for i, key in enumerate(listing.keys):
         parsed = Layout.parse_checkpoint_key(records_prefix, key)
         if parsed is not None and parsed.is_record:
-            records.append((key, parsed.checkpoint_id))
+            records.append((key, parsed.checkpoint_id, dates[i] if dates else None))
     return records
+
+
+def _condemned(modified: datetime | None, condemned_up_to: datetime | None) -> bool:
+    """Whether a record is one an unfinished ``delete_thread`` was deleting: listed at or before its marker
+    (an undated record, which no server we know of lists, counts as condemned: nothing is promoted on a
+    guess)."""
+    if condemned_up_to is None:
+        return False
+    return modified is None or _to_the_second(modified) <= condemned_up_to
 
 
 @dataclass
@@ -286,18 +358,28 @@ def _survey(codec: Codec, records: list[tuple[str, str]], known_id: str | None) 
     return survey
 
 
-def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, StoredObject], str] | None:
-    """The record to make the head, and why, by the rules of the module docs; ``None``: no intact record."""
+def _choose_head(survey: _Survey, damage: _Damage) -> tuple[tuple[Record, StoredObject] | None, str]:
+    """The record to make the head (``None``: none may be) and why, by the rules of the module docs."""
     if survey.known is not None:
-        return survey.known, f"{damage.what}, but it still names checkpoint {damage.known_id!r}, whose record is intact"
+        why = f"{damage.what}, but it still names checkpoint {damage.known_id!r}, whose record is intact"
+        return survey.known, why
     if survey.anchor is not None:
         return _choose_from_anchor(survey.anchor, survey.seen, damage.what)
     candidates = [(r, o) for r, o in survey.seen if not r.detached]
     if not candidates:
-        return None
+        return None, f"{damage.what} and no intact checkpoint record is stored"
+    newest = candidates[0][0]
+    if damage.missing and newest.previous_head is None:
+        why = (
+            f"{damage.what} and no stored record is known to have committed: the newest, "
+            f"{newest.checkpoint['id']!r}, continues no earlier checkpoint, which is what the first put of a "
+            "thread leaves when it dies before its head (or loses the race for a new thread's head), so it "
+            "is not made the head. If you deleted this head by hand, copy that record's object to the head key"
+        )
+        return None, why
     reason = (
         f"{damage.what}; no stored record names another as its predecessor (a new or pruned thread): "
-        f"{candidates[0][0].checkpoint['id']!r} is the newest intact record"
+        f"{newest.checkpoint['id']!r} is the newest intact record"
     )
     return candidates[0], reason
 

@@ -41,9 +41,11 @@ from langgraph_s3_checkpoint import (
     SerializationError,
 )
 from langgraph_s3_checkpoint.errors import DamagedHeadError, NotS3EndpointError
+from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Put
+from langgraph_s3_checkpoint.ops import Problem, verify_thread
+from langgraph_s3_checkpoint.requests import Delete, Put
 from langgraph_s3_checkpoint.saver import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env
 
@@ -691,6 +693,128 @@ def test_repair_rebuilds_a_deleted_head_async(s3_server: LocalS3Server, bucket: 
             saver.close()
 
     asyncio.run(main())
+
+
+class _Crash(Exception):
+    """Where a test stops a plan, as a killed process would."""
+
+
+def _crash_at(saver: S3Saver, crashes: Any) -> None:
+    """Make the saver's first request that ``crashes`` accepts raise instead of being sent."""
+    shell = saver.bucket_io
+    send = shell._send
+
+    def send_until_the_crash(request: Any) -> Any:
+        if crashes(request):
+            raise _Crash(request)
+        return send(request)
+
+    shell._send = send_until_the_crash
+
+
+def test_repair_does_not_bring_back_a_thread_whose_delete_died_part_way(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """Defect: delete_thread deletes the heads first; when it died before the records, repair_thread took the
+    records for a thread whose head was lost and brought the deleted conversation back. delete_thread now
+    writes a ``deleting`` marker first and removes it last; repair leaves the records it condemned alone."""
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        _chat(saver, "gone", 3)
+        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(_Crash):
+            saver.delete_thread("gone")
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        assert saver.get_tuple(cfg("gone")) is None  # the heads went first: it reads as deleted
+        report = saver.repair_thread("gone")
+        assert [n.status for n in report.namespaces] == ["deleting"] and not report.ok
+        assert "delete_thread again" in report.namespaces[0].reason
+        assert saver.get_tuple(cfg("gone")) is None
+        found = saver.bucket_io.iterate(verify_thread(saver._core.layout, saver._core.codec, "gone"))
+        assert any(isinstance(f, Problem) and "did not finish" in f.problem for f in found)
+        saver.delete_thread("gone")  # finishes it, marker included
+        assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount", 0) == 0
+
+
+def test_a_thread_used_again_after_a_delete_died_is_repaired_from_its_new_records(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """The marker condemns only what was stored before it: a conversation started on the same thread id later
+    is repaired as any other (here its head, deleted by hand, is rebuilt from the records written since)."""
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        _chat(saver, "again", 2)
+        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(_Crash):
+            saver.delete_thread("again")
+    time.sleep(1.1)  # listings date objects to the second
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        graph = _chat(saver, "again", 3)
+        latest = graph.get_state(cfg("again"))
+        client.delete_object(Bucket=bucket, Key=_head_key(saver, "again"))
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        report = saver.repair_thread("again")
+        assert [(n.status, n.head_id) for n in report.namespaces] == [
+            ("repaired", latest.config["configurable"]["checkpoint_id"])
+        ]
+        assert _chat_graph(saver).get_state(cfg("again")).values == latest.values
+
+
+def test_gc_removes_the_marker_of_a_delete_that_died_once_nothing_else_is_left(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        _chat(saver, "gone", 2)
+        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(_Crash):
+            saver.delete_thread("gone")
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        report = gc(saver, grace_seconds=0)
+        assert report.deleted["unfinished_delete"] == 1 and report.deleted["headless_namespace"] > 0
+        assert report.foreign == 0
+        assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount", 0) == 0
+
+
+def test_repair_does_not_promote_the_first_put_of_a_thread_whose_head_never_landed(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """Defect: a new thread's first put that died between its record and its head (or lost the race for the
+    head) left a lone record, which repair_thread made the head: a checkpoint whose writer was told it failed
+    became the thread's history. Without a head nothing in a namespace is committed (chain.py)."""
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        head_key = _head_key(saver, "new")
+        _crash_at(saver, lambda r: isinstance(r, Put) and r.key == head_key)
+        with pytest.raises(_Crash):
+            saver.put(cfg("new"), empty_checkpoint(), {"step": -1, "source": "input"}, {})
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount", 0) >= 1
+        report = saver.repair_thread("new")
+        [outcome] = report.namespaces
+        assert outcome.status == "unrepairable" and "continues no earlier checkpoint" in outcome.reason
+        assert saver.get_tuple(cfg("new")) is None
+
+
+def test_repair_does_not_restore_a_head_whose_large_values_are_gone(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """A copy or a delete that died part-way can leave records whose large values are not stored: repair
+    used to make such a record the head, turning a thread that read as empty into one whose every read
+    raised. It now checks that the record's large values exist first."""
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client, inline_threshold=16)) as saver:
+        _chat(saver, "big", 3)
+        blobs = f"{saver._core.layout.blobs('big', '')}"
+        stored = client.list_objects_v2(Bucket=bucket, Prefix=blobs).get("Contents", [])
+        assert stored  # the turns are large values
+        for obj in stored:
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
+        client.delete_object(Bucket=bucket, Key=_head_key(saver, "big"))
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        [outcome] = saver.repair_thread("big").namespaces
+        assert outcome.status == "unrepairable" and "not stored" in outcome.reason
+        assert saver.get_tuple(cfg("big")) is None  # still reads as empty, not as damaged
 
 
 def test_cli_repair(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:

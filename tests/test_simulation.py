@@ -50,6 +50,7 @@ from sim import (
 )
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver, TargetThreadExistsError
+from langgraph_s3_checkpoint.repair import repair_plan
 from langgraph_s3_checkpoint.requests import Put
 
 COMMIT = "another worker's commit"
@@ -138,6 +139,12 @@ def run_scenario(sc: Scenario, fault: Fault | None, variant: str, labels: list[l
             problems.append(f"{op.label} raised {type(op.error).__name__}: {op.error}")
     problems += w.failures
     w.failures.clear()
+    if op.status == "crashed":
+        # What an operator does after a crash: repair_thread. It must change nothing a reader sees (it
+        # rebuilds only heads lost outside the protocol, never one a crash left uncommitted).
+        for thread in dict.fromkeys((*sc.threads, ctx.get("thread", "t"))):
+            repairer = w.saver()
+            run_plan(repairer, repair_plan(repairer._core, thread, dry_run=False))
     if op.status != "returned":
         if sc.kind == "maintenance":
             after = before.clone()
