@@ -489,10 +489,13 @@ class NamespaceWalk:
 
     def cuts(self, namespace: tuple[str, ...]) -> bool:
         """Whether the walk stops at this namespace: it is at ``max_depth``, past every prefix
-        condition, and no suffix condition needs the full namespaces below it."""
+        condition, and no suffix condition needs the full namespaces below it. A negative ``max_depth``
+        cuts labels off the end, as a slice does in InMemoryStore: the walk needs every full namespace."""
+        if self.has_suffix or self.max_depth is None or self.max_depth < 0:
+            return False
         depth = len(namespace)
         longest = max((len(p) for p in self.prefixes), default=0)
-        return not self.has_suffix and self.max_depth is not None and depth >= self.max_depth and depth >= longest
+        return depth >= self.max_depth and depth >= longest
 
 
 # ------------------------------------------------------------------------------------------------

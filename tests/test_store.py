@@ -178,7 +178,7 @@ def random_op(rng: random.Random, indexed: bool) -> Op:
         return SearchOp(random_prefix(rng), random_filter(rng), rng.randint(1, 12), rng.randint(0, 6), query)
     return ListNamespacesOp(
         random_conditions(rng),
-        rng.choice([None, None, 1, 2, 3]),
+        rng.choice([None, None, 1, 2, 3, 0, -1, -2]),
         rng.randint(1, 30),
         rng.randint(0, 3),
     )
