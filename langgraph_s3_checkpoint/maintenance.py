@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -50,8 +51,6 @@ DELETE_PASSES = 3
 COPY_ATTEMPTS = 3
 """How often ``copy_thread`` takes a new snapshot of the source when a large value its heads reference
 was deleted (a prune, a rollback) before it could be copied."""
-DELETING_MARKER = b"delete_thread"
-"""Body of a thread's ``deleting`` marker (only its existence and age matter)."""
 PRUNE_GRACE = timedelta(minutes=10)
 """prune(keep_latest) leaves unreferenced objects younger than this alone (they may be an in-flight put's)."""
 
@@ -61,17 +60,22 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
-        yield from self._mark_deleting(thread_id)
-        yield from self._finish_delete(thread_id)
+        marker = yield from self._mark_deleting(thread_id)
+        yield from self._finish_delete(thread_id, marker)
 
-    def _mark_deleting(self, thread_id: str) -> Plan[None]:
-        """Write the thread's ``deleting`` marker. It goes before anything is deleted and is deleted last,
-        so a delete that dies part-way leaves it beside the records it condemned: ``repair_thread`` then
-        does not bring the thread back from them (they would read as a thread whose head was lost)."""
-        yield [Put(self.layout.deleting(thread_id), DELETING_MARKER)]
+    def _mark_deleting(self, thread_id: str) -> Plan[DeleteIfMatch]:
+        """Write the thread's ``deleting`` marker; returns the request that removes it. It goes before
+        anything is deleted and is deleted last, so a delete that dies part-way leaves it beside the
+        records it condemned: ``repair_thread`` then does not bring the thread back from them (they would
+        read as a thread whose head was lost). Each delete writes its own bytes and removes the marker only
+        if it is still its own, so that of a second delete running meanwhile stays until that one ends."""
+        key = self.layout.deleting(thread_id)
+        written = yield from one(Put(key, f"delete_thread {uuid.uuid4()}".encode()))
+        assert isinstance(written, Written)  # an unconditional PUT is never refused
+        return DeleteIfMatch(key, written.etag)
 
-    def _finish_delete(self, thread_id: str) -> Plan[None]:
-        marker = self.layout.deleting(thread_id)
+    def _finish_delete(self, thread_id: str, unmark: DeleteIfMatch) -> Plan[None]:
+        marker = unmark.key
         for _ in range(DELETE_PASSES):
             yield from self._delete_thread_once(thread_id)
             # The first put of a new thread racing this delete has no head to be fenced on: its large
@@ -80,7 +84,7 @@ class Maintenance(Committing):
             left = yield from one(ListKeys(self.layout.thread(thread_id), max_keys=2))
             if not [key for key in left.keys if key != marker]:
                 break
-        yield deletes([marker])
+        yield [unmark]
         self.memory.forget_thread(thread_id)
 
     def _delete_thread_once(self, thread_id: str) -> Plan[None]:
@@ -462,16 +466,18 @@ class Maintenance(Committing):
                 if thread_id is None:
                     continue
                 if not dry_run:
-                    if not (yield from self._delete_idle_heads(thread_id, heads)):
+                    unmark = yield from self._delete_idle_heads(thread_id, heads)
+                    if unmark is None:
                         continue  # written since it was listed: alive
-                    yield from self._finish_delete(thread_id)
+                    yield from self._finish_delete(thread_id, unmark)
                 yield Emit(thread_id)
 
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
 
-    def _delete_idle_heads(self, thread_id: str, heads: list[Page]) -> Plan[bool]:
-        """Delete a thread's heads if none changed since they were listed; False, with every head in place,
-        if one did (the thread is in use).
+    def _delete_idle_heads(self, thread_id: str, heads: list[Page]) -> Plan[DeleteIfMatch | None]:
+        """Mark the thread as being deleted and delete its heads if none changed since they were listed
+        (returns the request that removes the marker, for the end of the delete); ``None``, with every head
+        in place and no marker, if one did (the thread is in use).
 
         The root namespace goes first: every step of the graph moves it, so a step that starts after its
         delete fails loudly at its first checkpoint instead of writing into a thread being deleted. A
@@ -483,17 +489,17 @@ class Maintenance(Committing):
         listed.sort(key=lambda head: head[0] != root_head)
         now = yield from all_of([Get(key) for key, _ in listed])
         if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
-            return False
-        yield from self._mark_deleting(thread_id)
+            return None
+        unmark = yield from self._mark_deleting(thread_id)
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above
             if (yield from one(DeleteIfMatch(key, obj.etag))) is PRECONDITION_FAILED:
                 yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
-                yield deletes([self.layout.deleting(thread_id)])
-                return False
+                yield [unmark]
+                return None
             deleted.append((key, obj))
-        return True
+        return unmark
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:

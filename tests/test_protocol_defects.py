@@ -676,9 +676,7 @@ def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Sav
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
     put(copier, "src", cid(1))
-    lost = lose_first_answer(
-        copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head")
-    )
+    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head"))
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 
@@ -737,6 +735,30 @@ def test_o_delete_thread_racing_a_new_threads_first_put(make_saver: Callable[[],
     assert len(passes) == 2
     assert make_saver().get_tuple(cfg("t")) is None
     assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=f"{writer.prefix}/threads/").get("KeyCount") == 0
+
+
+def test_o_two_deletes_of_one_thread_each_remove_only_their_own_marker(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """The ``deleting`` marker keeps repair_thread from bringing back what a delete that died had condemned. With
+    two deletes of one thread at once, the first to finish must not remove the marker of the other, which may
+    still die part-way: each writes its own bytes and removes the marker only while it is still its own."""
+    first, second = make_saver(), make_saver()
+    for n in (1, 2):
+        put(first, "t", cid(n), cid(n - 1) if n > 1 else None)
+    marker = first._core.layout.deleting("t")
+    plan = first._core.delete_thread("t")
+    reply = send(first, plan.send(None))  # the first delete has written its marker
+    second_plan = second._core.delete_thread("t")
+    second_reply = send(second, second_plan.send(None))  # so has the second, over it
+    with contextlib.suppress(StopIteration):
+        while True:
+            reply = send(first, plan.send(reply))
+    assert s3_client.get_object(Bucket=first.bucket, Key=marker)["Body"].read().startswith(b"delete_thread ")
+    with contextlib.suppress(StopIteration):
+        while True:
+            second_reply = send(second, second_plan.send(second_reply))
+    assert s3_client.list_objects_v2(Bucket=first.bucket, Prefix=f"{first.prefix}/threads/").get("KeyCount") == 0
 
 
 def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
