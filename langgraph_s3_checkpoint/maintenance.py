@@ -365,12 +365,22 @@ class Maintenance(Committing):
             return True
         if found.orphans:
             yield deletes(found.orphans)
+        unmark: DeleteIfMatch | None = None
         if head is not None and head_is_run:
+            if found.survivor is None:
+                # The run holds the namespace's only committed checkpoints, so its head goes: until the
+                # run's records are gone too, they are a headless namespace's, which repair_thread must
+                # not bring back. The thread is marked as delete_thread marks it.
+                unmark = yield from self._mark_deleting(thread_id)
             moved = yield from self._move_head_back(head_key, head, found, run_id)
-            if not moved:
-                return False  # the run committed again meanwhile: start over
+            if not moved:  # the run committed again meanwhile: start over
+                if unmark is not None:
+                    yield [unmark]
+                return False
         if found.doomed:
             yield deletes(found.doomed)
+        if unmark is not None:
+            yield [unmark]
         self.memory.forget_namespace(thread_id, ns)
         return True
 

@@ -39,7 +39,7 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Put
+from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, Put
 
 BIG = 6000
 """Characters of a value large enough to be stored as its own object."""
@@ -293,6 +293,37 @@ def test_c_delete_for_runs_never_promotes_a_leftover(make_saver: Callable[[], S3
     saver.delete_for_runs(["run-d"])
     assert latest_id(make_saver(), "u") == cid(11)
     assert ids(make_saver().list(cfg("u"))) == [cid(11)]
+
+
+def test_c_a_rollback_of_a_threads_only_run_that_dies_is_not_brought_back_by_repair(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Defect: rolling back the run that holds a namespace's only checkpoints deletes its head, then its records;
+    a rollback that died between the two left them headless, and repair_thread took them for a thread whose head
+    was lost and brought the cancelled run back. The rollback now marks the thread as delete_thread does."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(2), cid(1), run="run-a")
+    shell = saver.bucket_io
+    send_one = shell._send
+
+    def dies_at_the_records(request: Any) -> Any:
+        if isinstance(request, Delete) and any("/c/" in key for key in request.keys):
+            raise RuntimeError("killed")
+        return send_one(request)
+
+    shell._send = dies_at_the_records
+    with pytest.raises(RuntimeError, match="killed"):
+        saver.delete_for_runs(["run-a"])
+    fresh = make_saver()
+    assert fresh.get_tuple(cfg("t")) is None  # the head went first
+    assert [n.status for n in fresh.repair_thread("t").namespaces] == ["deleting"]
+    assert fresh.get_tuple(cfg("t")) is None
+    make_saver().delete_for_runs(["run-a"])  # run again, it finishes
+    left = s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("Contents", [])
+    # The dead attempt's marker stays (whose it is cannot be told); gc removes it once it is all that is left.
+    assert [obj["Key"] for obj in left] == [saver._core.layout.deleting("t")]
+    assert run_gc(make_saver(), grace_seconds=0).deleted["unfinished_delete"] == 1
 
 
 def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
