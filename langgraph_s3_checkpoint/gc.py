@@ -29,7 +29,8 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
 ``unfinished_delete``
-    The ``deleting`` marker of a ``delete_thread`` that died part-way, once nothing else of the thread is
+    The ``deleting`` marker of a delete (``delete_thread``, ``expire_threads``, a rollback) that died
+    part-way, once nothing else of the thread is
     left (while anything is, the marker keeps ``repair_thread`` from bringing it back).
 
 Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every

@@ -31,11 +31,12 @@ other, newest first:
    a namespace without a head uncommitted. Promoting it would commit a checkpoint whose writer was told
    it failed.
 
-**A delete that died part-way.** ``delete_thread`` deletes the heads first, so a delete that dies leaves
-records without heads, which would read as heads lost. It writes the thread's ``deleting`` marker before
-deleting anything and removes it last: while the marker exists, a namespace whose head is missing is not
-rebuilt from records listed at or before the marker's time (by the server's clock, to the second), and is
-reported ``deleting``; records written after it (the thread was used again) are judged by the rules above.
+**A delete that died part-way.** ``delete_thread`` deletes the heads first (so does ``expire_threads``, and a
+``delete_for_runs`` of a namespace's only run), so a delete that dies leaves records without heads, which would
+read as heads lost. Each writes the thread's ``deleting`` marker before deleting anything and removes it
+last: while the marker exists, a namespace whose head is missing is not rebuilt from records listed at or
+before the marker's time (by the server's clock, to the second), and is reported ``deleting``; records
+written after it (the thread was used again) are judged by the rules above.
 
 The head is written with a conditional PUT (``If-Match`` on the damaged head, ``If-None-Match: *`` when
 it is missing), so a writer that commits meanwhile wins and nothing is overwritten. Nothing is deleted.
