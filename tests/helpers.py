@@ -138,6 +138,24 @@ def lose_first_answer(saver: Any, matches: Callable[[Any], bool]) -> list[str]:
     return lost
 
 
+class Crash(Exception):
+    """Where a test stops a plan, as a killed process would (raised by :func:`crash_at`)."""
+
+
+def crash_at(saver: Any, matches: Callable[[Any], bool]) -> None:
+    """Make the saver's first request that ``matches`` accepts raise :class:`Crash` instead of being sent:
+    the plan stops there, with every earlier request applied, as when its process is killed."""
+    shell = saver.bucket_io
+    original = shell._send
+
+    def send(request: Any) -> Any:
+        if matches(request):
+            raise Crash(request)
+        return original(request)
+
+    shell._send = send
+
+
 @contextlib.contextmanager
 def silent_server() -> Iterator[int]:
     """A TCP server on 127.0.0.1 that accepts connections and never answers; yields its port."""

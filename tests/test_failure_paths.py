@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import cfg, lose_first_answer, silent_server
+from helpers import Crash, cfg, crash_at, lose_first_answer, silent_server
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -695,23 +695,6 @@ def test_repair_rebuilds_a_deleted_head_async(s3_server: LocalS3Server, bucket: 
     asyncio.run(main())
 
 
-class _Crash(Exception):
-    """Where a test stops a plan, as a killed process would."""
-
-
-def _crash_at(saver: S3Saver, crashes: Any) -> None:
-    """Make the saver's first request that ``crashes`` accepts raise instead of being sent."""
-    shell = saver.bucket_io
-    send = shell._send
-
-    def send_until_the_crash(request: Any) -> Any:
-        if crashes(request):
-            raise _Crash(request)
-        return send(request)
-
-    shell._send = send_until_the_crash
-
-
 def test_repair_does_not_bring_back_a_thread_whose_delete_died_part_way(
     s3_server: LocalS3Server, bucket: str, prefix: str
 ) -> None:
@@ -721,8 +704,8 @@ def test_repair_does_not_bring_back_a_thread_whose_delete_died_part_way(
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         _chat(saver, "gone", 3)
-        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(_Crash):
+        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(Crash):
             saver.delete_thread("gone")
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         assert saver.get_tuple(cfg("gone")) is None  # the heads went first: it reads as deleted
@@ -744,8 +727,8 @@ def test_a_thread_used_again_after_a_delete_died_is_repaired_from_its_new_record
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         _chat(saver, "again", 2)
-        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(_Crash):
+        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(Crash):
             saver.delete_thread("again")
     time.sleep(1.1)  # listings date objects to the second
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
@@ -766,8 +749,8 @@ def test_gc_removes_the_marker_of_a_delete_that_died_once_nothing_else_is_left(
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         _chat(saver, "gone", 2)
-        _crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(_Crash):
+        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+        with pytest.raises(Crash):
             saver.delete_thread("gone")
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         report = gc(saver, grace_seconds=0)
@@ -785,8 +768,8 @@ def test_repair_does_not_promote_the_first_put_of_a_thread_whose_head_never_land
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         head_key = _head_key(saver, "new")
-        _crash_at(saver, lambda r: isinstance(r, Put) and r.key == head_key)
-        with pytest.raises(_Crash):
+        crash_at(saver, lambda r: isinstance(r, Put) and r.key == head_key)
+        with pytest.raises(Crash):
             saver.put(cfg("new"), empty_checkpoint(), {"step": -1, "source": "input"}, {})
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount", 0) >= 1

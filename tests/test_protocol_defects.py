@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, cast
 
 import pytest
-from helpers import cfg, lose_first_answer
+from helpers import Crash, cfg, crash_at, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -106,10 +106,6 @@ def ids(tuples: Any) -> list[str]:
 def latest_id(saver: S3Saver, thread: str, ns: str = "") -> str | None:
     tup = saver.get_tuple(cfg(thread, ns))
     return None if tup is None else tup.checkpoint["id"]
-
-
-class Crash(Exception):
-    """Raised by a hand-driven plan to stop it where a process would have died."""
 
 
 def send(saver: S3Saver, requests: list[Any]) -> list[Any]:
@@ -304,16 +300,8 @@ def test_c_a_rollback_of_a_threads_only_run_that_dies_is_not_brought_back_by_rep
     saver = make_saver()
     put(saver, "t", cid(1), run="run-a")
     put(saver, "t", cid(2), cid(1), run="run-a")
-    shell = saver.bucket_io
-    send_one = shell._send
-
-    def dies_at_the_records(request: Any) -> Any:
-        if isinstance(request, Delete) and any("/c/" in key for key in request.keys):
-            raise RuntimeError("killed")
-        return send_one(request)
-
-    shell._send = dies_at_the_records
-    with pytest.raises(RuntimeError, match="killed"):
+    crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    with pytest.raises(Crash):
         saver.delete_for_runs(["run-a"])
     fresh = make_saver()
     assert fresh.get_tuple(cfg("t")) is None  # the head went first
