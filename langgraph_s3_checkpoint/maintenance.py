@@ -464,12 +464,19 @@ class Maintenance(Committing):
                 namespaces: list[Page] = []
                 yield from collect_emitted(pages(f"{prefix}ns/", delimiter="/"), namespaces)
                 ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
-                # "head" is the only key of a namespace that starts with "h": this LIST returns it alone.
-                heads = yield from all_of([ListKeys(f"{p}h", max_keys=1) for p in ns_prefixes])
-                newest = max((m for head_page in heads for m in head_page.modified), default=None)
+                # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
+                # every longer key it starts, a foreign "head-notes" included); only that key is taken.
+                pages_ = yield from all_of([ListKeys(f"{p}head", max_keys=1) for p in ns_prefixes])
+                heads = [
+                    (key, etag, modified)
+                    for p, page in zip(ns_prefixes, pages_, strict=True)
+                    for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False)
+                    if key == f"{p}head"
+                ]
+                newest = max((modified for _, _, modified in heads), default=None)
                 # No head at all: not a live thread (an emptied folder some servers keep listing, or a
                 # leftover that gc collects), so nothing to expire.
-                served = max((h.served for h in heads if h.served is not None), default=None)
+                served = max((page.served for page in pages_ if page.served is not None), default=None)
                 if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
                     continue
                 thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
@@ -484,7 +491,9 @@ class Maintenance(Committing):
 
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
 
-    def _delete_idle_heads(self, thread_id: str, heads: list[Page]) -> Plan[DeleteIfMatch | None]:
+    def _delete_idle_heads(
+        self, thread_id: str, heads: list[tuple[str, str, datetime]]
+    ) -> Plan[DeleteIfMatch | None]:
         """Mark the thread as being deleted and delete its heads if none changed since they were listed
         (returns the request that removes the marker, for the end of the delete); ``None``, with every head
         in place and no marker, if one did (the thread is in use).
@@ -494,7 +503,7 @@ class Maintenance(Committing):
         subgraph's head can still move after that (a subgraph checkpoints inside its parent's step, before
         the parent's own checkpoint): then the heads already deleted are put back, from the bytes read
         before deleting them, with ``If-None-Match`` so that a head a writer created meanwhile wins."""
-        listed = [(page.keys[0], page.etags[0]) for page in heads if page.keys and page.etags and page.etags[0]]
+        listed = [(key, etag) for key, etag, _ in heads]
         root_head = self.layout.head(thread_id, "")
         listed.sort(key=lambda head: head[0] != root_head)
         now = yield from all_of([Get(key) for key, _ in listed])
@@ -504,7 +513,10 @@ class Maintenance(Committing):
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above
-            if (yield from one(DeleteIfMatch(key, obj.etag))) is PRECONDITION_FAILED:
+            refused = (yield from one(DeleteIfMatch(key, obj.etag))) is PRECONDITION_FAILED
+            # Refused: the head moved, unless it is gone (a retry whose first attempt deleted it and lost
+            # its answer is refused by SeaweedFS, a missing object failing If-Match).
+            if refused and (yield from one(Get(key))) is not None:
                 yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
                 yield [unmark]
                 return None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import RequestCounter
+from helpers import RequestCounter, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, maintenance
@@ -144,6 +145,36 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
     assert kept.get_tuple(root).metadata["step"] == 10
     for s in (saver, writer, kept):
         s.close()
+
+
+def test_expire_threads_whose_head_delete_answer_was_lost(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """Found by the adversarial review: a head's conditional delete landed and its answer was lost; SeaweedFS
+    refuses the retry (If-Match on a missing object), which expire_threads took for a head that moved: it left the
+    thread alone without that head and without a marker (repair_thread would then bring back a thread asked to
+    expire). A refused delete whose head is gone counts as done."""
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
+    _history(saver, "idle", 2)
+    _history(saver, "idle", 2, ns="sub:1")
+    lost = lose_first_answer(saver, lambda r: isinstance(r, DeleteIfMatch))
+    assert saver.expire_threads(timedelta(seconds=-60)) == ["idle"] and lost
+    assert client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/threads/").get("KeyCount") == 0
+    saver.close()
+
+
+def test_expire_threads_judges_the_head_not_a_foreign_key_beside_it(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """Found by the adversarial review: the age of a namespace was the first key listed under ``.../h``, so an
+    old foreign object sorting before ``head`` (``h_notes``) made a live thread look idle and expired it."""
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
+    client.put_object(Bucket=bucket, Key=saver._core.layout.ns("live", "") + "h_notes", Body=b"not ours")
+    time.sleep(2.5)
+    _history(saver, "live", 1)
+    assert saver.expire_threads(timedelta(seconds=2)) == []
+    assert saver.get_tuple({"configurable": {"thread_id": "live"}}) is not None
+    saver.close()
 
 
 async def test_async_expire_threads(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
