@@ -377,8 +377,10 @@ class Maintenance(Committing):
                 if unmark is not None:
                     yield [unmark]
                 return False
-        if found.doomed:
-            yield deletes(found.doomed)
+        headless = head is None or (head_is_run and found.survivor is None)
+        doomed = found.doomed + found.stranded if headless else found.doomed
+        if doomed:
+            yield deletes(doomed)
         if unmark is not None:
             yield [unmark]
         self.memory.forget_namespace(thread_id, ns)
@@ -415,6 +417,8 @@ class Maintenance(Committing):
             found.doomed_ids.add(cid)
         elif standing is Standing.ORPHAN:
             found.orphan_ids.add(cid)
+        elif standing is Standing.PENDING and previous is not None:
+            found.stranded_ids.add(cid)
         elif standing is Standing.COMMITTED:
             if found.survivor is None and found.wants_survivor:
                 # A detached survivor (a fork older than the head was) becomes an ordinary head: its
@@ -607,6 +611,11 @@ class _RunRecords:
     orphans: list[str] = field(default_factory=list)
     """Keys of the orphans met (records and writes), deleted before the run's so the gap opens onto a
     committed record."""
+    stranded_ids: set[str] = field(default_factory=set)
+    stranded: list[str] = field(default_factory=list)
+    """Keys of other runs' records newer than the head that continue a checkpoint (puts that died or lost):
+    they can never commit once the head is gone, and go with the run's when the namespace is left
+    without one (``repair_thread`` would otherwise take the newest for a lost head)."""
     survivor: StoredObject | None = None
     """The newest committed record of another run: the head's new body."""
     reached_below: bool = False
@@ -619,6 +628,8 @@ class _RunRecords:
                 self.doomed.append(key)
             elif p is not None and p.checkpoint_id in self.orphan_ids:
                 self.orphans.append(key)
+            elif p is not None and p.checkpoint_id in self.stranded_ids:
+                self.stranded.append(key)
 
 
 def _is_pair(relative: str) -> bool:

@@ -314,6 +314,25 @@ def test_c_a_rollback_of_a_threads_only_run_that_dies_is_not_brought_back_by_rep
     assert run_gc(make_saver(), grace_seconds=0).deleted["unfinished_delete"] == 1
 
 
+def test_c_a_rollback_that_empties_a_namespace_takes_the_puts_that_died_on_it(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Found by the adversarial review: rolling back the run that held a namespace's only checkpoints left the
+    record of another run's put that had died before its head (newer than the head, continuing it); with no head
+    left, repair_thread took that record for a lost head and committed it. Such records can never commit once the
+    head is gone: the rollback deletes them with the run's."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(2), cid(1), run="run-a")
+    crash_before_head(saver, "t", cid(3), cid(2), run="run-b")
+    make_saver().delete_for_runs(["run-a"])
+    assert make_saver().get_tuple(cfg("t")) is None
+    assert [n.status for n in make_saver().repair_thread("t").namespaces] in ([], ["ok"])
+    assert make_saver().get_tuple(cfg("t")) is None
+    left = s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("Contents", [])
+    assert not [obj["Key"] for obj in left if "/c/" in obj["Key"]]
+
+
 def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
     """Defect: a run-index entry that is not UTF-8 (damaged, or foreign) made delete_for_runs raise a bare
     UnicodeDecodeError naming no key, and the run could not be deleted. The entry only bounds the walk."""
