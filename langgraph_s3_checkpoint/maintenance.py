@@ -117,6 +117,12 @@ class Maintenance(Committing):
         if not prefixes:
             return
         yield from self._refuse_existing_target(target_thread_id)
+        leftover = yield from one(ListKeys(self.layout.thread(target_thread_id), max_keys=1))
+        if leftover.keys:
+            # Objects without a head: a copy, a put or a delete that died. Nothing there is committed, but
+            # left in place its records could show through the copy: below a link the source has pruned, the
+            # commit chain takes the next record down for committed (chain.py).
+            yield from self.delete_thread(target_thread_id)
         for _ in range(COPY_ATTEMPTS):
             # Snapshot the heads before copying anything: records newer than a snapshot head stay
             # invisible in the copy, exactly as they would in the source.
@@ -166,7 +172,7 @@ class Maintenance(Committing):
 
         Only a committed checkpoint (a head) makes the target exist. Objects of a copy that died before
         committing, and the emptied folders some servers (SeaweedFS) keep listing after a delete, must
-        not block a new copy: it overwrites the former and ignores the latter.
+        not block a new copy: it deletes the former first and ignores the latter.
         """
         target_pages: list[Page] = []
         yield from collect_emitted(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)

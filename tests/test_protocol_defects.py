@@ -799,6 +799,25 @@ def test_o_two_deletes_of_one_thread_each_remove_only_their_own_marker(
     assert s3_client.list_objects_v2(Bucket=first.bucket, Prefix=f"{first.prefix}/threads/").get("KeyCount") == 0
 
 
+def test_o_copy_onto_a_target_whose_delete_died_shows_none_of_its_records(make_saver: Callable[[], S3Saver]) -> None:
+    """Found by the adversarial review: copy_thread onto a target whose delete_thread had died after the heads (its
+    records still stored) showed the target's deleted records under the copy: the source was pruned, so the copy's
+    chain has a missing link and the records below it read as committed. A target with objects but no head is now
+    deleted before the copy."""
+    writer = make_saver()
+    for n in (1, 2, 3):
+        put(writer, "x", cid(n), cid(n - 1) if n > 1 else None)
+    deleter = make_saver()
+    crash_at(deleter, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    with pytest.raises(Crash):
+        deleter.delete_thread("x")
+    for n in (11, 12, 13):
+        put(writer, "s", cid(n), cid(n - 1) if n > 11 else None)
+    writer.prune(["s"], strategy="keep_latest")
+    make_saver().copy_thread("s", "x")
+    assert ids(make_saver().list(cfg("x"))) == ids(make_saver().list(cfg("s"))) == [cid(13)]
+
+
 def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
     make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
 ) -> None:
