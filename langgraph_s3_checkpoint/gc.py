@@ -29,8 +29,8 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
 ``unfinished_delete``
-    The ``deleting`` marker of a delete (``delete_thread``, ``expire_threads``, a rollback) that died
-    part-way, once nothing else of the thread is
+    The ``deleting`` marker of a delete (``delete_thread``, ``expire_threads``; a rollback's is the
+    namespace's) that died part-way, once nothing else of the thread (namespace) is
     left (while anything is, the marker keeps ``repair_thread`` from bringing it back).
 
 Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every
@@ -144,6 +144,10 @@ class _Walk:
         return f"{self.prefix}name"
 
     @property
+    def marker_key(self) -> str:
+        return Layout.deleting_in(self.prefix)
+
+    @property
     def records(self) -> str:
         return f"{self.prefix}c/"
 
@@ -155,7 +159,7 @@ class _Walk:
         """Whether a key of the namespace outside ``c/`` is the saver's: a blob, the head or the name."""
         if key.endswith("/"):
             return False  # a folder marker
-        return Layout.is_blob(self.blobs, key) or key in (self.head_key, self.name_key)
+        return Layout.is_blob(self.blobs, key) or key in (self.head_key, self.name_key, self.marker_key)
 
 
 @dataclass
@@ -565,6 +569,10 @@ def _outside_records_reason(walk: _Walk, key: str) -> str | None:
         # Listed after everything else of the namespace; in a namespace without a head it goes
         # only once nothing else stays (a first put in flight relies on it).
         return "headless_namespace" if walk.headless and walk.kept == 0 else None
+    if key == walk.marker_key:
+        # A rollback's marker, listed after the records and blobs it protects: it goes once they went
+        # (beside a head, a rollback that died was overtaken by new checkpoints; verify reports it).
+        return "unfinished_delete" if walk.headless and walk.kept == 0 else None
     return None  # the head of a namespace that has one
 
 

@@ -20,6 +20,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/name                          real thread id, only when T is a digest
     threads/{T}/r/{run}/{N}                   this thread's entries in the run index
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
+    threads/{T}/ns/{N}/deleting               a rollback removing this namespace's head (or one that died)
     threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
     threads/{T}/ns/{N}/c/{R}/checkpoint       checkpoint record (R = invert_id(checkpoint_id))
     threads/{T}/ns/{N}/c/{R}/w/{task}         pending writes of one task (every put_writes call merged)
@@ -162,9 +163,21 @@ class Layout:
         return f"{self.thread(thread_id)}name"
 
     def deleting(self, thread_id: str) -> str:
-        """Written before ``delete_thread`` deletes anything and deleted when it is done: while it exists,
-        ``repair_thread`` does not rebuild a head from the records it condemned (see repair.py)."""
+        """Written before ``delete_thread`` (or ``expire_threads``) deletes anything and deleted when it is
+        done: while it exists, ``repair_thread`` does not rebuild a head from the records it condemned."""
         return f"{self.thread(thread_id)}{DELETING}"
+
+    @staticmethod
+    def deleting_in(ns_folder: str) -> str:
+        """The marker of a rollback (``delete_for_runs``) that removes the head of the namespace whose folder
+        (``.../ns/{N}/``) is given: the same role as :meth:`deleting`, for that namespace only."""
+        return f"{ns_folder}{DELETING}"
+
+    @staticmethod
+    def is_deleting_marker(thread_prefix: str, key: str) -> bool:
+        """Whether ``key`` (under ``thread_prefix``) is the thread's or one of its namespaces' marker."""
+        parts = key[len(thread_prefix) :].split("/") if key.startswith(thread_prefix) else []
+        return parts == [DELETING] or (len(parts) == 3 and parts[0] == "ns" and parts[1] != "" and parts[2] == DELETING)
 
     def namespaces(self, thread_id: str) -> str:
         return f"{self.thread(thread_id)}ns/"
@@ -192,6 +205,11 @@ class Layout:
 
     def task_writes(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str) -> str:
         return f"{self.writes(thread_id, checkpoint_ns, checkpoint_id)}{escape(task_id)}"
+
+    @staticmethod
+    def record_in(ns_folder: str, checkpoint_id: str) -> str:
+        """A checkpoint's record key in a namespace known by its folder (``.../ns/{N}/``, as listed)."""
+        return f"{ns_folder}c/{invert_id(checkpoint_id)}/{RECORD}"
 
     def blobs(self, thread_id: str, checkpoint_ns: str) -> str:
         return f"{self.ns(thread_id, checkpoint_ns)}b/"

@@ -60,17 +60,17 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
-        marker = yield from self._mark_deleting(thread_id)
+        marker = yield from self._mark_deleting(self.layout.deleting(thread_id), "delete_thread")
         yield from self._finish_delete(thread_id, marker)
 
-    def _mark_deleting(self, thread_id: str) -> Plan[DeleteIfMatch]:
-        """Write the thread's ``deleting`` marker; returns the request that removes it. It goes before
-        anything is deleted and is deleted last, so a delete that dies part-way leaves it beside the
-        records it condemned: ``repair_thread`` then does not bring the thread back from them (they would
-        read as a thread whose head was lost). Each delete writes its own bytes and removes the marker only
-        if it is still its own, so that of a second delete running meanwhile stays until that one ends."""
-        key = self.layout.deleting(thread_id)
-        written = yield from one(Put(key, f"delete_thread {uuid.uuid4()}".encode()))
+    def _mark_deleting(self, key: str, operation: str) -> Plan[DeleteIfMatch]:
+        """Write a ``deleting`` marker (the thread's, or a namespace's for a rollback); returns the request
+        that removes it. It goes before anything is deleted and is deleted last, so a delete that dies
+        part-way leaves it beside the records it condemned: ``repair_thread`` then does not bring them back
+        (they would read as a namespace whose head was lost). Each delete writes its own bytes and removes
+        the marker only if it is still its own, so that of a second delete running meanwhile stays until
+        that one ends."""
+        written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
         assert isinstance(written, Written)  # an unconditional PUT is never refused
         return DeleteIfMatch(key, written.etag)
 
@@ -196,9 +196,10 @@ class Maintenance(Committing):
         def copy_page(page: Page) -> Plan[None]:
             requests: list[Copy] = []
             for key in page.keys:
-                if key.endswith("/head") or key in (
-                    self.layout.thread_name(source_thread_id),
-                    self.layout.deleting(source_thread_id),
+                if (
+                    key.endswith("/head")
+                    or key == self.layout.thread_name(source_thread_id)
+                    or Layout.is_deleting_marker(source_prefix, key)
                 ):
                     continue
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
@@ -371,20 +372,22 @@ class Maintenance(Committing):
             return True
         if found.orphans:
             yield deletes(found.orphans)
+        # Left without a head (the run held the namespace's only committed checkpoints, or a rollback that
+        # died already removed it), the namespace's remaining records are a headless namespace's, which
+        # repair_thread must not bring back: the namespace is marked until they are gone (a marker a dead
+        # rollback left is replaced, and so removed at the end).
+        headless = head is None or (head_is_run and found.survivor is None)
+        doomed = found.doomed + found.stranded if headless else found.doomed
         unmark: DeleteIfMatch | None = None
+        if headless and doomed:
+            marker = Layout.deleting_in(self.layout.ns(thread_id, ns))
+            unmark = yield from self._mark_deleting(marker, f"delete_for_runs {run_id}")
         if head is not None and head_is_run:
-            if found.survivor is None:
-                # The run holds the namespace's only committed checkpoints, so its head goes: until the
-                # run's records are gone too, they are a headless namespace's, which repair_thread must
-                # not bring back. The thread is marked as delete_thread marks it.
-                unmark = yield from self._mark_deleting(thread_id)
             moved = yield from self._move_head_back(head_key, head, found, run_id)
             if not moved:  # the run committed again meanwhile: start over
                 if unmark is not None:
                     yield [unmark]
                 return False
-        headless = head is None or (head_is_run and found.survivor is None)
-        doomed = found.doomed + found.stranded if headless else found.doomed
         if doomed:
             yield deletes(doomed)
         if unmark is not None:
@@ -501,9 +504,7 @@ class Maintenance(Committing):
 
         yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
 
-    def _delete_idle_heads(
-        self, thread_id: str, heads: list[tuple[str, str, datetime]]
-    ) -> Plan[DeleteIfMatch | None]:
+    def _delete_idle_heads(self, thread_id: str, heads: list[tuple[str, str, datetime]]) -> Plan[DeleteIfMatch | None]:
         """Mark the thread as being deleted and delete its heads if none changed since they were listed
         (returns the request that removes the marker, for the end of the delete); ``None``, with every head
         in place and no marker, if one did (the thread is in use).
@@ -519,7 +520,7 @@ class Maintenance(Committing):
         now = yield from all_of([Get(key) for key, _ in listed])
         if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
             return None
-        unmark = yield from self._mark_deleting(thread_id)
+        unmark = yield from self._mark_deleting(self.layout.deleting(thread_id), "expire_threads")
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above

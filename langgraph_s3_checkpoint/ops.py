@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
-from .keys import Layout, escape, invert_id, is_digest, unescape
+from .keys import Layout, escape, is_digest, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, collect_emitted, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
@@ -89,22 +89,24 @@ BLOB = "blob"
 UNKNOWN = "unknown"
 
 
+_TOP_LEVEL = {"name": THREAD_NAME, keys.DELETING: DELETING}
+"""Kinds of the keys directly under a thread."""
+_IN_NAMESPACE = {"name": NS_NAME, keys.DELETING: DELETING, "head": HEAD}
+"""Kinds of the single-segment keys directly under a namespace."""
+
+
 def classify(relative: str) -> str:
     """The kind of object at ``relative``, a key relative to its thread's prefix."""
     parts = relative.split("/")
-    if parts == ["name"]:
-        return THREAD_NAME
-    if parts == [keys.DELETING]:
-        return DELETING
+    if len(parts) == 1:
+        return _TOP_LEVEL.get(parts[0], UNKNOWN)
     if len(parts) == 3 and parts[0] == "r":
         return RUN_ENTRY
     if len(parts) < 3 or parts[0] != "ns":
         return UNKNOWN
     tail = parts[2:]
-    if tail == ["name"]:
-        return NS_NAME
-    if tail == ["head"]:
-        return HEAD
+    if len(tail) == 1:
+        return _IN_NAMESPACE.get(tail[0], UNKNOWN)
     if tail[0] == "c":
         parsed = Layout.parse_checkpoint_key("c/", "/".join(tail))
         if parsed is None:
@@ -119,14 +121,6 @@ def namespace_prefix(thread_prefix: str, key: str) -> str:
     """The namespace prefix (``{thread_prefix}ns/{N}/``) of a head, record, write or blob key."""
     ns_segment = key[len(thread_prefix) :].split("/")[1]
     return f"{thread_prefix}ns/{ns_segment}/"
-
-
-def record_key(ns_prefix: str, checkpoint_id: str) -> str:
-    return f"{ns_prefix}c/{invert_id(checkpoint_id)}/{keys.RECORD}"
-
-
-def blob_key(ns_prefix: str, channel: str, version: str) -> str:
-    return f"{ns_prefix}b/{escape(channel)}/{escape(version)}"
 
 
 def is_safe_relative(relative: str) -> bool:
@@ -341,7 +335,7 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
         elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
             body.decode("utf-8", "surrogatepass")
         elif kind == DELETING:
-            return Problem(key, "a delete_thread of this thread began and did not finish: run it again")
+            return Problem(key, _unfinished(key[len(prefix) :], body))
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
     except CorruptObjectError as exc:
@@ -351,13 +345,22 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
     return None
 
 
+def _unfinished(relative: str, marker: bytes) -> str:
+    """What a ``deleting`` marker says: which delete began and did not finish, and what to run."""
+    if relative == keys.DELETING:
+        return "a delete of this thread (delete_thread or expire_threads) began and did not finish: run delete_thread"
+    operation = marker.decode("utf-8", "replace").rsplit(" ", 1)[0]
+    run = operation.removeprefix("delete_for_runs ")
+    return f"a rollback of run {run!r} that removes this namespace's head began and did not finish: run delete_for_runs"
+
+
 def _note_references(record: Record, kind: str, ns_prefix: str, key: str, wanted: dict[str, list[str]]) -> None:
     """Note, under each object a head or record needs (its large values; for a head, its record), that
     ``key`` needs it."""
     for channel, version in record.blobs.items():
-        wanted.setdefault(blob_key(ns_prefix, channel, version), []).append(key)
+        wanted.setdefault(Layout.blob_in(ns_prefix, channel, version), []).append(key)
     if kind == HEAD:
-        wanted.setdefault(record_key(ns_prefix, record.checkpoint["id"]), []).append(key)
+        wanted.setdefault(Layout.record_in(ns_prefix, record.checkpoint["id"]), []).append(key)
 
 
 def _missing_references(present: set[str], wanted: dict[str, list[str]]) -> Iterator[Problem]:

@@ -57,7 +57,7 @@ from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, is_digest, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, landed, one
-from .requests import Get, ListKeys, Page, Plan, Put, StoredObject
+from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -177,20 +177,56 @@ def _to_the_second(moment: datetime) -> datetime:
     return moment.replace(microsecond=0)
 
 
-def _deleting_since(marker_key: str) -> Plan[datetime | None]:
-    """When the thread's unfinished ``delete_thread`` began (its marker's LastModified), if one did."""
-    page = yield from one(ListKeys(marker_key, max_keys=1))
-    for key, modified in zip(page.keys, page.modified, strict=False):
-        if key == marker_key:
-            return _to_the_second(modified)
-    return None
+@dataclass(frozen=True)
+class _Markers:
+    """The ``deleting`` markers that concern one namespace: the thread's (``delete_thread``,
+    ``expire_threads``) and the namespace's own (a rollback that removes its head)."""
+
+    thread_key: str
+    ns_key: str
+    thread_since: datetime | None = None
+    ns_since: datetime | None = None
+
+    @property
+    def condemned_up_to(self) -> datetime | None:
+        """Records listed at or before this were being deleted by a delete that has not finished."""
+        return max((t for t in (self.thread_since, self.ns_since) if t is not None), default=None)
+
+
+def _read_markers(thread_key: str, ns_key: str) -> Plan[_Markers]:
+    """Which markers exist, with their LastModified (to the second)."""
+    thread_page, ns_page = yield from all_of([ListKeys(thread_key, max_keys=1), ListKeys(ns_key, max_keys=1)])
+
+    def since(key: str, page: Page) -> datetime | None:
+        found = [m for k, m in zip(page.keys, page.modified, strict=False) if k == key]
+        return _to_the_second(found[0]) if found else None
+
+    return _Markers(thread_key, ns_key, since(thread_key, thread_page), since(ns_key, ns_page))
+
+
+def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str]:
+    """The reason to report for a namespace whose records an unfinished delete condemned."""
+    if markers.thread_since is not None and markers.thread_since == markers.condemned_up_to:
+        return (
+            f"{what}: a delete of this thread (delete_thread or expire_threads) began at "
+            f"{markers.thread_since.isoformat()} and did not finish; the {condemned} record(s) it was deleting "
+            "are not brought back. Run delete_thread again to finish it"
+        )
+    marker = yield from one(Get(markers.ns_key))
+    operation = marker.body.decode("utf-8", "replace").rsplit(" ", 1)[0] if marker is not None else ""
+    run = operation.removeprefix("delete_for_runs ") if operation.startswith("delete_for_runs ") else "?"
+    since = markers.ns_since.isoformat() if markers.ns_since is not None else "?"
+    return (
+        f"{what}: a rollback of run {run!r} (delete_for_runs), which removes this namespace's head, began at "
+        f"{since} and did not finish; the {condemned} record(s) it was deleting are not brought back. Run "
+        f"delete_for_runs([{run!r}]) again to finish it"
+    )
 
 
 def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:
     """Check every namespace of a thread and rebuild each damaged or missing head (see the module docs)."""
     layout = core.layout
     root = layout.namespaces(thread_id)
-    deleting_since = yield from _deleting_since(layout.deleting(thread_id))
     listing = yield from _all_keys(root, delimiter="/")
     report = RepairReport(thread_id, dry_run)
     for ns_prefix in listing.prefixes:
@@ -200,7 +236,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
             obj = yield from one(Get(f"{ns_prefix}name"))
             if obj is not None:
                 name = obj.body.decode("utf-8", "surrogatepass")
-        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, deleting_since)
+        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, layout.deleting(thread_id))
         if outcome.status in (REPAIRED, CHANGED):
             core.memory.forget_namespace(thread_id, name)
         report.namespaces.append(outcome)
@@ -208,7 +244,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
 
 
 def _repair_namespace(
-    codec: Codec, ns_prefix: str, name: str, dry_run: bool, deleting_since: datetime | None
+    codec: Codec, ns_prefix: str, name: str, dry_run: bool, thread_marker: str
 ) -> Plan[NamespaceRepair]:
     """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
     head_key = f"{ns_prefix}head"
@@ -216,20 +252,12 @@ def _repair_namespace(
     damage = _diagnose_head(codec, name, head_key, head)
     if isinstance(damage, NamespaceRepair):
         return damage
-    stored = yield from _stored_records(f"{ns_prefix}c/")
-    condemned_up_to = deleting_since if damage.missing else None
-    records = [(key, cid) for key, cid, modified in stored if not _condemned(modified, condemned_up_to)]
-    if not records:
-        if stored and condemned_up_to is not None:
-            why = (
-                f"{damage.what}: a delete_thread of this thread began at {condemned_up_to.isoformat()} and did "
-                f"not finish; the {len(stored)} record(s) it was deleting are not brought back. Run "
-                "delete_thread again to finish it"
-            )
-            return NamespaceRepair(name, DELETING, None, why)
-        if head is None:
-            return NamespaceRepair(name, OK, None, "nothing stored")
-        return NamespaceRepair(name, UNREPAIRABLE, None, f"{damage.what} and no checkpoint record is stored")
+    markers = _Markers(thread_marker, Layout.deleting_in(ns_prefix))
+    if damage.missing:  # read after the head was found missing: a delete that removed it has marked first
+        markers = yield from _read_markers(markers.thread_key, markers.ns_key)
+    records = yield from _candidates(ns_prefix, name, damage, markers)
+    if isinstance(records, NamespaceRepair):
+        return records
     try:
         survey = yield from _survey(codec, records, damage.known_id)
     except DecryptionError as exc:
@@ -248,7 +276,46 @@ def _repair_namespace(
     planned = NamespaceRepair(name, WOULD_REPAIR, str(record.checkpoint["id"]), reason, survey.damaged)
     if dry_run:
         return planned
-    return (yield from _write_head(head_key, head, obj, planned))
+    written = yield from _write_head(head_key, head, obj, planned)
+    if written.status != REPAIRED or head is not None:
+        return written
+    return (yield from _take_back_if_deleted(head_key, obj, markers, ns_prefix, record, written))
+
+
+def _candidates(
+    ns_prefix: str, name: str, damage: _Damage, markers: _Markers
+) -> Plan[list[tuple[str, str]] | NamespaceRepair]:
+    """The key and id of each record the head may be rebuilt from, newest first; or the outcome, when there
+    is none (nothing stored, or only what an unfinished delete condemned)."""
+    stored = yield from _stored_records(f"{ns_prefix}c/")
+    condemned_up_to = markers.condemned_up_to if damage.missing else None
+    records = [(key, cid) for key, cid, modified in stored if not _condemned(modified, condemned_up_to)]
+    if records:
+        return records
+    if stored and condemned_up_to is not None:
+        why = yield from _unfinished_delete(markers, damage.what, len(stored))
+        return NamespaceRepair(name, DELETING, None, why)
+    if damage.missing:
+        return NamespaceRepair(name, OK, None, "nothing stored")
+    return NamespaceRepair(name, UNREPAIRABLE, None, f"{damage.what} and no checkpoint record is stored")
+
+
+def _take_back_if_deleted(
+    head_key: str, written: StoredObject, markers: _Markers, ns_prefix: str, record: Record, outcome: NamespaceRepair
+) -> Plan[NamespaceRepair]:
+    """After a missing head was rebuilt: if a delete of the thread began meanwhile (a marker appeared or
+    changed) or removed the chosen record, delete the head just written (only if it is still this
+    repair's), so that the repair does not bring back what the delete is removing."""
+    now = yield from _read_markers(markers.thread_key, markers.ns_key)
+    record_key = Layout.record_in(ns_prefix, str(record.checkpoint["id"]))
+    listed = yield from one(ListKeys(record_key, max_keys=1))
+    if (now.thread_since, now.ns_since) == (markers.thread_since, markers.ns_since) and record_key in listed.keys:
+        return outcome
+    head = yield from one(Get(head_key))
+    if head is not None and head.body == written.body:
+        yield [DeleteIfMatch(head_key, head.etag)]
+    why = "a delete of this thread began while repairing: the head written was taken back; run repair again later"
+    return NamespaceRepair(outcome.checkpoint_ns, CHANGED, None, why, outcome.damaged)
 
 
 def _missing_blobs(ns_prefix: str, record: Record) -> Plan[list[str]]:

@@ -38,7 +38,9 @@ from langgraph_s3_checkpoint import (
     maintenance,
 )
 from langgraph_s3_checkpoint.gc import gc as run_gc
+from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.ops import Problem, verify_thread
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, Put
 
 BIG = 6000
@@ -305,13 +307,11 @@ def test_c_a_rollback_of_a_threads_only_run_that_dies_is_not_brought_back_by_rep
         saver.delete_for_runs(["run-a"])
     fresh = make_saver()
     assert fresh.get_tuple(cfg("t")) is None  # the head went first
-    assert [n.status for n in fresh.repair_thread("t").namespaces] == ["deleting"]
+    [outcome] = fresh.repair_thread("t").namespaces
+    assert outcome.status == "deleting" and "delete_for_runs(['run-a'])" in outcome.reason
     assert fresh.get_tuple(cfg("t")) is None
-    make_saver().delete_for_runs(["run-a"])  # run again, it finishes
-    left = s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("Contents", [])
-    # The dead attempt's marker stays (whose it is cannot be told); gc removes it once it is all that is left.
-    assert [obj["Key"] for obj in left] == [saver._core.layout.deleting("t")]
-    assert run_gc(make_saver(), grace_seconds=0).deleted["unfinished_delete"] == 1
+    make_saver().delete_for_runs(["run-a"])  # run again, it finishes, the dead attempt's marker with it
+    assert s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("KeyCount") == 0
 
 
 def test_c_a_rollback_that_empties_a_namespace_takes_the_puts_that_died_on_it(
@@ -331,6 +331,39 @@ def test_c_a_rollback_that_empties_a_namespace_takes_the_puts_that_died_on_it(
     assert make_saver().get_tuple(cfg("t")) is None
     left = s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("Contents", [])
     assert not [obj["Key"] for obj in left if "/c/" in obj["Key"]]
+
+
+def test_c_a_dead_rollback_of_a_subgraphs_only_run_marks_that_namespace_only(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Found by the adversarial review: a rollback that died after removing a namespace's head marked the whole
+    thread, so the live thread kept a marker that verify reported as a dead delete_thread (advising to delete
+    the thread), that gc never removed, and that made repair refuse the thread's other namespaces. A rollback
+    marks only the namespace it empties, and the messages name the rollback and its run."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(2), ns="sub", run="run-b")
+    put(saver, "t", cid(3), cid(2), ns="sub", run="run-b")
+    crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    with pytest.raises(Crash):
+        saver.delete_for_runs(["run-b"])
+    layout = saver._core.layout
+    marker = Layout.deleting_in(layout.ns("t", "sub"))
+    keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=layout.thread("t"))["Contents"]]
+    assert marker in keys and layout.deleting("t") not in keys
+    fresh = make_saver()
+    assert latest_id(fresh, "t") == cid(1) and latest_id(fresh, "t", "sub") is None
+    outcomes = {n.checkpoint_ns: n for n in fresh.repair_thread("t").namespaces}
+    assert outcomes[""].status == "ok"
+    assert outcomes["sub"].status == "deleting" and "delete_for_runs(['run-b'])" in outcomes["sub"].reason
+    found = fresh.bucket_io.iterate(verify_thread(layout, fresh._core.codec, "t"))
+    problems = [f for f in found if isinstance(f, Problem)]
+    assert [(p.key, "run-b" in p.problem and "rollback" in p.problem) for p in problems] == [(marker, True)]
+    report = run_gc(fresh, grace_seconds=0)
+    assert report.deleted["unfinished_delete"] == 1 and report.deleted["headless_namespace"] > 0
+    assert latest_id(make_saver(), "t") == cid(1)
+    keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=layout.thread("t"))["Contents"]]
+    assert not [key for key in keys if key.startswith(layout.ns("t", "sub"))]
 
 
 def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
@@ -816,6 +849,49 @@ def test_o_copy_onto_a_target_whose_delete_died_shows_none_of_its_records(make_s
     writer.prune(["s"], strategy="keep_latest")
     make_saver().copy_thread("s", "x")
     assert ids(make_saver().list(cfg("x"))) == ids(make_saver().list(cfg("s"))) == [cid(13)]
+
+
+@pytest.mark.parametrize("delete_done", ["heads", "all"])
+def test_o_repair_racing_delete_thread_takes_its_head_back(
+    make_saver: Callable[[], S3Saver], s3_client: Any, delete_done: str
+) -> None:
+    """Found by the adversarial review: repair_thread rebuilding a lost head while delete_thread ran on the thread
+    wrote its head after the delete had removed the heads (or everything): the deleted thread read as alive
+    again. Repair now checks, after writing a missing head, that no delete began meanwhile and that the record
+    it restored is still there; otherwise it deletes the head it wrote."""
+    writer = make_saver()
+    for n in (1, 2, 3):
+        put(writer, "t", cid(n), cid(n - 1) if n > 1 else None)
+    head = writer._core.layout.head("t", "")
+    s3_client.delete_object(Bucket=writer.bucket, Key=head)  # lost by hand: repair has work to do
+    deleter = make_saver()
+    deleting = deleter._core.delete_thread("t")
+    reply: Any = None
+
+    def delete_until(done: Callable[[list[Any]], bool]) -> None:
+        nonlocal reply
+        with contextlib.suppress(StopIteration):
+            while True:
+                batch = deleting.send(reply)
+                reply = send(deleter, batch)
+                if done(batch):
+                    return
+
+    repairer = make_saver()
+    send_one = repairer.bucket_io._send
+
+    def send_racing_a_delete(request: Any) -> Any:
+        if isinstance(request, Put) and request.key == head and not reply:
+            # The delete runs between repair's reads and its head PUT.
+            delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, Delete) for r in batch))
+        return send_one(request)
+
+    repairer.bucket_io._send = send_racing_a_delete
+    [outcome] = repairer.repair_thread("t").namespaces
+    assert outcome.status == "changed" and "delete" in outcome.reason
+    delete_until(lambda batch: False)
+    assert make_saver().get_tuple(cfg("t")) is None
+    assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=f"{writer.prefix}/threads/").get("KeyCount") == 0
 
 
 def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
