@@ -372,15 +372,14 @@ class Maintenance(Committing):
             return True
         if found.orphans:
             yield deletes(found.orphans)
-        # Left without a head (the run held the namespace's only committed checkpoints, or a rollback that
-        # died already removed it), the namespace's remaining records are a headless namespace's, which
-        # repair_thread must not bring back: the namespace is marked until they are gone (a marker a dead
-        # rollback left is replaced, and so removed at the end).
-        headless = head is None or (head_is_run and found.survivor is None)
-        doomed = found.doomed + found.stranded if headless else found.doomed
+        marker = Layout.deleting_in(self.layout.ns(thread_id, ns))
+        doomed = yield from self._rolled_back(found, head is None, head_is_run, marker)
         unmark: DeleteIfMatch | None = None
-        if headless and doomed:
-            marker = Layout.deleting_in(self.layout.ns(thread_id, ns))
+        if (head is None or (head_is_run and found.survivor is None)) and doomed:
+            # Left without a head (the run held the namespace's only committed checkpoints, or the head
+            # was already gone), the namespace's remaining records are a headless namespace's, which
+            # repair_thread must not bring back: the namespace is marked until they are gone (a marker a
+            # dead rollback left is replaced, and so removed at the end).
             unmark = yield from self._mark_deleting(marker, f"delete_for_runs {run_id}")
         if head is not None and head_is_run:
             moved = yield from self._move_head_back(head_key, head, found, run_id)
@@ -394,6 +393,16 @@ class Maintenance(Committing):
             yield [unmark]
         self.memory.forget_namespace(thread_id, ns)
         return True
+
+    def _rolled_back(self, found: _RunRecords, headless: bool, head_is_run: bool, marker: str) -> Plan[list[str]]:
+        """The keys a rollback deletes: the run's records and writes and, when the namespace is left without
+        a head by this rollback or by one that died (its marker is there), other runs' records that
+        continued the head, which can never commit then. Not when the head was lost otherwise (deleted by
+        hand): those may be committed history that ``repair_thread`` can still rebuild the head from."""
+        emptied = head_is_run and found.survivor is None
+        if headless and found.stranded:
+            emptied = yield from _exists(marker)
+        return found.doomed + found.stranded if emptied else found.doomed
 
     def _find_run_records(self, records: str, found: _RunRecords) -> Plan[None]:
         """Walk a namespace's records newest first, down to the first committed record older than the
@@ -637,6 +646,12 @@ class _RunRecords:
                 self.orphans.append(key)
             elif p is not None and p.checkpoint_id in self.stranded_ids:
                 self.stranded.append(key)
+
+
+def _exists(key: str) -> Plan[bool]:
+    """Whether an object exists, by a 1-key LIST (no body read)."""
+    page = yield from one(ListKeys(key, max_keys=1))
+    return key in page.keys
 
 
 def _is_pair(relative: str) -> bool:

@@ -347,9 +347,14 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
 
 def _unfinished(relative: str, marker: bytes) -> str:
     """What a ``deleting`` marker says: which delete began and did not finish, and what to run."""
-    if relative == keys.DELETING:
-        return "a delete of this thread (delete_thread or expire_threads) began and did not finish: run delete_thread"
     operation = marker.decode("utf-8", "replace").rsplit(" ", 1)[0]
+    if relative == keys.DELETING and operation == "expire_threads":
+        return (
+            "an expire_threads of this thread began and did not finish: if the thread is in use, put back the "
+            "heads it lacks (docs/design.md, Known limits), otherwise run delete_thread"
+        )
+    if relative == keys.DELETING:
+        return "a delete_thread of this thread began and did not finish: run delete_thread"
     run = operation.removeprefix("delete_for_runs ")
     return f"a rollback of run {run!r} that removes this namespace's head began and did not finish: run delete_for_runs"
 

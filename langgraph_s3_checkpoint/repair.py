@@ -207,11 +207,16 @@ def _read_markers(thread_key: str, ns_key: str) -> Plan[_Markers]:
 def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str]:
     """The reason to report for a namespace whose records an unfinished delete condemned."""
     if markers.thread_since is not None and markers.thread_since == markers.condemned_up_to:
-        return (
-            f"{what}: a delete of this thread (delete_thread or expire_threads) began at "
-            f"{markers.thread_since.isoformat()} and did not finish; the {condemned} record(s) it was deleting "
-            "are not brought back. Run delete_thread again to finish it"
-        )
+        marker = yield from one(Get(markers.thread_key))
+        began = f"began at {markers.thread_since.isoformat()} and did not finish"
+        kept = f"the {condemned} record(s) it was deleting are not brought back"
+        if marker is not None and marker.body.startswith(b"expire_threads "):
+            return (
+                f"{what}: an expire_threads of this thread {began}; {kept}. If the thread is in use (another "
+                "namespace has a head: expire_threads was putting heads back), put this head back from the "
+                "namespace's newest record (docs/design.md, Known limits); otherwise run delete_thread to finish"
+            )
+        return f"{what}: a delete_thread of this thread {began}; {kept}. Run delete_thread again to finish it"
     marker = yield from one(Get(markers.ns_key))
     operation = marker.body.decode("utf-8", "replace").rsplit(" ", 1)[0] if marker is not None else ""
     run = operation.removeprefix("delete_for_runs ") if operation.startswith("delete_for_runs ") else "?"

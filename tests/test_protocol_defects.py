@@ -366,6 +366,24 @@ def test_c_a_dead_rollback_of_a_subgraphs_only_run_marks_that_namespace_only(
     assert not [key for key in keys if key.startswith(layout.ns("t", "sub"))]
 
 
+def test_c_a_rollback_on_a_namespace_whose_head_was_lost_keeps_the_other_runs_history(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Found by the adversarial review: a rollback in a namespace whose head had been lost otherwise (deleted by
+    hand) took every other run's record that continued a checkpoint for a dead put and deleted them, committed
+    history included, so repair_thread could no longer rebuild the head. Only a namespace a rollback emptied
+    (itself, or one that died: its marker is there) loses other runs' records."""
+    saver = make_saver()
+    put(saver, "t", cid(1), run="run-a")
+    put(saver, "t", cid(2), cid(1), run="run-a")
+    put(saver, "t", cid(3), cid(2), run="run-a")
+    put(saver, "t", cid(4), cid(3), run="run-b")
+    s3_client.delete_object(Bucket=saver.bucket, Key=saver._core.layout.head("t", ""))
+    make_saver().delete_for_runs(["run-b"])
+    assert [(n.status, n.head_id) for n in make_saver().repair_thread("t").namespaces] == [("repaired", cid(3))]
+    assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(2), cid(1)]
+
+
 def test_c_delete_for_runs_with_a_damaged_run_index_entry(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
     """Defect: a run-index entry that is not UTF-8 (damaged, or foreign) made delete_for_runs raise a bare
     UnicodeDecodeError naming no key, and the run could not be deleted. The entry only bounds the walk."""

@@ -8,13 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import RequestCounter, lose_first_answer
+from helpers import Crash, RequestCounter, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, maintenance
 from langgraph_s3_checkpoint import saver as saver_module
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import DeleteIfMatch
+from langgraph_s3_checkpoint.ops import Problem, verify_thread
+from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
 
 
 def _history(saver: S3Saver, thread_id: str, steps: int, ns: str = "") -> None:
@@ -144,6 +145,41 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
     assert writer.put(root_latest.config, empty_checkpoint(), {"step": 10, "source": "loop"}, {})
     assert kept.get_tuple(root).metadata["step"] == 10
     for s in (saver, writer, kept):
+        s.close()
+
+
+def test_an_expire_that_died_putting_heads_back_is_named_as_such(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """The window design.md lists under Known limits: expire_threads found a subgraph's head moved after it had
+    deleted the root's, and died putting the root's back. Repair and verify must not advise delete_thread for a
+    thread expire judged in use (found by the adversarial review: both did); they name the expiry."""
+    saver, writer = (S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) for _ in range(2))
+    _history(saver, "busy", 2, ns="sub:1")
+    _history(saver, "busy", 2)
+    sub_latest = writer.get_tuple({"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}})
+    assert sub_latest is not None
+    root_head = saver._core.layout.head("busy", "")
+    send = saver.bucket_io._send
+
+    def send_and_die_putting_back(request: Any) -> Any:
+        if isinstance(request, Put) and request.key == root_head and request.if_none_match:
+            raise Crash(request)
+        reply = send(request)
+        if isinstance(request, DeleteIfMatch) and request.key == root_head:
+            writer.put(sub_latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
+        return reply
+
+    saver.bucket_io._send = send_and_die_putting_back
+    with pytest.raises(Crash):
+        saver.expire_threads(timedelta(seconds=-60))
+    fresh = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    outcomes = {n.checkpoint_ns: n for n in fresh.repair_thread("busy").namespaces}
+    assert outcomes[""].status == "deleting" and "expire_threads" in outcomes[""].reason
+    assert "put this head back" in outcomes[""].reason
+    found = fresh.bucket_io.iterate(verify_thread(fresh._core.layout, fresh._core.codec, "busy"))
+    assert [p.problem for p in found if isinstance(p, Problem) and "expire_threads" in p.problem]
+    for s in (saver, writer, fresh):
         s.close()
 
 
