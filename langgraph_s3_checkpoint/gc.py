@@ -28,6 +28,8 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     The probe object of an interrupted ``setup()``.
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
+``unfinished_copy``
+    The ``copying`` marker of a ``copy_thread`` that did not commit, once nothing else of its target is left.
 ``unfinished_delete``
     The ``deleting`` marker of a delete (``delete_thread``, ``expire_threads``; a rollback's is the
     namespace's) that died part-way, once nothing else of the thread (namespace) is
@@ -62,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
-from .keys import DELETING, Layout, escape
+from .keys import COPYING, DELETING, Layout, escape
 from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, for_each_emitted, one, pages
 from .requests import Emit, Get, ListKeys, Page, Plan, StoredObject
 
@@ -357,8 +359,12 @@ class _Collector:
 
     def thread_keys(self, prefix: str) -> Plan[None]:
         """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
-        its ``deleting`` marker."""
-        reasons = {f"{prefix}name": "orphan_name", f"{prefix}{DELETING}": "unfinished_delete"}
+        its markers."""
+        reasons = {
+            f"{prefix}name": "orphan_name",
+            f"{prefix}{DELETING}": "unfinished_delete",
+            f"{prefix}{COPYING}": "unfinished_copy",
+        }
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)

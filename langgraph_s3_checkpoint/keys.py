@@ -17,6 +17,7 @@ and MinIO map keys to files and folders and cannot hold both.
 Layout under ``{prefix}/`` (see docs/design.md)::
 
     threads/{T}/deleting                      a delete_thread in progress (or one that died part-way)
+    threads/{T}/copying                       a copy_thread into T in progress (or one that died)
     threads/{T}/name                          real thread id, only when T is a digest
     threads/{T}/r/{run}/{N}                   this thread's entries in the run index
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
@@ -42,7 +43,9 @@ MAX_KEY_BYTES = 1024
 """The longest object key S3 accepts (UTF-8 bytes; AWS and SeaweedFS refuse longer ones with KeyTooLongError)."""
 
 DELETING = "deleting"
-"""Name of a thread's delete-in-progress marker (:meth:`Layout.deleting`)."""
+"""Name of a delete-in-progress marker (:meth:`Layout.deleting`, :meth:`Layout.deleting_in`)."""
+COPYING = "copying"
+"""Name of a copy-in-progress marker on a ``copy_thread`` target (:meth:`Layout.copying`)."""
 
 RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
@@ -173,11 +176,17 @@ class Layout:
         (``.../ns/{N}/``) is given: the same role as :meth:`deleting`, for that namespace only."""
         return f"{ns_folder}{DELETING}"
 
+    def copying(self, thread_id: str) -> str:
+        """Written on a ``copy_thread`` target before anything is copied and deleted once its heads landed:
+        while it exists, ``repair_thread`` does not rebuild a head from the copy's records (see repair.py)."""
+        return f"{self.thread(thread_id)}{COPYING}"
+
     @staticmethod
-    def is_deleting_marker(thread_prefix: str, key: str) -> bool:
-        """Whether ``key`` (under ``thread_prefix``) is the thread's or one of its namespaces' marker."""
+    def is_marker(thread_prefix: str, key: str) -> bool:
+        """Whether ``key`` (under ``thread_prefix``) is one of the thread's markers or a namespace's."""
         parts = key[len(thread_prefix) :].split("/") if key.startswith(thread_prefix) else []
-        return parts == [DELETING] or (len(parts) == 3 and parts[0] == "ns" and parts[1] != "" and parts[2] == DELETING)
+        in_namespace = len(parts) == 3 and parts[0] == "ns" and parts[1] != "" and parts[2] == DELETING
+        return parts in ([DELETING], [COPYING]) or in_namespace
 
     def namespaces(self, thread_id: str) -> str:
         return f"{self.thread(thread_id)}ns/"

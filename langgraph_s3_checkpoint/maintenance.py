@@ -60,16 +60,16 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
-        marker = yield from self._mark_deleting(self.layout.deleting(thread_id), "delete_thread")
+        marker = yield from self._mark(self.layout.deleting(thread_id), "delete_thread")
         yield from self._finish_delete(thread_id, marker)
 
-    def _mark_deleting(self, key: str, operation: str) -> Plan[DeleteIfMatch]:
-        """Write a ``deleting`` marker (the thread's, or a namespace's for a rollback); returns the request
-        that removes it. It goes before anything is deleted and is deleted last, so a delete that dies
-        part-way leaves it beside the records it condemned: ``repair_thread`` then does not bring them back
-        (they would read as a namespace whose head was lost). Each delete writes its own bytes and removes
-        the marker only if it is still its own, so that of a second delete running meanwhile stays until
-        that one ends."""
+    def _mark(self, key: str, operation: str) -> Plan[DeleteIfMatch]:
+        """Write a marker (a delete's: the thread's, or a namespace's for a rollback; a copy's on its
+        target); returns the request that removes it. It goes before anything is deleted or copied and is
+        removed last, so an operation that dies part-way leaves it beside the records it was deleting or
+        copying: ``repair_thread`` then does not take them for a namespace whose head was lost. Each
+        operation writes its own bytes and removes the marker only if it is still its own, so that of a
+        second one running meanwhile stays until that one ends."""
         written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
         assert isinstance(written, Written)  # an unconditional PUT is never refused
         return DeleteIfMatch(key, written.etag)
@@ -123,6 +123,9 @@ class Maintenance(Committing):
             # left in place its records could show through the copy: below a link the source has pruned, the
             # commit chain takes the next record down for committed (chain.py).
             yield from self.delete_thread(target_thread_id)
+        # Kept if the copy does not commit (it died, the source kept changing, another writer took the
+        # target): the copied records are nobody's history, and repair must not make them so.
+        unmark = yield from self._mark(self.layout.copying(target_thread_id), "copy_thread")
         for _ in range(COPY_ATTEMPTS):
             # Snapshot the heads before copying anything: records newer than a snapshot head stay
             # invisible in the copy, exactly as they would in the source.
@@ -166,6 +169,7 @@ class Maintenance(Committing):
                 f"being copied; {len(refused)} of the copy's {len(commits)} heads were refused and theirs kept "
                 f"({', '.join(refused)}). Delete the target and copy again, or choose a new thread id"
             )
+        yield [unmark]
 
     def _refuse_existing_target(self, target_thread_id: str) -> Plan[None]:
         """Raise :class:`TargetThreadExistsError` if the copy's target has a committed checkpoint.
@@ -199,7 +203,7 @@ class Maintenance(Committing):
                 if (
                     key.endswith("/head")
                     or key == self.layout.thread_name(source_thread_id)
-                    or Layout.is_deleting_marker(source_prefix, key)
+                    or Layout.is_marker(source_prefix, key)
                 ):
                     continue
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
@@ -380,7 +384,7 @@ class Maintenance(Committing):
             # was already gone), the namespace's remaining records are a headless namespace's, which
             # repair_thread must not bring back: the namespace is marked until they are gone (a marker a
             # dead rollback left is replaced, and so removed at the end).
-            unmark = yield from self._mark_deleting(marker, f"delete_for_runs {run_id}")
+            unmark = yield from self._mark(marker, f"delete_for_runs {run_id}")
         if head is not None and head_is_run:
             moved = yield from self._move_head_back(head_key, head, found, run_id)
             if not moved:  # the run committed again meanwhile: start over
@@ -529,7 +533,7 @@ class Maintenance(Committing):
         now = yield from all_of([Get(key) for key, _ in listed])
         if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
             return None
-        unmark = yield from self._mark_deleting(self.layout.deleting(thread_id), "expire_threads")
+        unmark = yield from self._mark(self.layout.deleting(thread_id), "expire_threads")
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above

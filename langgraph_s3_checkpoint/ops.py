@@ -79,7 +79,7 @@ def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
 # What a key is
 # ------------------------------------------------------------------------------------------------
 THREAD_NAME = "thread-name"
-DELETING = "deleting"
+MARKER = "marker"
 RUN_ENTRY = "run-entry"
 NS_NAME = "ns-name"
 HEAD = "head"
@@ -89,9 +89,9 @@ BLOB = "blob"
 UNKNOWN = "unknown"
 
 
-_TOP_LEVEL = {"name": THREAD_NAME, keys.DELETING: DELETING}
+_TOP_LEVEL = {"name": THREAD_NAME, keys.DELETING: MARKER, keys.COPYING: MARKER}
 """Kinds of the keys directly under a thread."""
-_IN_NAMESPACE = {"name": NS_NAME, keys.DELETING: DELETING, "head": HEAD}
+_IN_NAMESPACE = {"name": NS_NAME, keys.DELETING: MARKER, "head": HEAD}
 """Kinds of the single-segment keys directly under a namespace."""
 
 
@@ -126,7 +126,7 @@ def namespace_prefix(thread_prefix: str, key: str) -> str:
 def is_safe_relative(relative: str) -> bool:
     """Whether an archive member may be written under a thread prefix (no escaping it, no odd paths)."""
     parts = relative.split("/")
-    return all(p and p not in (".", "..") for p in parts) and classify(relative) not in (UNKNOWN, DELETING)
+    return all(p and p not in (".", "..") for p in parts) and classify(relative) not in (UNKNOWN, MARKER)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
-        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME, DELETING)]
+        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME, MARKER)]
         for chunk in chunks(keys, READ_BATCH):
             bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):
@@ -334,7 +334,7 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
             codec.decode_blob(key, body)
         elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
             body.decode("utf-8", "surrogatepass")
-        elif kind == DELETING:
+        elif kind == MARKER:
             return Problem(key, _unfinished(key[len(prefix) :], body))
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
@@ -346,8 +346,10 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
 
 
 def _unfinished(relative: str, marker: bytes) -> str:
-    """What a ``deleting`` marker says: which delete began and did not finish, and what to run."""
+    """What a marker says: which delete or copy began and did not finish, and what to run."""
     operation = marker.decode("utf-8", "replace").rsplit(" ", 1)[0]
+    if relative == keys.COPYING:
+        return "a copy_thread into this thread began and did not commit: delete the thread and copy again"
     if relative == keys.DELETING and operation == "expire_threads":
         return (
             "an expire_threads of this thread began and did not finish: if the thread is in use, put back the "

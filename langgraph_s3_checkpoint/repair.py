@@ -36,7 +36,9 @@ other, newest first:
 read as heads lost. Each writes the thread's ``deleting`` marker before deleting anything and removes it
 last: while the marker exists, a namespace whose head is missing is not rebuilt from records listed at or
 before the marker's time (by the server's clock, to the second), and is reported ``deleting``; records
-written after it (the thread was used again) are judged by the rules above.
+written after it (the thread was used again) are judged by the rules above. ``copy_thread`` likewise marks
+its target (``copying``) before copying anything and removes the marker once the target's heads landed:
+while it exists, no record of a namespace whose head is missing is used (status ``copying``).
 
 The head is written with a conditional PUT (``If-Match`` on the damaged head, ``If-None-Match: *`` when
 it is missing), so a writer that commits meanwhile wins and nothing is overwritten. Nothing is deleted.
@@ -48,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.checkpoint.base import Checkpoint
@@ -69,6 +71,7 @@ UNDECRYPTABLE = "undecryptable"
 UNREPAIRABLE = "unrepairable"
 CHANGED = "changed"
 DELETING = "deleting"
+COPYING = "copying"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,8 +123,9 @@ class NamespaceRepair:
 
     checkpoint_ns: str
     status: str
-    """``ok``, ``repaired``, ``would-repair`` (dry run), ``undecryptable``, ``unrepairable``, ``changed`` or
-    ``deleting`` (a ``delete_thread`` of the thread did not finish: its records are not brought back)."""
+    """``ok``, ``repaired``, ``would-repair`` (dry run), ``undecryptable``, ``unrepairable``, ``changed``,
+    ``deleting`` (a delete of the thread did not finish: its records are not brought back) or ``copying`` (a
+    ``copy_thread`` into the thread did not commit: its records are not made a history)."""
     head_id: str | None = None
     """The checkpoint the head points at now (or would, in a dry run)."""
     reason: str = ""
@@ -179,33 +183,54 @@ def _to_the_second(moment: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class _Markers:
-    """The ``deleting`` markers that concern one namespace: the thread's (``delete_thread``,
-    ``expire_threads``) and the namespace's own (a rollback that removes its head)."""
+    """The markers that concern one namespace: the thread's ``deleting`` (``delete_thread``,
+    ``expire_threads``), the namespace's own ``deleting`` (a rollback that removes its head) and the thread's
+    ``copying`` (a ``copy_thread`` into it that has not committed)."""
 
     thread_key: str
     ns_key: str
+    copy_key: str
     thread_since: datetime | None = None
     ns_since: datetime | None = None
+    copy_since: datetime | None = None
 
     @property
     def condemned_up_to(self) -> datetime | None:
-        """Records listed at or before this were being deleted by a delete that has not finished."""
+        """Records listed at or before this are not used: a delete that has not finished was deleting them,
+        or (every record) a copy that has not committed was writing them."""
+        if self.copy_since is not None:
+            return _EVERY_RECORD
         return max((t for t in (self.thread_since, self.ns_since) if t is not None), default=None)
 
+    @property
+    def dates(self) -> tuple[datetime | None, ...]:
+        return (self.thread_since, self.ns_since, self.copy_since)
 
-def _read_markers(thread_key: str, ns_key: str) -> Plan[_Markers]:
+
+_EVERY_RECORD = datetime.max.replace(tzinfo=timezone.utc)
+
+
+def _read_markers(markers: _Markers) -> Plan[_Markers]:
     """Which markers exist, with their LastModified (to the second)."""
-    thread_page, ns_page = yield from all_of([ListKeys(thread_key, max_keys=1), ListKeys(ns_key, max_keys=1)])
+    keys = [markers.thread_key, markers.ns_key, markers.copy_key]
+    found = yield from all_of([ListKeys(key, max_keys=1) for key in keys])
 
     def since(key: str, page: Page) -> datetime | None:
-        found = [m for k, m in zip(page.keys, page.modified, strict=False) if k == key]
-        return _to_the_second(found[0]) if found else None
+        dates = [m for k, m in zip(page.keys, page.modified, strict=False) if k == key]
+        return _to_the_second(dates[0]) if dates else None
 
-    return _Markers(thread_key, ns_key, since(thread_key, thread_page), since(ns_key, ns_page))
+    thread_since, ns_since, copy_since = (since(key, page) for key, page in zip(keys, found, strict=True))
+    return dataclasses.replace(markers, thread_since=thread_since, ns_since=ns_since, copy_since=copy_since)
 
 
 def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str]:
-    """The reason to report for a namespace whose records an unfinished delete condemned."""
+    """The reason to report for a namespace whose records an unfinished delete or copy condemned."""
+    if markers.copy_since is not None:
+        return (
+            f"{what}: a copy_thread into this thread began at {markers.copy_since.isoformat()} and did not "
+            f"commit; the {condemned} record(s) it copied are not a committed history. Delete the thread and "
+            "copy again"
+        )
     if markers.thread_since is not None and markers.thread_since == markers.condemned_up_to:
         marker = yield from one(Get(markers.thread_key))
         began = f"began at {markers.thread_since.isoformat()} and did not finish"
@@ -241,7 +266,8 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
             obj = yield from one(Get(f"{ns_prefix}name"))
             if obj is not None:
                 name = obj.body.decode("utf-8", "surrogatepass")
-        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, layout.deleting(thread_id))
+        markers = (layout.deleting(thread_id), layout.copying(thread_id))
+        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, markers)
         if outcome.status in (REPAIRED, CHANGED):
             core.memory.forget_namespace(thread_id, name)
         report.namespaces.append(outcome)
@@ -249,7 +275,7 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
 
 
 def _repair_namespace(
-    codec: Codec, ns_prefix: str, name: str, dry_run: bool, thread_marker: str
+    codec: Codec, ns_prefix: str, name: str, dry_run: bool, thread_markers: tuple[str, str]
 ) -> Plan[NamespaceRepair]:
     """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
     head_key = f"{ns_prefix}head"
@@ -257,9 +283,10 @@ def _repair_namespace(
     damage = _diagnose_head(codec, name, head_key, head)
     if isinstance(damage, NamespaceRepair):
         return damage
-    markers = _Markers(thread_marker, Layout.deleting_in(ns_prefix))
+    thread_marker, copy_marker = thread_markers
+    markers = _Markers(thread_marker, Layout.deleting_in(ns_prefix), copy_marker)
     if damage.missing:  # read after the head was found missing: a delete that removed it has marked first
-        markers = yield from _read_markers(markers.thread_key, markers.ns_key)
+        markers = yield from _read_markers(markers)
     records = yield from _candidates(ns_prefix, name, damage, markers)
     if isinstance(records, NamespaceRepair):
         return records
@@ -299,7 +326,7 @@ def _candidates(
         return records
     if stored and condemned_up_to is not None:
         why = yield from _unfinished_delete(markers, damage.what, len(stored))
-        return NamespaceRepair(name, DELETING, None, why)
+        return NamespaceRepair(name, COPYING if markers.copy_since is not None else DELETING, None, why)
     if damage.missing:
         return NamespaceRepair(name, OK, None, "nothing stored")
     return NamespaceRepair(name, UNREPAIRABLE, None, f"{damage.what} and no checkpoint record is stored")
@@ -311,10 +338,10 @@ def _take_back_if_deleted(
     """After a missing head was rebuilt: if a delete of the thread began meanwhile (a marker appeared or
     changed) or removed the chosen record, delete the head just written (only if it is still this
     repair's), so that the repair does not bring back what the delete is removing."""
-    now = yield from _read_markers(markers.thread_key, markers.ns_key)
+    now = yield from _read_markers(markers)
     record_key = Layout.record_in(ns_prefix, str(record.checkpoint["id"]))
     listed = yield from one(ListKeys(record_key, max_keys=1))
-    if (now.thread_since, now.ns_since) == (markers.thread_since, markers.ns_since) and record_key in listed.keys:
+    if now.dates == markers.dates and record_key in listed.keys:
         return outcome
     head = yield from one(Get(head_key))
     if head is not None and head.body == written.body:
