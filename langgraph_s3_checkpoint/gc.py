@@ -28,12 +28,11 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     The probe object of an interrupted ``setup()``.
 ``orphan_name``
     The ``name`` object of a thread (long thread ids only) with nothing else left.
-``unfinished_copy``
-    The ``copying`` marker of a ``copy_thread`` that did not commit, once nothing else of its target is left.
-``unfinished_delete``
-    The ``deleting`` marker of a delete (``delete_thread``, ``expire_threads``; a rollback's is the
-    namespace's) that died part-way, once nothing else of the thread (namespace) is
-    left (while anything is, the marker keeps ``repair_thread`` from bringing it back).
+``unfinished_copy``, ``unfinished_delete``
+    The ``copying`` marker of a ``copy_thread`` that did not remove it, the ``deleting`` marker of a delete
+    (``delete_thread``, ``expire_threads``; a rollback's is the namespace's) that died part-way, once no
+    namespace (that namespace) holds objects without a head: while one does, the marker keeps
+    ``repair_thread`` from making them a history.
 
 Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every
 reader: each namespace's ``c/`` listing is walked newest first and the records at or below the head are
@@ -105,6 +104,8 @@ class _Namespace:
     """Whether the namespace has a head (and so committed checkpoints)."""
     run_segments: set[str] | None
     """Escaped run ids of its committed records; ``None`` if unknown (then no run entry of it goes)."""
+    unsettled: bool = False
+    """Whether objects of it stay without a head (young ones): what a marker of the thread protects."""
 
 
 @dataclass
@@ -314,9 +315,9 @@ class _Collector:
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
         # condemns, even if a batch fails part-way.
         yield from self.flush()
-        # Listed last, once every other object of the thread has been judged ("deleting" and "name" sort
-        # before "ns/" and "r/").
-        yield from self.thread_keys(prefix)
+        # Listed last, once every other object of the thread has been judged ("copying", "deleting" and
+        # "name" sort before "ns/" and "r/").
+        yield from self.thread_keys(prefix, unsettled=any(info.unsettled for info in namespaces.values()))
         yield from self.flush()
 
     def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
@@ -357,27 +358,28 @@ class _Collector:
 
         yield from for_each_emitted(pages(entries_root), entries_page)
 
-    def thread_keys(self, prefix: str) -> Plan[None]:
+    def thread_keys(self, prefix: str, *, unsettled: bool) -> Plan[None]:
         """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
-        its markers."""
-        reasons = {
-            f"{prefix}name": "orphan_name",
-            f"{prefix}{DELETING}": "unfinished_delete",
-            f"{prefix}{COPYING}": "unfinished_copy",
-        }
+        its markers. ``unsettled``: objects of a namespace without a head stay (what a marker protects)."""
+        name_key = f"{prefix}name"
+        markers = {f"{prefix}{DELETING}": "unfinished_delete", f"{prefix}{COPYING}": "unfinished_copy"}
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             old = _age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
-                if key not in reasons:
-                    self.foreign()
-                elif self.thread_kept == 0:
+                if key == name_key and self.thread_kept == 0:
                     # A thread with nothing else left (everything else went, or was never there). While
-                    # anything stays — a put in flight among it — so do its name and its marker.
-                    self.doom(page, i, reasons[key], old)
-                else:
+                    # anything stays — a put in flight among it — so does its name.
+                    self.doom(page, i, "orphan_name", old)
+                elif key in markers and not unsettled:
+                    # A marker keeps repair_thread from using the records of namespaces without a head; once
+                    # none is left (they went, or every namespace has a head again), it has nothing to keep.
+                    self.doom(page, i, markers[key], old)
+                elif key == name_key or key in markers:
                     self.keep()
+                else:
+                    self.foreign()
             yield from self.flush_if_full()
 
         yield from for_each_emitted(pages(prefix, delimiter="/"), top_page)
@@ -423,7 +425,7 @@ class _Collector:
             yield from self.flush(guard)
             if walk.aborted:
                 return _Namespace(committed=True, run_segments=None)
-            return _Namespace(committed=False, run_segments=set())
+            return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
         known = walk.runs if walk.chain_sure and walk.refs_known else None
         return _Namespace(committed=True, run_segments=known)
 
@@ -576,9 +578,9 @@ def _outside_records_reason(walk: _Walk, key: str) -> str | None:
         # only once nothing else stays (a first put in flight relies on it).
         return "headless_namespace" if walk.headless and walk.kept == 0 else None
     if key == walk.marker_key:
-        # A rollback's marker, listed after the records and blobs it protects: it goes once they went
-        # (beside a head, a rollback that died was overtaken by new checkpoints; verify reports it).
-        return "unfinished_delete" if walk.headless and walk.kept == 0 else None
+        # A rollback's marker, listed after the records and blobs it protects: it goes once they went, or
+        # once the namespace has a head again (repair then has nothing to rebuild there).
+        return "unfinished_delete" if not walk.headless or walk.kept == 0 else None
     return None  # the head of a namespace that has one
 
 

@@ -349,7 +349,10 @@ def _unfinished(relative: str, marker: bytes) -> str:
     """What a marker says: which delete or copy began and did not finish, and what to run."""
     operation = marker.decode("utf-8", "replace").rsplit(" ", 1)[0]
     if relative == keys.COPYING:
-        return "a copy_thread into this thread began and did not commit: delete the thread and copy again"
+        return (
+            "a copy_thread into this thread did not finish: if the thread has no checkpoints, delete it and copy "
+            "again (gc removes this marker once every namespace of the thread has a head)"
+        )
     if relative == keys.DELETING and operation == "expire_threads":
         return (
             "an expire_threads of this thread began and did not finish: if the thread is in use, put back the "

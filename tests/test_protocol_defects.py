@@ -41,7 +41,7 @@ from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.ops import Problem, verify_thread
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, Put
+from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
 
 BIG = 6000
 """Characters of a value large enough to be stored as its own object."""
@@ -950,6 +950,31 @@ def test_o_gc_removes_what_a_dead_copy_left(make_saver: Callable[[], S3Saver], s
     layout = writer._core.layout
     assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x")).get("KeyCount") == 0
     assert ids(make_saver().list(cfg("s"))) == [cid(1)]
+
+
+def test_o_gc_removes_the_marker_of_a_copy_that_committed_and_died(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """A copy whose heads landed and which died before removing its ``copying`` marker: the marker protects
+    nothing any more (every namespace has a head), so gc removes it, and the copy reads whole throughout."""
+    writer = make_saver()
+    for n in (1, 2):
+        put(writer, "s", cid(n), cid(n - 1) if n > 1 else None)
+    put(writer, "s", cid(3), ns="sub")
+    copier = make_saver()
+    marker = copier._core.layout.copying("x")
+    crash_at(copier, lambda r: isinstance(r, DeleteIfMatch) and r.key == marker)
+    with pytest.raises(Crash):
+        copier.copy_thread("s", "x")
+    assert ids(make_saver().list(cfg("x"))) == [cid(2), cid(1)]
+    assert run_gc(make_saver(), grace_seconds=0).deleted["unfinished_copy"] == 1
+    keys = [
+        o["Key"]
+        for o in s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=writer._core.layout.thread("x"))["Contents"]
+    ]
+    assert marker not in keys
+    assert ids(make_saver().list(cfg("x"))) == [cid(2), cid(1)]
+    assert ids(make_saver().list(cfg("x", "sub"))) == [cid(3)]
 
 
 def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
