@@ -47,6 +47,15 @@ DELETING = "deleting"
 COPYING = "copying"
 """Name of a copy-in-progress marker on a ``copy_thread`` target (:meth:`Layout.copying`)."""
 
+
+def marker_operation(body: bytes) -> tuple[str, str]:
+    """What a marker's body (``"{operation} {argument} {uuid}"``, written by maintenance) names: the operation
+    (``delete_thread``, ``expire_threads``, ``delete_for_runs``, ``copy_thread``) and its argument (a
+    rollback's run id; ``""`` for the others)."""
+    operation, _, argument = body.decode("utf-8", "replace").rsplit(" ", 1)[0].partition(" ")
+    return operation, argument
+
+
 RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
 

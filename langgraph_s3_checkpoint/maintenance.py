@@ -23,7 +23,7 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import CheckpointKey, Layout, escape
-from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, for_each_emitted, landed, one, pages
+from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, exists, for_each_emitted, landed, one, pages
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -405,7 +405,7 @@ class Maintenance(Committing):
         hand): those may be committed history that ``repair_thread`` can still rebuild the head from."""
         emptied = head_is_run and found.survivor is None
         if headless and found.stranded:
-            emptied = yield from _exists(marker)
+            emptied = yield from exists(marker)
         return found.doomed + found.stranded if emptied else found.doomed
 
     def _find_run_records(self, records: str, found: _RunRecords) -> Plan[None]:
@@ -650,12 +650,6 @@ class _RunRecords:
                 self.orphans.append(key)
             elif p is not None and p.checkpoint_id in self.stranded_ids:
                 self.stranded.append(key)
-
-
-def _exists(key: str) -> Plan[bool]:
-    """Whether an object exists, by a 1-key LIST (no body read)."""
-    page = yield from one(ListKeys(key, max_keys=1))
-    return key in page.keys
 
 
 def _is_pair(relative: str) -> bool:

@@ -347,7 +347,7 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
 
 def _unfinished(relative: str, marker: bytes) -> str:
     """What a marker says: which delete or copy began and did not finish, and what to run."""
-    operation = marker.decode("utf-8", "replace").rsplit(" ", 1)[0]
+    operation, argument = keys.marker_operation(marker)
     if relative == keys.COPYING:
         return (
             "a copy_thread into this thread did not finish: if the thread has no checkpoints, delete it and copy "
@@ -360,8 +360,10 @@ def _unfinished(relative: str, marker: bytes) -> str:
         )
     if relative == keys.DELETING:
         return "a delete_thread of this thread began and did not finish: run delete_thread"
-    run = operation.removeprefix("delete_for_runs ")
-    return f"a rollback of run {run!r} that removes this namespace's head began and did not finish: run delete_for_runs"
+    return (
+        f"a rollback of run {argument!r} that removes this namespace's head began and did not finish: "
+        "run delete_for_runs"
+    )
 
 
 def _note_references(record: Record, kind: str, ns_prefix: str, key: str, wanted: dict[str, list[str]]) -> None:

@@ -57,6 +57,12 @@ def all_of(requests: Sequence[Request[R]]) -> Plan[list[R]]:
     return (yield list(requests))
 
 
+def exists(key: str) -> Plan[bool]:
+    """Whether an object exists, by a 1-key LIST (no body read)."""
+    page = yield from one(ListKeys(key, max_keys=1))
+    return key in page.keys
+
+
 def landed(puts: Sequence[Put], replies: Sequence[Written | PreconditionFailed]) -> Plan[list[bool]]:
     """Whether each conditional PUT's object holds that PUT's bytes now. A refused PUT is read back: the
     bytes are its own when an earlier attempt landed and only its answer was lost (the retry is then

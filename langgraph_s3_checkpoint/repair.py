@@ -57,8 +57,8 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, is_digest, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, landed, one
+from .keys import Layout, is_digest, marker_operation, unescape
+from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
@@ -235,7 +235,7 @@ def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str
         marker = yield from one(Get(markers.thread_key))
         began = f"began at {markers.thread_since.isoformat()} and did not finish"
         kept = f"the {condemned} record(s) it was deleting are not brought back"
-        if marker is not None and marker.body.startswith(b"expire_threads "):
+        if marker is not None and marker_operation(marker.body)[0] == "expire_threads":
             return (
                 f"{what}: an expire_threads of this thread {began}; {kept}. If the thread is in use (another "
                 "namespace has a head: expire_threads was putting heads back), put this head back from the "
@@ -243,8 +243,7 @@ def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str
             )
         return f"{what}: a delete_thread of this thread {began}; {kept}. Run delete_thread again to finish it"
     marker = yield from one(Get(markers.ns_key))
-    operation = marker.body.decode("utf-8", "replace").rsplit(" ", 1)[0] if marker is not None else ""
-    run = operation.removeprefix("delete_for_runs ") if operation.startswith("delete_for_runs ") else "?"
+    run = marker_operation(marker.body)[1] if marker is not None else "?"
     since = markers.ns_since.isoformat() if markers.ns_since is not None else "?"
     return (
         f"{what}: a rollback of run {run!r} (delete_for_runs), which removes this namespace's head, began at "
@@ -339,9 +338,8 @@ def _take_back_if_deleted(
     changed) or removed the chosen record, delete the head just written (only if it is still this
     repair's), so that the repair does not bring back what the delete is removing."""
     now = yield from _read_markers(markers)
-    record_key = Layout.record_in(ns_prefix, str(record.checkpoint["id"]))
-    listed = yield from one(ListKeys(record_key, max_keys=1))
-    if now.dates == markers.dates and record_key in listed.keys:
+    still_stored = yield from exists(Layout.record_in(ns_prefix, str(record.checkpoint["id"])))
+    if now.dates == markers.dates and still_stored:
         return outcome
     head = yield from one(Get(head_key))
     if head is not None and head.body == written.body:
