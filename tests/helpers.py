@@ -14,6 +14,8 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
+from langgraph_s3_checkpoint.requests import Delete
+
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
 
 _ids = itertools.count()
@@ -154,6 +156,12 @@ def crash_at(saver: Any, matches: Callable[[Any], bool]) -> None:
         return original(request)
 
     shell._send = send
+
+
+def deletes_records(request: Any) -> bool:
+    """Whether a request deletes checkpoint records (``.../c/...``): where a test stops a delete or a rollback
+    that has already removed the heads (with :func:`crash_at`)."""
+    return isinstance(request, Delete) and any("/c/" in key for key in request.keys)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import Crash, cfg, crash_at, lose_first_answer, silent_server
+from helpers import Crash, cfg, crash_at, deletes_records, lose_first_answer, silent_server
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -45,7 +45,7 @@ from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.ops import Problem, verify_thread
-from langgraph_s3_checkpoint.requests import Delete, Put
+from langgraph_s3_checkpoint.requests import Put
 from langgraph_s3_checkpoint.saver import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env
 
@@ -695,6 +695,14 @@ def test_repair_rebuilds_a_deleted_head_async(s3_server: LocalS3Server, bucket: 
     asyncio.run(main())
 
 
+def _a_delete_that_dies(saver: S3Saver, thread_id: str, *, turns: int) -> None:
+    """A conversation of ``turns`` turns, then a delete_thread that dies after the heads, at the records."""
+    _chat(saver, thread_id, turns)
+    crash_at(saver, deletes_records)
+    with pytest.raises(Crash):
+        saver.delete_thread(thread_id)
+
+
 def test_repair_does_not_bring_back_a_thread_whose_delete_died_part_way(
     s3_server: LocalS3Server, bucket: str, prefix: str
 ) -> None:
@@ -703,10 +711,7 @@ def test_repair_does_not_bring_back_a_thread_whose_delete_died_part_way(
     writes a ``deleting`` marker first and removes it last; repair leaves the records it condemned alone."""
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
-        _chat(saver, "gone", 3)
-        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(Crash):
-            saver.delete_thread("gone")
+        _a_delete_that_dies(saver, "gone", turns=3)
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         assert saver.get_tuple(cfg("gone")) is None  # the heads went first: it reads as deleted
         report = saver.repair_thread("gone")
@@ -726,10 +731,7 @@ def test_a_thread_used_again_after_a_delete_died_is_repaired_from_its_new_record
     is repaired as any other (here its head, deleted by hand, is rebuilt from the records written since)."""
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
-        _chat(saver, "again", 2)
-        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(Crash):
-            saver.delete_thread("again")
+        _a_delete_that_dies(saver, "again", turns=2)
     time.sleep(1.1)  # listings date objects to the second
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         graph = _chat(saver, "again", 3)
@@ -748,10 +750,7 @@ def test_gc_removes_the_marker_of_a_delete_that_died_once_nothing_else_is_left(
 ) -> None:
     client = s3_server.client()
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
-        _chat(saver, "gone", 2)
-        crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
-        with pytest.raises(Crash):
-            saver.delete_thread("gone")
+        _a_delete_that_dies(saver, "gone", turns=2)
     with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
         report = gc(saver, grace_seconds=0)
         assert report.deleted["unfinished_delete"] == 1 and report.deleted["headless_namespace"] > 0

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, cast
 
 import pytest
-from helpers import Crash, cfg, crash_at, lose_first_answer
+from helpers import Crash, cfg, crash_at, deletes_records, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -302,7 +302,7 @@ def test_c_a_rollback_of_a_threads_only_run_that_dies_is_not_brought_back_by_rep
     saver = make_saver()
     put(saver, "t", cid(1), run="run-a")
     put(saver, "t", cid(2), cid(1), run="run-a")
-    crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    crash_at(saver, deletes_records)
     with pytest.raises(Crash):
         saver.delete_for_runs(["run-a"])
     fresh = make_saver()
@@ -344,7 +344,7 @@ def test_c_a_dead_rollback_of_a_subgraphs_only_run_marks_that_namespace_only(
     put(saver, "t", cid(1), run="run-a")
     put(saver, "t", cid(2), ns="sub", run="run-b")
     put(saver, "t", cid(3), cid(2), ns="sub", run="run-b")
-    crash_at(saver, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    crash_at(saver, deletes_records)
     with pytest.raises(Crash):
         saver.delete_for_runs(["run-b"])
     layout = saver._core.layout
@@ -859,7 +859,7 @@ def test_o_copy_onto_a_target_whose_delete_died_shows_none_of_its_records(make_s
     for n in (1, 2, 3):
         put(writer, "x", cid(n), cid(n - 1) if n > 1 else None)
     deleter = make_saver()
-    crash_at(deleter, lambda r: isinstance(r, Delete) and any("/c/" in key for key in r.keys))
+    crash_at(deleter, deletes_records)
     with pytest.raises(Crash):
         deleter.delete_thread("x")
     for n in (11, 12, 13):
