@@ -27,6 +27,7 @@ import math
 import re
 import threading
 import uuid
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -1090,12 +1091,28 @@ def _check_ttl(ttl: Any) -> None:
             raise InvalidConfigError(f"ttl[{name!r}] must be True or False, got {ttl[name]!r}")
 
 
+# LangGraph's IndexConfig and PostgresStore's distance_type (cosine only here). A store's own index_config
+# also holds "__tokenized_fields" (recomputed from "fields"), so one store's index_config can configure another.
+_INDEX_KEYS = frozenset({"embed", "dims", "fields", "distance_type"})
+
+
 def _check_index(index: Any) -> None:
     """``index`` is LangGraph's ``IndexConfig``: an embedder, the vectors' size, the fields to embed."""
     if index is None:
         return
     if not isinstance(index, Mapping):
         raise InvalidConfigError(f"index must be an IndexConfig dict (embed, dims, fields), got {index!r}")
+    unknown = sorted(str(name) for name in index if name not in _INDEX_KEYS and name != "__tokenized_fields")
+    if unknown:
+        hint = " (the paths to embed go in index['fields'])" if "text_fields" in unknown else ""
+        raise InvalidConfigError(
+            f"index has keys S3Store does not know: {unknown}{hint}; it takes {sorted(_INDEX_KEYS)}"
+        )
+    if index.get("distance_type", "cosine") != "cosine":
+        raise InvalidConfigError(
+            f"index['distance_type'] must be 'cosine' (S3Store scores by cosine similarity, as InMemoryStore does), "
+            f"got {index['distance_type']!r}"
+        )
     embed = index.get("embed")
     if embed is None or not (isinstance(embed, str) or callable(embed) or hasattr(embed, "embed_documents")):
         raise InvalidConfigError(
@@ -1182,9 +1199,6 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec
-        self._sweeper: threading.Thread | None = None
-        self._sweeper_stop = threading.Event()
-        self._sweeper_future: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._core = StoreCore(
             layout=StoreLayout(self.prefix),
             codec=StoreCodec(codec),
@@ -1213,7 +1227,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
     def close(self) -> None:
         """Stop the TTL sweeper and release the worker threads and connections. Idempotent; every later call
         raises :class:`SaverMisuseError` naming it (``with``/``async with`` blocks end with this)."""
-        self.stop_ttl_sweeper()
+        self._stop_sweeping()
         self._io.close()
 
     def _setup_plan(self) -> Plan[None]:
@@ -1275,53 +1289,29 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return await self._io.arun(plan)
 
     # -- TTL ----------------------------------------------------------------------------------------
-    def sweep_ttl(self) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return self._run("sweep_ttl", self._core.sweep())
-
     async def asweep_ttl(self) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
         return await self._arun("asweep_ttl", self._core.sweep())
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
-        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
-        daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
-        Without a ``ttl_config`` nothing starts."""
-        self._io.check_open("start_ttl_sweeper")
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:
+        """Seconds between background sweeps (the argument, else ``ttl_config``'s, else 5 minutes), or None
+        without a ``ttl_config``: nothing can expire, so no sweeper starts (as in LangGraph's stores)."""
         if not self.ttl_config:
-            future.set_result(None)
-            return future
-        if self._sweeper is not None and self._sweeper.is_alive():
-            return self._sweeper_future
-        interval = float(sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5)
-        stop = self._sweeper_stop
-        stop.clear()
+            return None
+        return 60 * float(sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5)
 
-        def loop() -> None:
-            while not stop.wait(interval * 60):
-                try:
-                    swept = self._io.run(self._core.sweep())
-                    if swept:
-                        logger.info("S3Store TTL sweep deleted %d expired items", swept)
-                except Exception:
-                    logger.exception("S3Store TTL sweep failed; retrying at the next interval")
-            future.set_result(None)
+    @abstractmethod
+    def _stop_sweeping(self) -> None:
+        """Stop the background sweeper without waiting for it (``close``)."""
 
-        self._sweeper = threading.Thread(target=loop, daemon=True, name="lgs3-store-ttl-sweeper")
-        self._sweeper_future = future
-        self._sweeper.start()
-        return future
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
-        if self._sweeper is None:
-            return True
-        self._sweeper_stop.set()
-        self._sweeper.join(timeout)
-        stopped = not self._sweeper.is_alive()
-        if stopped:
-            self._sweeper = None
-        return stopped
+def _log_sweep(store: BaseS3Store, swept: int) -> None:
+    if swept:
+        logger.info("%s TTL sweep deleted %d expired items", type(store).__name__, swept)
+
+
+def _log_failed_sweep(store: BaseS3Store) -> None:
+    logger.exception("%s TTL sweep failed; retrying at the next interval", type(store).__name__)
 
 
 class S3Store(BaseS3Store):
@@ -1348,16 +1338,68 @@ class S3Store(BaseS3Store):
         """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support."""
         self._run("setup", self._setup_plan())
 
+    # -- TTL: a sweeper thread, as PostgresStore's --------------------------------------------------
+    _sweeper: threading.Thread | None = None
+    _sweeper_stop: threading.Event
+    _sweeper_future: concurrent.futures.Future[None] | None = None
+
+    def sweep_ttl(self) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
+        return self._run("sweep_ttl", self._core.sweep())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
+        daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
+        Without a ``ttl_config`` nothing starts and the future is already done."""
+        self._io.check_open("start_ttl_sweeper")
+        if self._sweeper is not None and self._sweeper.is_alive() and self._sweeper_future is not None:
+            return self._sweeper_future
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        interval = self._sweep_interval_s(sweep_interval_minutes)
+        if interval is None:
+            future.set_result(None)
+            return future
+        stop = self._sweeper_stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                try:
+                    _log_sweep(self, self._io.run(self._core.sweep()))
+                except Exception:
+                    _log_failed_sweep(self)
+            future.set_result(None)
+
+        self._sweeper = threading.Thread(target=loop, daemon=True, name="lgs3-store-ttl-sweeper")
+        self._sweeper_future = future
+        self._sweeper.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
+        if self._sweeper is None:
+            return True
+        self._sweeper_stop.set()
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+    def _stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper_stop.set()
+
 
 class AsyncS3Store(BaseS3Store):
     """The asyncio twin of :class:`S3Store` (same objects, same plans, awaited).
 
-    Its blocking methods (``get``, ``put``, ``search``, ``batch``, ``sweep_ttl`` ...) work from any
-    thread, the event loop's included, as InMemoryStore's do: they drive the plan with the store's own
-    blocking I/O (``BucketIO.run``), never by scheduling work on the loop, so they cannot deadlock; called
-    on the loop's thread they block the loop for the duration of the call, so prefer ``await
-    store.aget(...)`` there. (AsyncPostgresStore refuses such calls because its sync methods wait for a
-    coroutine on the very loop they would block.)
+    BaseStore's blocking methods (``get``, ``put``, ``search``, ``batch`` ...) work from any thread, the
+    event loop's included, as InMemoryStore's do: they drive the plan with the store's own blocking I/O
+    (``BucketIO.run``), never by scheduling work on the loop, so they cannot deadlock; called on the loop's
+    thread they block the loop for the duration of the call, so prefer ``await store.aget(...)`` there.
+    (AsyncPostgresStore refuses such calls because its sync methods wait for a coroutine on the very loop
+    they would block.) The TTL methods ``sweep_ttl``, ``start_ttl_sweeper`` and ``stop_ttl_sweeper`` are
+    coroutines, as AsyncPostgresStore's are.
     """
 
     @classmethod
@@ -1370,6 +1412,54 @@ class AsyncS3Store(BaseS3Store):
 
     async def setup(self) -> None:
         await self._arun("setup", self._setup_plan())
+
+    # -- TTL: a sweeper task on the event loop, as AsyncPostgresStore's ------------------------------
+    # sweep_ttl, start_ttl_sweeper and stop_ttl_sweeper are coroutines here, as in AsyncPostgresStore and
+    # AsyncSqliteStore (and what LangGraph's Agent Server awaits): code written for those runs unchanged.
+    _sweeper_task: asyncio.Task[None] | None = None
+
+    async def sweep_ttl(self) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
+        return await self._arun("sweep_ttl", self._core.sweep())
+
+    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) in a task
+        on the running loop; the task ends when :meth:`stop_ttl_sweeper` (or closing the store) cancels it.
+        Without a ``ttl_config`` nothing sweeps and the task returned ends at once."""
+        self._io.check_open("start_ttl_sweeper")
+        if self._sweeper_task is not None and not self._sweeper_task.done():
+            return self._sweeper_task
+        interval = self._sweep_interval_s(sweep_interval_minutes)
+        if interval is None:
+            return asyncio.create_task(asyncio.sleep(0))
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    _log_sweep(self, await self._io.arun(self._core.sweep()))
+                except Exception:
+                    _log_failed_sweep(self)
+
+        self._sweeper_task = asyncio.create_task(loop(), name="lgs3-store-ttl-sweeper")
+        return self._sweeper_task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Cancel the sweeper task; whether it ended within ``timeout`` seconds."""
+        task = self._sweeper_task
+        if task is None or task.done():
+            self._sweeper_task = None
+            return True
+        task.cancel()
+        await asyncio.wait({task}, timeout=timeout)
+        if task.done():
+            self._sweeper_task = None
+        return task.done()
+
+    def _stop_sweeping(self) -> None:
+        task = self._sweeper_task
+        if task is not None and not task.done() and not task.get_loop().is_closed():
+            task.get_loop().call_soon_threadsafe(task.cancel)
 
 
 __all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreCore", "StoreLayout"]

@@ -242,6 +242,16 @@ def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[st
         ({"index": {"dims": 3, "embed": 42}}, "embed"),
         ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
         ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "fields": "text"}}, "fields"),
+        # SqliteStore's name for "fields": ignored silently, it would embed whole documents instead
+        (
+            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "text_fields": ["a"]}},
+            r"text_fields.*fields",
+        ),
+        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "distance_type": "l2"}}, "distance_type"),
+        (
+            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "ann_index_config": {}}},
+            "ann_index_config",
+        ),
     ],
 )
 def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: str) -> None:
@@ -273,6 +283,10 @@ def test_good_store_options_are_kept() -> None:
         S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
     ) as store:
         assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
+        # PostgresStore's cosine distance and a store's own index_config (with its tokenized fields) are accepted
+        assert store.index_config is not None
+        with contextlib.closing(S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)):
+            pass
     for kind in (S3Saver, S3Store):
         with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
             assert made.prefix == ""

@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 from uuid import uuid4
 
 import pytest
@@ -693,10 +693,17 @@ class Clock:
         self.now += timedelta(minutes=minutes)
 
 
-def ttl_store(ttl: Any = None, indexed: bool = False) -> tuple[S3Store, Clock, MemoryBucket]:
+StoreT = TypeVar("StoreT", S3Store, AsyncS3Store)
+
+
+def ttl_store(
+    ttl: Any = None,
+    indexed: bool = False,
+    cls: type[StoreT] = S3Store,  # type: ignore[assignment]
+) -> tuple[StoreT, Clock, MemoryBucket]:
     bucket = MemoryBucket()
     index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None
-    store = S3Store(bucket="b", client=bucket, ttl=ttl, index=index)  # type: ignore[arg-type]
+    store = cls(bucket="b", client=bucket, ttl=ttl, index=index)  # type: ignore[arg-type]
     clock = Clock()
     store._core.now = clock
     return store, clock, bucket
@@ -774,6 +781,38 @@ def test_ttl_sweeper_thread() -> None:
     without = memory_store(False)
     assert without.start_ttl_sweeper().done()
     without.close()
+
+
+async def test_async_store_ttl_methods_are_coroutines_as_in_async_postgres_store() -> None:
+    """AsyncPostgresStore and AsyncSqliteStore (and LangGraph's Agent Server) await ``sweep_ttl``,
+    ``start_ttl_sweeper`` and ``stop_ttl_sweeper``: on AsyncS3Store they are coroutines, and the sweeper is a
+    task on the running loop that stopping (or closing the store) cancels."""
+    store, clock, bucket = ttl_store({"default_ttl": 1, "sweep_interval_minutes": 1}, cls=AsyncS3Store)
+    async with store:
+        store.put(("t",), "a", {"v": 1})
+        store.put(("t",), "b", {"v": 2})
+        clock.advance(2)
+        assert await store.sweep_ttl() == 2
+        store.put(("t",), "c", {"v": 3})
+        clock.advance(2)
+        task = await store.start_ttl_sweeper(sweep_interval_minutes=0.0005)  # every 30 ms
+        assert isinstance(task, asyncio.Task)
+        assert await store.start_ttl_sweeper() is task  # one sweeper per store
+        deadline = time.monotonic() + 10
+        while bucket.keys("store/ns/") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert bucket.keys("store/ns/") == []
+        assert await store.stop_ttl_sweeper(timeout=5)
+        assert task.cancelled()
+        running = await store.start_ttl_sweeper()
+    await asyncio.sleep(0)  # closing the store cancelled it from the loop's next turn
+    await asyncio.wait({running}, timeout=5)
+    assert running.cancelled()
+    without, _, _ = ttl_store(None, cls=AsyncS3Store)
+    async with without:
+        idle = await without.start_ttl_sweeper()
+        await asyncio.wait_for(idle, timeout=5)  # no ttl_config: nothing to sweep, the task ends at once
+        assert await without.stop_ttl_sweeper()
 
 
 def test_ttl_expired_vectors_do_not_hide_live_results() -> None:
