@@ -1091,9 +1091,12 @@ def _check_ttl(ttl: Any) -> None:
             raise InvalidConfigError(f"ttl[{name!r}] must be True or False, got {ttl[name]!r}")
 
 
-# LangGraph's IndexConfig and PostgresStore's distance_type (cosine only here). A store's own index_config
-# also holds "__tokenized_fields" (recomputed from "fields"), so one store's index_config can configure another.
-_INDEX_KEYS = frozenset({"embed", "dims", "fields", "distance_type"})
+# LangGraph's IndexConfig, and the keys of LangGraph's other stores that mean something here: SqliteStore's
+# "text_fields" (its name for "fields"), PostgresStore's "distance_type" (cosine only: l2 or inner-product scores
+# would differ) and "ann_index_config" (it tunes pgvector's approximate index; S3Store scores every vector of the
+# namespaces searched exactly, so there is nothing to tune and it is ignored). A store's own index_config also
+# holds "__tokenized_fields" (recomputed from the fields), so one store's index_config can configure another.
+_INDEX_KEYS = frozenset({"embed", "dims", "fields", "text_fields", "distance_type", "ann_index_config"})
 
 
 def _check_index(index: Any) -> None:
@@ -1104,10 +1107,7 @@ def _check_index(index: Any) -> None:
         raise InvalidConfigError(f"index must be an IndexConfig dict (embed, dims, fields), got {index!r}")
     unknown = sorted(str(name) for name in index if name not in _INDEX_KEYS and name != "__tokenized_fields")
     if unknown:
-        hint = " (the paths to embed go in index['fields'])" if "text_fields" in unknown else ""
-        raise InvalidConfigError(
-            f"index has keys S3Store does not know: {unknown}{hint}; it takes {sorted(_INDEX_KEYS)}"
-        )
+        raise InvalidConfigError(f"index has keys S3Store does not know: {unknown}; it takes {sorted(_INDEX_KEYS)}")
     if index.get("distance_type", "cosine") != "cosine":
         raise InvalidConfigError(
             f"index['distance_type'] must be 'cosine' (S3Store scores by cosine similarity, as InMemoryStore does), "
@@ -1122,11 +1122,26 @@ def _check_index(index: Any) -> None:
     dims = index.get("dims")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, Integral) or dims < 1):
         raise InvalidConfigError(f"index['dims'] must be a whole number >= 1 (the vectors' size), got {dims!r}")
+    _index_fields(index)
+
+
+def _index_fields(index: Mapping[str, Any]) -> list[str] | None:
+    """The JSON paths to embed: ``fields``, or SqliteStore's ``text_fields`` (which may be one path)."""
     fields = index.get("fields")
-    if fields is not None and (isinstance(fields, str) or not all(isinstance(f, str) for f in fields)):
+    text_fields = index.get("text_fields")
+    if isinstance(text_fields, str):
+        text_fields = [text_fields]
+    if fields is not None and text_fields is not None and list(fields) != list(text_fields):
         raise InvalidConfigError(
-            f"index['fields'] must be a list of JSON paths such as ['text', 'metadata.title'], got {fields!r}"
+            f"index has both 'fields' {fields!r} and 'text_fields' {text_fields!r}; give one ('text_fields' is "
+            "SqliteStore's name for 'fields')"
         )
+    chosen = fields if fields is not None else text_fields
+    if chosen is not None and (isinstance(chosen, str) or not all(isinstance(f, str) for f in chosen)):
+        raise InvalidConfigError(
+            f"index['fields'] must be a list of JSON paths such as ['text', 'metadata.title'], got {chosen!r}"
+        )
+    return None if chosen is None else list(chosen)
 
 
 class BaseS3Store(ClosesAtBlockEnd, BaseStore):
@@ -1182,8 +1197,9 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         if index:
             config: dict[str, Any] = dict(index)
             self.embeddings = ensure_embeddings(config.get("embed"))
+            config["fields"] = _index_fields(index)
             config["__tokenized_fields"] = [
-                (p, tokenize_path(p)) if p != "$" else (p, p) for p in (config.get("fields") or ["$"])
+                (p, tokenize_path(p)) if p != "$" else (p, p) for p in (config["fields"] or ["$"])
             ]
             self.index_config = config
         self._io = make_bucket_io(

@@ -242,15 +242,18 @@ def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[st
         ({"index": {"dims": 3, "embed": 42}}, "embed"),
         ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
         ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "fields": "text"}}, "fields"),
-        # SqliteStore's name for "fields": ignored silently, it would embed whole documents instead
-        (
-            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "text_fields": ["a"]}},
-            r"text_fields.*fields",
-        ),
+        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "field": ["a"]}}, r"\['field'\]"),
         ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "distance_type": "l2"}}, "distance_type"),
         (
-            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "ann_index_config": {}}},
-            "ann_index_config",
+            {
+                "index": {
+                    "dims": 1,
+                    "embed": lambda texts: [[0.0] for _ in texts],
+                    "fields": ["a"],
+                    "text_fields": ["b"],
+                }
+            },
+            "both 'fields'",
         ),
     ],
 )

@@ -783,6 +783,28 @@ def test_ttl_sweeper_thread() -> None:
     without.close()
 
 
+def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> None:
+    """SqliteStore names the paths to embed ``text_fields`` (one path may be a string); PostgresStore adds
+    ``distance_type`` and ``ann_index_config``. The same items and queries score exactly as InMemoryStore's
+    with ``fields``: ignoring ``text_fields`` would embed whole documents instead."""
+    items = {"a": {"title": "apple pie", "body": "long text"}, "b": {"title": "pear", "body": "apple pie"}}
+    reference = InMemoryStore(index={"dims": 12, "embed": GridEmbeddings(), "fields": ["title"]})
+    for name, value in items.items():
+        reference.put(("docs",), name, value)
+    expected = [(r.key, r.score) for r in reference.search(("docs",), query="apple pie")]
+    assert expected[0] == ("a", pytest.approx(1.0))
+    for extra in (
+        {"text_fields": ["title"]},
+        {"text_fields": "title"},
+        {"fields": ["title"], "distance_type": "cosine", "ann_index_config": {"vector_type": "vector"}},
+    ):
+        index = {"dims": 12, "embed": GridEmbeddings(), **extra}
+        with contextlib.closing(S3Store(bucket="b", client=MemoryBucket(), index=index)) as store:  # type: ignore[arg-type]
+            for name, value in items.items():
+                store.put(("docs",), name, value)
+            assert [(r.key, r.score) for r in store.search(("docs",), query="apple pie")] == expected, extra
+
+
 async def test_async_store_ttl_methods_are_coroutines_as_in_async_postgres_store() -> None:
     """AsyncPostgresStore and AsyncSqliteStore (and LangGraph's Agent Server) await ``sweep_ttl``,
     ``start_ttl_sweeper`` and ``stop_ttl_sweeper``: on AsyncS3Store they are coroutines, and the sweeper is a
