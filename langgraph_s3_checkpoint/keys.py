@@ -35,6 +35,7 @@ import hashlib
 import re
 import string
 from dataclasses import dataclass
+from enum import Enum
 
 MAX_SEGMENT = 180
 """Longest escaped segment kept verbatim; longer ids become ``~`` + SHA-256."""
@@ -190,13 +191,6 @@ class Layout:
         while it exists, ``repair_thread`` does not rebuild a head from the copy's records (see repair.py)."""
         return f"{self.thread(thread_id)}{COPYING}"
 
-    @staticmethod
-    def is_marker(thread_prefix: str, key: str) -> bool:
-        """Whether ``key`` (under ``thread_prefix``) is one of the thread's markers or a namespace's."""
-        parts = key[len(thread_prefix) :].split("/") if key.startswith(thread_prefix) else []
-        in_namespace = len(parts) == 3 and parts[0] == "ns" and parts[1] != "" and parts[2] == DELETING
-        return parts in ([DELETING], [COPYING]) or in_namespace
-
     def namespaces(self, thread_id: str) -> str:
         return f"{self.thread(thread_id)}ns/"
 
@@ -302,3 +296,54 @@ class Layout:
         """Global run-index key for a ``threads/{T}/r/{run}/{N}`` key."""
         run_seg, ns_seg = thread_run_key.split("/")[-2:]
         return f"{self.prefix}runs/{run_seg}/{thread_segment}/{ns_seg}"
+
+
+# ------------------------------------------------------------------------------------------------
+# What a key under a thread is
+# ------------------------------------------------------------------------------------------------
+class KeyKind(Enum):
+    """What an object directly or indirectly under ``threads/{T}/`` is (:func:`classify`)."""
+
+    THREAD_NAME = "thread-name"
+    MARKER = "marker"
+    RUN_ENTRY = "run-entry"
+    NS_NAME = "ns-name"
+    HEAD = "head"
+    RECORD = "record"
+    WRITE = "write"
+    BLOB = "blob"
+    UNKNOWN = "unknown"
+
+
+_TOP_LEVEL = {"name": KeyKind.THREAD_NAME, DELETING: KeyKind.MARKER, COPYING: KeyKind.MARKER}
+"""Kinds of the keys directly under a thread."""
+_IN_NAMESPACE = {"name": KeyKind.NS_NAME, DELETING: KeyKind.MARKER, "head": KeyKind.HEAD}
+"""Kinds of the single-segment keys directly under a namespace."""
+
+
+def classify(relative: str) -> KeyKind:
+    """The kind of object at ``relative``, a key relative to its thread's prefix."""
+    parts = relative.split("/")
+    if len(parts) == 1:
+        return _TOP_LEVEL.get(parts[0], KeyKind.UNKNOWN)
+    if len(parts) == 3 and parts[0] == "r":
+        return KeyKind.RUN_ENTRY
+    if len(parts) < 3 or parts[0] != "ns":
+        return KeyKind.UNKNOWN
+    tail = parts[2:]
+    if len(tail) == 1:
+        return _IN_NAMESPACE.get(tail[0], KeyKind.UNKNOWN)
+    if tail[0] == "c":
+        parsed = Layout.parse_checkpoint_key("c/", "/".join(tail))
+        if parsed is None:
+            return KeyKind.UNKNOWN
+        return KeyKind.RECORD if parsed.is_record else KeyKind.WRITE
+    if len(tail) == 3 and tail[0] == "b":
+        return KeyKind.BLOB
+    return KeyKind.UNKNOWN
+
+
+NOT_COPIED = frozenset({KeyKind.HEAD, KeyKind.THREAD_NAME, KeyKind.MARKER})
+"""Kinds that ``copy_thread`` and ``export`` do not carry over as they are: the heads (read first as the copy's
+snapshot and written last, as its commit), the thread's ``name`` (written for the target's own id) and the
+markers (of operations on the source, not the copy's)."""

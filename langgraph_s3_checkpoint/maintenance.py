@@ -22,7 +22,7 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import CheckpointKey, Layout, escape
+from .keys import NOT_COPIED, CheckpointKey, Layout, classify, escape
 from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, exists, for_each_emitted, landed, one, pages
 from .requests import (
     PRECONDITION_FAILED,
@@ -200,11 +200,7 @@ class Maintenance(Committing):
         def copy_page(page: Page) -> Plan[None]:
             requests: list[Copy] = []
             for key in page.keys:
-                if (
-                    key.endswith("/head")
-                    or key == self.layout.thread_name(source_thread_id)
-                    or Layout.is_marker(source_prefix, key)
-                ):
+                if classify(key[len(source_prefix) :]) in NOT_COPIED:
                     continue
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
                 if key.startswith(run_prefix):

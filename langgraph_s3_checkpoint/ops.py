@@ -4,8 +4,8 @@ Like :mod:`core`, every operation is a plan (a generator yielding request batche
 results), so it runs on the saver's own I/O shell (``saver.bucket_io``) with the same credentials,
 SSE settings and thread pool. Listings carry each object's size and modification time.
 
-What each kind of key under a thread is (see :mod:`keys` for the layout) is decided in one place,
-:func:`classify`, which the statistics, the importer and the verifier share.
+What each kind of key under a thread is is decided in one place, :func:`keys.classify`, which the
+statistics, export, the importer, the verifier and ``copy_thread`` share.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
-from .keys import Layout, escape, is_digest, unescape
+from .keys import NOT_COPIED, KeyKind, Layout, classify, escape, is_digest, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, collect_emitted, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
@@ -78,45 +78,6 @@ def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
 # ------------------------------------------------------------------------------------------------
 # What a key is
 # ------------------------------------------------------------------------------------------------
-THREAD_NAME = "thread-name"
-MARKER = "marker"
-RUN_ENTRY = "run-entry"
-NS_NAME = "ns-name"
-HEAD = "head"
-RECORD = "record"
-WRITE = "write"
-BLOB = "blob"
-UNKNOWN = "unknown"
-
-
-_TOP_LEVEL = {"name": THREAD_NAME, keys.DELETING: MARKER, keys.COPYING: MARKER}
-"""Kinds of the keys directly under a thread."""
-_IN_NAMESPACE = {"name": NS_NAME, keys.DELETING: MARKER, "head": HEAD}
-"""Kinds of the single-segment keys directly under a namespace."""
-
-
-def classify(relative: str) -> str:
-    """The kind of object at ``relative``, a key relative to its thread's prefix."""
-    parts = relative.split("/")
-    if len(parts) == 1:
-        return _TOP_LEVEL.get(parts[0], UNKNOWN)
-    if len(parts) == 3 and parts[0] == "r":
-        return RUN_ENTRY
-    if len(parts) < 3 or parts[0] != "ns":
-        return UNKNOWN
-    tail = parts[2:]
-    if len(tail) == 1:
-        return _IN_NAMESPACE.get(tail[0], UNKNOWN)
-    if tail[0] == "c":
-        parsed = Layout.parse_checkpoint_key("c/", "/".join(tail))
-        if parsed is None:
-            return UNKNOWN
-        return RECORD if parsed.is_record else WRITE
-    if len(tail) == 3 and tail[0] == "b":
-        return BLOB
-    return UNKNOWN
-
-
 def namespace_prefix(thread_prefix: str, key: str) -> str:
     """The namespace prefix (``{thread_prefix}ns/{N}/``) of a head, record, write or blob key."""
     ns_segment = key[len(thread_prefix) :].split("/")[1]
@@ -126,7 +87,10 @@ def namespace_prefix(thread_prefix: str, key: str) -> str:
 def is_safe_relative(relative: str) -> bool:
     """Whether an archive member may be written under a thread prefix (no escaping it, no odd paths)."""
     parts = relative.split("/")
-    return all(p and p not in (".", "..") for p in parts) and classify(relative) not in (UNKNOWN, MARKER)
+    return all(p and p not in (".", "..") for p in parts) and classify(relative) not in (
+        KeyKind.UNKNOWN,
+        KeyKind.MARKER,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,7 +118,12 @@ def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
     prefix = layout.thread(thread_id)
     objects = yield from _stat_listing(prefix)
     stats = ThreadStats(thread_id)
-    counters = {HEAD: "namespaces", RECORD: "checkpoints", WRITE: "writes", BLOB: "blobs"}
+    counters = {
+        KeyKind.HEAD: "namespaces",
+        KeyKind.RECORD: "checkpoints",
+        KeyKind.WRITE: "writes",
+        KeyKind.BLOB: "blobs",
+    }
     for info in objects:
         kind = classify(info.key[len(prefix) :])
         if kind in counters:
@@ -199,7 +168,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
-        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in (HEAD, THREAD_NAME, MARKER)]
+        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in NOT_COPIED]
         for chunk in chunks(keys, READ_BATCH):
             bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):
@@ -231,9 +200,9 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
     for item in objects:
         kind = _archived_kind(item)
         key = prefix + item.relative
-        if kind == THREAD_NAME:
+        if kind == KeyKind.THREAD_NAME:
             continue  # rewritten below for the new id
-        if kind == HEAD:
+        if kind == KeyKind.HEAD:
             heads.append(Put(key, item.body, if_none_match=True))
             continue
         batch.extend(_history_puts(layout, key, item.body, kind, segment))
@@ -251,14 +220,14 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
     return written
 
 
-def _archived_kind(item: Exported) -> str:
+def _archived_kind(item: Exported) -> KeyKind:
     """What an archived object is (:func:`classify`); an object outside a thread's layout is an error."""
     if not is_safe_relative(item.relative):
         raise CorruptObjectError(item.relative, "the archive holds a key that is not part of a thread")
     return classify(item.relative)
 
 
-def _history_puts(layout: Layout, key: str, body: bytes, kind: str, segment: str) -> list[Put]:
+def _history_puts(layout: Layout, key: str, body: bytes, kind: KeyKind, segment: str) -> list[Put]:
     """The PUTs of one imported object that is not a head: the object, and a run entry's global twin.
 
     Unconditional, like copy_thread's copies: the emptiness check and the conditional heads guard the
@@ -266,7 +235,7 @@ def _history_puts(layout: Layout, key: str, body: bytes, kind: str, segment: str
     If-None-Match PUT of the record itself would then see as an existing object.
     """
     puts = [Put(key, body)]
-    if kind == RUN_ENTRY:
+    if kind == KeyKind.RUN_ENTRY:
         puts.append(Put(layout.global_run_entry_of(key, segment), body))
     return puts
 
@@ -326,15 +295,15 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
     is not part of the layout. A head or record adds the objects it references to ``wanted``."""
     kind = classify(key[len(prefix) :])
     try:
-        if kind in (HEAD, RECORD):
+        if kind in (KeyKind.HEAD, KeyKind.RECORD):
             _note_references(codec.decode_record(key, body), kind, namespace_prefix(prefix, key), key, wanted)
-        elif kind == WRITE:
+        elif kind == KeyKind.WRITE:
             codec.decode_writes(key, body)
-        elif kind == BLOB:
+        elif kind == KeyKind.BLOB:
             codec.decode_blob(key, body)
-        elif kind in (RUN_ENTRY, THREAD_NAME, NS_NAME):
+        elif kind in (KeyKind.RUN_ENTRY, KeyKind.THREAD_NAME, KeyKind.NS_NAME):
             body.decode("utf-8", "surrogatepass")
-        elif kind == MARKER:
+        elif kind == KeyKind.MARKER:
             return Problem(key, _unfinished(key[len(prefix) :], body))
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
@@ -366,12 +335,12 @@ def _unfinished(relative: str, marker: bytes) -> str:
     )
 
 
-def _note_references(record: Record, kind: str, ns_prefix: str, key: str, wanted: dict[str, list[str]]) -> None:
+def _note_references(record: Record, kind: KeyKind, ns_prefix: str, key: str, wanted: dict[str, list[str]]) -> None:
     """Note, under each object a head or record needs (its large values; for a head, its record), that
     ``key`` needs it."""
     for channel, version in record.blobs.items():
         wanted.setdefault(Layout.blob_in(ns_prefix, channel, version), []).append(key)
-    if kind == HEAD:
+    if kind == KeyKind.HEAD:
         wanted.setdefault(Layout.record_in(ns_prefix, record.checkpoint["id"]), []).append(key)
 
 
@@ -390,7 +359,6 @@ __all__ = [
     "Problem",
     "ThreadStats",
     "all_thread_stats",
-    "classify",
     "export_thread",
     "import_thread",
     "thread_exists",

@@ -761,6 +761,23 @@ def test_m_copy_thread_refused_by_a_target_created_meanwhile(make_saver: Callabl
     assert ids(reader.list(cfg("src"))) == [cid(2), cid(1)]
 
 
+def test_m_copy_thread_copies_the_writes_of_a_task_named_head(make_saver: Callable[[], S3Saver]) -> None:
+    """Defect: copy_thread skipped every key ending in ``/head``, which is also the writes object of a task whose
+    id is ``head``: the copy lost that task's pending writes. What a copy carries over is now decided by the
+    one classifier of a thread's keys (``keys.classify``), as export's is."""
+    saver = make_saver()
+    put(saver, "source", cid(1))
+    saver.put_writes(cfg("source", "", cid(1)), [("ch", "from the task named head")], "head")
+    saver.put_writes(cfg("source", "", cid(1)), [("ch", "from another task")], "other")
+    saver.copy_thread("source", "target")
+    copied = make_saver().get_tuple(cfg("target"))
+    assert copied is not None
+    assert sorted(copied.pending_writes) == [
+        ("head", "ch", "from the task named head"),
+        ("other", "ch", "from another task"),
+    ]
+
+
 def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Saver]) -> None:
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
