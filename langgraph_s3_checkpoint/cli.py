@@ -644,7 +644,7 @@ def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
 def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
     bar = ctx.bar("import")
     with _archive_reader(args.file) as (manifest, objects):
-        thread_id = args.thread or str(manifest["thread_id"])
+        thread_id = str(manifest["thread_id"]) if args.thread is None else args.thread
         exists = ctx.store.run(ops.thread_exists(ctx.layout, thread_id))
         if exists and not args.replace:
             raise Failure(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,9 +24,10 @@ from .codec import RawWrite
 from .errors import (
     CheckpointConflictError,
     ClockSkewError,
+    InvalidConfigError,
 )
 from .fencing import Fence, Fenced, HeadSeen, Join
-from .keys import escape, is_digest
+from .keys import MAX_KEY_BYTES, escape, is_digest, key_bytes
 from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config
 from .requests import (
@@ -74,6 +76,11 @@ class Committing(Reading):
         t = parse_config(config)
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
         checkpoint_id = checkpoint["id"]
+        if not isinstance(checkpoint_id, str) or not checkpoint_id:
+            # "" would be filed where no reader finds it, and LangGraph reads an empty id as "the latest"
+            raise InvalidConfigError(
+                f"checkpoint['id'] must be a non-empty string (LangGraph makes uuid6 ids), got {checkpoint_id!r}"
+            )
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
         fence = self.memory.fence(thread_id, ns, parent_id)
@@ -92,6 +99,9 @@ class Committing(Reading):
             prerequisites += self._names(thread_id, ns)  # a fenced parent's head proves they exist
         head_key = self.layout.head(thread_id, ns)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
+        # Before anything is sent: S3 refusing the record's key while the head sent with it lands would leave a
+        # head whose record can never be restored.
+        _refuse_long_keys(f"checkpoint {reprlib.repr(checkpoint_id)}", [record_key, *(p.key for p in prerequisites)])
         joining = isinstance(fence, Join)
         head_now: StoredObject | None = None
         if prerequisites or joining:
@@ -261,6 +271,8 @@ class Committing(Reading):
         """
         t = parse_config(config, need_checkpoint_id=True)
         assert t.checkpoint_id is not None
+        if not isinstance(task_id, str) or _has_lone_surrogate(task_id):
+            raise InvalidConfigError(f"task_id must be a string of valid Unicode (no lone surrogates), got {task_id!r}")
         if not writes:
             return
         new = [
@@ -268,6 +280,7 @@ class Committing(Reading):
             for i, (channel, value) in enumerate(writes)
         ]
         key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
+        _refuse_long_keys(f"the writes of task {reprlib.repr(task_id)}", [key])
         put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
         for _ in range(WRITE_ATTEMPTS):
             if isinstance((yield from one(put)), Written):
@@ -283,6 +296,25 @@ class Committing(Reading):
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_long_keys(what: str, keys: Sequence[str]) -> None:
+    for key in keys:
+        size = key_bytes(key)
+        if size > MAX_KEY_BYTES:
+            raise InvalidConfigError(
+                f"{what} would be stored under a key of {size} bytes; S3 allows {MAX_KEY_BYTES}. Nothing was "
+                f"written. Use a shorter checkpoint id (LangGraph's are 36 characters) or a shorter prefix (key: "
+                f"{reprlib.repr(key)})"
+            )
 
 
 def _carries_time(checkpoint_id: str) -> bool:

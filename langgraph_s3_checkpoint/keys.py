@@ -43,6 +43,12 @@ MAX_SEGMENT = 180
 MAX_KEY_BYTES = 1024
 """The longest object key S3 accepts (UTF-8 bytes; AWS and SeaweedFS refuse longer ones with KeyTooLongError)."""
 
+
+def key_bytes(key: str) -> int:
+    """The length S3 measures a key by (UTF-8 bytes), to compare with :data:`MAX_KEY_BYTES`."""
+    return len(key.encode("utf-8", "surrogatepass"))
+
+
 DELETING = "deleting"
 """Name of a delete-in-progress marker (:meth:`Layout.deleting`, :meth:`Layout.deleting_in`)."""
 COPYING = "copying"

@@ -285,7 +285,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
                 yield Emit(problem)
         checked += len(chunk)
         yield Emit(Checked(len(chunk)))
-    for problem in _missing_references(present, wanted):
+    for problem in _missing_references(prefix, present, wanted):
         yield Emit(problem)
     return checked
 
@@ -344,11 +344,11 @@ def _note_references(record: Record, kind: KeyKind, ns_prefix: str, key: str, wa
         wanted.setdefault(Layout.record_in(ns_prefix, record.checkpoint["id"]), []).append(key)
 
 
-def _missing_references(present: set[str], wanted: dict[str, list[str]]) -> Iterator[Problem]:
+def _missing_references(prefix: str, present: set[str], wanted: dict[str, list[str]]) -> Iterator[Problem]:
     """A problem for each referenced object that the listing did not show, naming who references it."""
     for missing, referrers in sorted(wanted.items()):
         if missing not in present:
-            what = "checkpoint record" if "/c/" in missing else "channel value"
+            what = "checkpoint record" if classify(missing[len(prefix) :]) is KeyKind.RECORD else "channel value"
             others = f" and {len(referrers) - 1} more" if len(referrers) > 1 else ""
             yield Problem(missing, f"missing {what} referenced by {referrers[0]!r}{others}")
 

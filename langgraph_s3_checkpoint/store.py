@@ -60,7 +60,7 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidArgumentTypeError, InvalidConfigError, StoreConflictError
-from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, is_digest
+from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, is_digest, key_bytes
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -1274,7 +1274,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
     def _check_key_length(self, op: PutOp) -> None:
         """S3 keys are at most 1,024 bytes (AWS, SeaweedFS): refuse an item whose object key would be longer
         before any of the batch is written, instead of failing halfway through it."""
-        size = len(self._core.layout.item(op.namespace, op.key).encode("utf-8", "surrogatepass"))
+        size = key_bytes(self._core.layout.item(op.namespace, op.key))
         if size > MAX_KEY_BYTES:
             raise InvalidConfigError(
                 f"item {op.key!r} in namespace {tuple(op.namespace)!r} would be stored under a key of {size} bytes; "

@@ -19,6 +19,7 @@ from langgraph_s3_checkpoint import (
     BucketNotFoundError,
     ConditionalWritesUnsupportedError,
     CorruptObjectError,
+    InvalidConfigError,
     S3AccessError,
     S3Saver,
     SerializationError,
@@ -103,6 +104,47 @@ def test_unserializable_write_names_the_channel(saver: S3Saver) -> None:
     assert "'troublemaker'" in str(raised.value)
     tup = saver.get_tuple(cfg("refused-write"))
     assert tup is not None and tup.pending_writes == []
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_id", "named"),
+    [
+        ("", "non-empty string"),
+        ("7" * 600, r"a key of \d+ bytes; S3 allows 1024"),  # its record's key: S3 refuses it (KeyTooLongError)
+    ],
+    ids=["empty", "too-long"],
+)
+def test_a_checkpoint_id_s3_cannot_store_is_refused_before_anything_is_written(
+    saver: S3Saver, s3_server: LocalS3Server, bucket: str, prefix: str, checkpoint_id: str, named: str
+) -> None:
+    """Defect: a checkpoint id too long for its record's key made S3 refuse the record while the head sent with it
+    landed, so every later read of the thread failed; an empty id was stored where no reader finds it."""
+    first = put_values(saver, cfg("odd-ids"), {"fine": 1})
+    before = sorted(o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"])
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id
+    with pytest.raises(InvalidConfigError, match=named):
+        saver.put(first, checkpoint, {"step": 1}, {})
+    with pytest.raises(InvalidConfigError, match=named if checkpoint_id else "non-empty"):
+        saver.put(cfg("odd-ids-new"), checkpoint, {"step": 0}, {})
+    if checkpoint_id:
+        with pytest.raises(InvalidConfigError, match=named):
+            saver.put_writes(cfg("odd-ids", "", checkpoint_id), [("ch", 1)], "task")
+    after = sorted(o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"])
+    assert after == before
+    fresh = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    latest = fresh.get_tuple(cfg("odd-ids"))
+    assert latest is not None and latest.config == first
+    fresh.close()
+
+
+def test_a_task_id_that_is_not_valid_unicode_is_refused_naming_it(saver: S3Saver) -> None:
+    first = put_values(saver, cfg("odd-task"), {"fine": 1})
+    with pytest.raises(InvalidConfigError, match="task_id"):
+        saver.put_writes(first, [("ch", 1)], "a\ud800b")
+    saver.put_writes(first, [("ch", 1)], "head")  # a word of the layout is a task id like any other
+    tup = saver.get_tuple(cfg("odd-task"))
+    assert tup is not None and tup.pending_writes == [("head", "ch", 1)]
 
 
 class RefusingState(TypedDict, total=False):

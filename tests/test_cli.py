@@ -355,6 +355,9 @@ def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.Loc
     clash = env.run("import", str(archive), "--thread", "restored")
     assert clash.returncode == 1
     assert "already exists" in clash.stderr
+    # An empty thread id is a thread id (the saver takes it): not "the exported one"
+    assert env.json("import", str(archive), "--thread", "")["thread_id"] == ""
+    assert env.history_ids("") == env.history_ids("orig")
 
     # Portable: the same archive restores under its own id in another prefix.
     elsewhere = Env(cli_server, f"{env.prefix}-elsewhere")
@@ -380,22 +383,23 @@ def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.Loc
 
 
 def test_verify_finds_damaged_objects(env: Env) -> None:
-    env.paused("v")
+    # A thread named "c", like the layout's folder of records: a missing large value under it is still named one.
+    env.paused("c")
     env.finished("fine")
     clean = env.json("verify")
     assert clean["problems"] == []
     assert clean["threads"] == 2
-    assert clean["objects"] == len(env.keys("v")) + len(env.keys("fine"))
-    assert env.run("verify", "v").stdout.strip().endswith(": OK")
+    assert clean["objects"] == len(env.keys("c")) + len(env.keys("fine"))
+    assert env.run("verify", "c").stdout.strip().endswith(": OK")
 
-    keys = env.keys("v")
+    keys = env.keys("c")
     record = sorted(k for k in keys if is_record_key(k) and f"/ns/{'~'}/c/" in k)[-1]
     body = env.client.get_object(Bucket=CLI_BUCKET, Key=record)["Body"].read()
     env.client.put_object(Bucket=CLI_BUCKET, Key=record, Body=body[: len(body) // 2])
     blob = next(k for k in keys if "/b/" in k)
     env.client.delete_object(Bucket=CLI_BUCKET, Key=blob)
 
-    damaged = env.run("--json", "verify", "v")
+    damaged = env.run("--json", "verify", "c")
     assert damaged.returncode == 1
     problems = {p["key"]: p["problem"] for p in json.loads(damaged.stdout)["problems"]}
     assert set(problems) == {record, blob}
