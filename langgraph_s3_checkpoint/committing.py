@@ -83,6 +83,9 @@ class Committing(Reading):
             )
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
+        if run_id is not None and _has_lone_surrogate(run_id):
+            # the serializer stores it altered ("?"), so the run index would name a run no record has
+            raise InvalidConfigError(f"run_id must be valid Unicode (no lone surrogates), got {run_id!r}")
         fence = self.memory.fence(thread_id, ns, parent_id)
         if (
             parent_id is not None

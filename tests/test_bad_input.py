@@ -138,10 +138,13 @@ def test_a_checkpoint_id_s3_cannot_store_is_refused_before_anything_is_written(
     fresh.close()
 
 
-def test_a_task_id_that_is_not_valid_unicode_is_refused_naming_it(saver: S3Saver) -> None:
+def test_a_task_or_run_id_that_is_not_valid_unicode_is_refused_naming_it(saver: S3Saver) -> None:
     first = put_values(saver, cfg("odd-task"), {"fine": 1})
     with pytest.raises(InvalidConfigError, match="task_id"):
         saver.put_writes(first, [("ch", 1)], "a\ud800b")
+    checkpoint = empty_checkpoint()
+    with pytest.raises(InvalidConfigError, match="run_id"):
+        saver.put(first, checkpoint, {"step": 1, "run_id": "a\ud800b"}, {})
     saver.put_writes(first, [("ch", 1)], "head")  # a word of the layout is a task id like any other
     tup = saver.get_tuple(cfg("odd-task"))
     assert tup is not None and tup.pending_writes == [("head", "ch", 1)]
