@@ -329,28 +329,46 @@ def unpack_vector(data: bytes) -> list[float]:
     return values.tolist()
 
 
-def cosine_scores(query: Sequence[float], packed: Sequence[bytes]) -> list[float]:
-    """InMemoryStore's cosine similarity (same float64 arithmetic, so the same scores), computed from
-    packed vectors without turning each into a Python list when numpy is there."""
+DISTANCES = ("cosine", "inner_product", "l2")
+"""``index['distance_type']`` values, scored as PostgresStore scores them (higher is closer): cosine similarity
+(the default, and InMemoryStore's only one), the inner product, and minus the Euclidean distance."""
+
+
+def similarity_scores(query: Sequence[float], packed: Sequence[bytes], distance: str = "cosine") -> list[float]:
+    """The score of each packed vector against ``query`` for ``distance`` (see :data:`DISTANCES`); cosine is
+    InMemoryStore's (same float64 arithmetic, so the same scores). With numpy the vectors are scored from their
+    packed bytes without turning each into a Python list."""
     if not packed:
         return []
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is optional, as for InMemoryStore
-        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+        return _python_scores(query, [unpack_vector(v) for v in packed], distance)
     try:
         matrix = np.frombuffer(b"".join(packed), dtype="<f4").reshape(len(packed), -1).astype(np.float64)
     except ValueError:  # vectors of different sizes (the index changed): the general path
-        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+        return _python_scores(query, [unpack_vector(v) for v in packed], distance)
     if matrix.shape[1] != len(query):
-        return _cosine_similarity(list(query), [unpack_vector(v) for v in packed])
+        return _python_scores(query, [unpack_vector(v) for v in packed], distance)
     x = np.array(query)
+    if distance == "inner_product":
+        return [float(v) for v in (matrix @ x).tolist()]
+    if distance == "l2":
+        return [float(v) for v in (-np.linalg.norm(matrix - x, axis=1)).tolist()]
     x_norm = np.linalg.norm(x)
     y_norm = np.linalg.norm(matrix, axis=1)
     mask = y_norm != 0
     similarities = np.zeros_like(y_norm)
     similarities[mask] = np.dot(matrix[mask], x) / (y_norm[mask] * x_norm)
     return [float(v) for v in similarities.tolist()]
+
+
+def _python_scores(query: Sequence[float], vectors: list[list[float]], distance: str) -> list[float]:
+    if distance == "inner_product":
+        return [math.fsum(a * b for a, b in zip(query, v, strict=False)) for v in vectors]
+    if distance == "l2":
+        return [-math.sqrt(math.fsum((a - b) ** 2 for a, b in zip(query, v, strict=False))) for v in vectors]
+    return _cosine_similarity(list(query), vectors)
 
 
 def _swapped(values: Any) -> bytes:
@@ -430,11 +448,13 @@ class _Candidate:
         self.current = bool(len(entry) > 3 and entry[3] and self.etag and same_etag(entry[3], self.etag))
 
 
-def rank_by_similarity(query: Sequence[float], candidates: Sequence[_Candidate]) -> list[tuple[float, _Candidate]]:
+def rank_by_similarity(
+    query: Sequence[float], candidates: Sequence[_Candidate], distance: str = "cosine"
+) -> list[tuple[float, _Candidate]]:
     """Candidates with vectors, best first, each scored by its best field (max-pooling) as
     InMemoryStore does; equal scores keep the candidates' order."""
     flat = [(vector, c) for c in candidates for vector in c.vectors]
-    scores = cosine_scores(query, [v for v, _ in flat])
+    scores = similarity_scores(query, [v for v, _ in flat], distance)
     order = sorted(zip(scores, (c for _, c in flat), strict=True), key=lambda pair: pair[0], reverse=True)
     ranked: list[tuple[float, _Candidate]] = []
     seen: set[str] = set()
@@ -511,6 +531,8 @@ class StoreCore:
     vector_shards: int = DEFAULT_VECTOR_SHARDS
     indexed: bool = False
     """Whether an index is configured: puts maintain the vector shards, queries read them."""
+    distance: str = "cosine"
+    """How queries score vectors (``index['distance_type']``, see :data:`DISTANCES`)."""
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     names: dict[str, str] = field(default_factory=dict)
     """Digest segment -> real string, for name objects known to exist (written or read)."""
@@ -703,7 +725,7 @@ class StoreCore:
         recorded for the very objects listed (same ETag), and again to each item read."""
         now = self.now()
         listed, by_key = yield from self._shard_candidates(op)
-        ranked = rank_by_similarity(query, self._rankable(op, listed, by_key))
+        ranked = rank_by_similarity(query, self._rankable(op, listed, by_key), self.distance)
         kept = yield from self._read_ranked_page(op, ranked, now)
         if len(kept) < op.limit:
             kept += yield from self._unscored_to_fill(op, op.limit - len(kept), listed, by_key, now)
@@ -1092,9 +1114,9 @@ def _check_ttl(ttl: Any) -> None:
 
 
 # LangGraph's IndexConfig, and the keys of LangGraph's other stores that mean something here: SqliteStore's
-# "text_fields" (its name for "fields"), PostgresStore's "distance_type" (cosine only: l2 or inner-product scores
-# would differ) and "ann_index_config" (it tunes pgvector's approximate index; S3Store scores every vector of the
-# namespaces searched exactly, so there is nothing to tune and it is ignored). A store's own index_config also
+# "text_fields" (its name for "fields"), PostgresStore's "distance_type" (see DISTANCES) and "ann_index_config"
+# (it tunes pgvector's approximate index; S3Store scores every vector of the namespaces searched exactly, so there
+# is nothing to tune and it is ignored). A store's own index_config also
 # holds "__tokenized_fields" (recomputed from the fields), so one store's index_config can configure another.
 _INDEX_KEYS = frozenset({"embed", "dims", "fields", "text_fields", "distance_type", "ann_index_config"})
 
@@ -1108,10 +1130,10 @@ def _check_index(index: Any) -> None:
     unknown = sorted(str(name) for name in index if name not in _INDEX_KEYS and name != "__tokenized_fields")
     if unknown:
         raise InvalidConfigError(f"index has keys S3Store does not know: {unknown}; it takes {sorted(_INDEX_KEYS)}")
-    if index.get("distance_type", "cosine") != "cosine":
+    if index.get("distance_type", "cosine") not in DISTANCES:
         raise InvalidConfigError(
-            f"index['distance_type'] must be 'cosine' (S3Store scores by cosine similarity, as InMemoryStore does), "
-            f"got {index['distance_type']!r}"
+            f"index['distance_type'] must be one of {', '.join(map(repr, DISTANCES))} (as for PostgresStore's "
+            f"float vectors), got {index['distance_type']!r}"
         )
     embed = index.get("embed")
     if embed is None or not (isinstance(embed, str) or callable(embed) or hasattr(embed, "embed_documents")):
@@ -1220,6 +1242,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             codec=StoreCodec(codec),
             vector_shards=vector_shards,
             indexed=self.embeddings is not None,
+            distance=str((index or {}).get("distance_type", "cosine")),
         )
 
     def __repr__(self) -> str:

@@ -243,7 +243,10 @@ def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[st
         ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
         ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "fields": "text"}}, "fields"),
         ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "field": ["a"]}}, r"\['field'\]"),
-        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "distance_type": "l2"}}, "distance_type"),
+        (
+            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "distance_type": "hamming"}},
+            "distance_type",
+        ),
         (
             {
                 "index": {

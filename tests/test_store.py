@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +43,13 @@ from langgraph.store.memory import InMemoryStore
 from langgraph_s3_checkpoint import AsyncS3Store, S3Saver, S3Store
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.store import BaseS3Store, StoreLayout
+from langgraph_s3_checkpoint.store import (
+    BaseS3Store,
+    StoreLayout,
+    _python_scores,
+    pack_vector,
+    similarity_scores,
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -803,6 +810,35 @@ def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> 
             for name, value in items.items():
                 store.put(("docs",), name, value)
             assert [(r.key, r.score) for r in store.search(("docs",), query="apple pie")] == expected, extra
+
+
+@pytest.mark.parametrize("distance", ["cosine", "inner_product", "l2"])
+def test_distance_types_score_as_postgres_store_does(distance: str) -> None:
+    """PostgresStore's ``distance_type``: cosine similarity, the inner product, or minus the Euclidean
+    distance; higher is closer. GridEmbeddings' components are exact in float32, so the scores are exact."""
+    embeddings = GridEmbeddings()
+    texts = ["apple pie", "pear tart", "plum cake", "fig roll"]
+    index = {"dims": 12, "embed": embeddings, "fields": ["text"], "distance_type": distance}
+    query = embeddings.embed_query("apple")
+    expected_of = {
+        "cosine": lambda v: (
+            sum(a * b for a, b in zip(query, v, strict=True))
+            / (math.sqrt(sum(a * a for a in query)) * math.sqrt(sum(b * b for b in v)))
+        ),
+        "inner_product": lambda v: sum(a * b for a, b in zip(query, v, strict=True)),
+        "l2": lambda v: -math.sqrt(sum((a - b) ** 2 for a, b in zip(query, v, strict=True))),
+    }[distance]
+    expected = sorted(((expected_of(embeddings.embed_query(t)), t) for t in texts), reverse=True)
+    with contextlib.closing(S3Store(bucket="b", client=MemoryBucket(), index=index)) as store:  # type: ignore[arg-type]
+        for text in texts:
+            store.put(("docs",), text, {"text": text})
+        found = store.search(("docs",), query="apple", limit=10)
+    assert [r.key for r in found] == [t for _, t in expected]
+    assert [r.score for r in found] == pytest.approx([score for score, _ in expected])
+    packed = [pack_vector(embeddings.embed_query(t)) for t in texts]
+    assert similarity_scores(query, packed, distance) == pytest.approx(
+        _python_scores(query, [embeddings.embed_query(t) for t in texts], distance)
+    )  # the path without numpy agrees
 
 
 async def test_async_store_ttl_methods_are_coroutines_as_in_async_postgres_store() -> None:
