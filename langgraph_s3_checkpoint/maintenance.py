@@ -23,7 +23,19 @@ from .errors import (
     TargetThreadExistsError,
 )
 from .keys import NOT_COPIED, CheckpointKey, Layout, classify, escape
-from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, exists, for_each_emitted, landed, one, pages
+from .plans import (
+    READ_BATCH,
+    all_of,
+    any_under,
+    chunks,
+    collect_emitted,
+    deletes,
+    exists,
+    for_each_emitted,
+    landed,
+    one,
+    pages,
+)
 from .requests import (
     PRECONDITION_FAILED,
     BucketExists,
@@ -60,6 +72,12 @@ class Maintenance(Committing):
 
     # -- deleting and copying -----------------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> Plan[None]:
+        # A thread with no object at all (never written, or already deleted) needs no marker: writing and
+        # removing one would cost two requests and, on filer-backed servers (SeaweedFS), leave an empty folder.
+        # A first put racing this LIST is ordered after the delete, as it would be after the whole delete.
+        if not (yield from any_under(self.layout.thread(thread_id))):
+            self.memory.forget_thread(thread_id)
+            return
         marker = yield from self._mark(self.layout.deleting(thread_id), "delete_thread")
         yield from self._finish_delete(thread_id, marker)
 
@@ -117,8 +135,7 @@ class Maintenance(Committing):
         if not prefixes:
             return
         yield from self._refuse_existing_target(target_thread_id)
-        leftover = yield from one(ListKeys(self.layout.thread(target_thread_id), max_keys=1))
-        if leftover.keys:
+        if (yield from any_under(self.layout.thread(target_thread_id))):
             # Objects without a head: a copy, a put or a delete that died. Nothing there is committed, but
             # left in place its records could show through the copy: below a link the source has pruned, the
             # commit chain takes the next record down for committed (chain.py).

@@ -20,7 +20,7 @@ from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import NOT_COPIED, KeyKind, Layout, classify, escape, is_digest, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, collect_emitted, one
+from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -71,8 +71,7 @@ def thread_ids(layout: Layout) -> OpsPlan[None]:
 
 
 def thread_exists(layout: Layout, thread_id: str) -> OpsPlan[bool]:
-    page = yield from one(ListKeys(layout.thread(thread_id), max_keys=1))
-    return bool(page.keys)
+    return (yield from any_under(layout.thread(thread_id)))
 
 
 # ------------------------------------------------------------------------------------------------

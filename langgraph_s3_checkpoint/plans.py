@@ -63,6 +63,12 @@ def exists(key: str) -> Plan[bool]:
     return key in page.keys
 
 
+def any_under(prefix: str) -> Plan[bool]:
+    """Whether any object's key starts with ``prefix`` (a thread's, say), by a 1-key LIST."""
+    page = yield from one(ListKeys(prefix, max_keys=1))
+    return bool(page.keys)
+
+
 def landed(puts: Sequence[Put], replies: Sequence[Written | PreconditionFailed]) -> Plan[list[bool]]:
     """Whether each conditional PUT's object holds that PUT's bytes now. A refused PUT is read back: the
     bytes are its own when an earlier attempt landed and only its answer was lost (the retry is then

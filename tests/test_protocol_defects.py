@@ -854,9 +854,11 @@ def test_o_two_deletes_of_one_thread_each_remove_only_their_own_marker(
         put(first, "t", cid(n), cid(n - 1) if n > 1 else None)
     marker = first._core.layout.deleting("t")
     plan = first._core.delete_thread("t")
-    reply = send(first, plan.send(None))  # the first delete has written its marker
+    reply = send(first, plan.send(None))  # the first delete has found the thread
+    reply = send(first, plan.send(reply))  # and written its marker
     second_plan = second._core.delete_thread("t")
-    second_reply = send(second, second_plan.send(None))  # so has the second, over it
+    second_reply = send(second, second_plan.send(None))
+    second_reply = send(second, second_plan.send(second_reply))  # so has the second, over it
     with contextlib.suppress(StopIteration):
         while True:
             reply = send(first, plan.send(reply))
@@ -865,6 +867,19 @@ def test_o_two_deletes_of_one_thread_each_remove_only_their_own_marker(
         while True:
             second_reply = send(second, second_plan.send(second_reply))
     assert s3_client.list_objects_v2(Bucket=first.bucket, Prefix=f"{first.prefix}/threads/").get("KeyCount") == 0
+
+
+def test_o_delete_of_a_thread_with_no_objects_writes_nothing(
+    make_saver: Callable[[], S3Saver], s3_client: Any, count_requests: Callable[[Any], Any]
+) -> None:
+    """Deleting a thread that was never written (LangGraph's Agent Server deletes threads that never ran) used to
+    write and remove a ``deleting`` marker: five requests, and on SeaweedFS an empty folder that gc then counted as
+    a foreign object for ever. One 1-key LIST now finds nothing and ends it."""
+    saver = make_saver()
+    counter = count_requests(saver.client)
+    saver.delete_thread("never-written")
+    assert counter.snapshot() == {"ListObjectsV2": 1}
+    assert s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=f"{saver.prefix}/threads/").get("KeyCount") == 0
 
 
 def test_o_copy_onto_a_target_whose_delete_died_shows_none_of_its_records(make_saver: Callable[[], S3Saver]) -> None:
