@@ -27,7 +27,7 @@ from .errors import (
     InvalidConfigError,
 )
 from .fencing import Fence, Fenced, HeadSeen, Join
-from .keys import MAX_KEY_BYTES, escape, is_digest, key_bytes
+from .keys import MAX_KEY_BYTES, escape, has_lone_surrogate, is_digest, key_bytes
 from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config
 from .requests import (
@@ -83,7 +83,7 @@ class Committing(Reading):
             )
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = None if stored_metadata.get("run_id") is None else str(stored_metadata["run_id"])
-        if run_id is not None and _has_lone_surrogate(run_id):
+        if run_id is not None and has_lone_surrogate(run_id):
             # the serializer stores it altered ("?"), so the run index would name a run no record has
             raise InvalidConfigError(f"run_id must be valid Unicode (no lone surrogates), got {run_id!r}")
         fence = self.memory.fence(thread_id, ns, parent_id)
@@ -274,7 +274,7 @@ class Committing(Reading):
         """
         t = parse_config(config, need_checkpoint_id=True)
         assert t.checkpoint_id is not None
-        if not isinstance(task_id, str) or _has_lone_surrogate(task_id):
+        if not isinstance(task_id, str) or has_lone_surrogate(task_id):
             raise InvalidConfigError(f"task_id must be a string of valid Unicode (no lone surrogates), got {task_id!r}")
         if not writes:
             return
@@ -299,14 +299,6 @@ class Committing(Reading):
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _refuse_long_keys(what: str, keys: Sequence[str]) -> None:

@@ -49,6 +49,15 @@ def key_bytes(key: str) -> int:
     return len(key.encode("utf-8", "surrogatepass"))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (undecodable bytes decoded with ``surrogateescape``, say): not
+    text that UTF-8, and so the serializer, can store as it is."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 DELETING = "deleting"
 """Name of a delete-in-progress marker (:meth:`Layout.deleting`, :meth:`Layout.deleting_in`)."""
 COPYING = "copying"

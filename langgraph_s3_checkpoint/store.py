@@ -24,7 +24,6 @@ import concurrent.futures
 import hashlib
 import logging
 import math
-import re
 import threading
 import uuid
 from abc import abstractmethod
@@ -60,7 +59,7 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidArgumentTypeError, InvalidConfigError, StoreConflictError
-from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, is_digest, key_bytes
+from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -1043,7 +1042,6 @@ _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "omit_expired", "sweep_
 return an expired item; ``list_namespaces`` reads keys only and lists a namespace until its items are swept."""
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 """The filter operators of InMemoryStore and PostgresStore."""
 
@@ -1067,7 +1065,7 @@ def _check_op(op: Op) -> None:
 
 def _check_put(op: PutOp) -> None:
     for text in (*op.namespace, op.key):
-        if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
+        if isinstance(text, str) and has_lone_surrogate(text):
             raise InvalidConfigError(
                 f"{text!r} (in namespace {tuple(op.namespace)!r}, key {op.key!r}) holds a lone surrogate, "
                 "which is not text an item can be stored under; decode the bytes it came from properly"
@@ -1116,8 +1114,8 @@ def _check_ttl(ttl: Any) -> None:
 # LangGraph's IndexConfig, and the keys of LangGraph's other stores that mean something here: SqliteStore's
 # "text_fields" (its name for "fields"), PostgresStore's "distance_type" (see DISTANCES) and "ann_index_config"
 # (it tunes pgvector's approximate index; S3Store scores every vector of the namespaces searched exactly, so there
-# is nothing to tune and it is ignored). A store's own index_config also
-# holds "__tokenized_fields" (recomputed from the fields), so one store's index_config can configure another.
+# is nothing to tune and it is ignored). A store's own index_config also holds "__tokenized_fields" (recomputed
+# from the fields), so one store's index_config can configure another.
 _INDEX_KEYS = frozenset({"embed", "dims", "fields", "text_fields", "distance_type", "ann_index_config"})
 
 
