@@ -42,10 +42,11 @@ Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastMo
 server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
 the grace well above the longest a ``put`` can take. ORPHAN records are garbage at once, but the grace
 applies to them too, for safety. Committed checkpoints are never deleted. Keys that are not the saver's
-(an unrecognised key, a zero-byte folder marker ending in ``/``) are never deleted; the report counts
-them as ``foreign``. Where a record cannot be read (damaged, or deleted since the listing by a concurrent
-``prune``/``delete_for_runs``/``delete_thread``), the namespace's remaining ORPHAN records, its blobs
-and its run-index entries are left alone: what the damaged record committed cannot be judged.
+by :func:`keys.classify`'s rule (an unrecognised key, a zero-byte folder marker ending in ``/``, anything
+in a folder no id escapes to) are never deleted; the report counts them as ``foreign``. Where a record
+cannot be read (damaged, or deleted since the listing by a concurrent ``prune``/``delete_for_runs``/
+``delete_thread``), the namespace's remaining ORPHAN records, its blobs and its run-index entries are
+left alone: what the damaged record committed cannot be judged.
 
 gc is a plan (see :mod:`langgraph_s3_checkpoint.core`), so it runs through the saver's own I/O shell
 (boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. It
@@ -63,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
-from .keys import COPYING, DELETING, Layout, escape
+from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, for_each_emitted, one, pages
 from .requests import Emit, Get, ListKeys, Page, Plan, StoredObject
 
@@ -143,26 +144,12 @@ class _Walk:
         return f"{self.prefix}head"
 
     @property
-    def name_key(self) -> str:
-        return f"{self.prefix}name"
-
-    @property
-    def marker_key(self) -> str:
-        return Layout.deleting_in(self.prefix)
-
-    @property
     def records(self) -> str:
         return f"{self.prefix}c/"
 
     @property
     def blobs(self) -> str:
         return f"{self.prefix}b/"
-
-    def owns_outside_records(self, key: str) -> bool:
-        """Whether a key of the namespace outside ``c/`` is the saver's: a blob, the head or the name."""
-        if key.endswith("/"):
-            return False  # a folder marker
-        return Layout.is_blob(self.blobs, key) or key in (self.head_key, self.name_key, self.marker_key)
 
 
 @dataclass
@@ -287,7 +274,10 @@ class _Collector:
             self.report.scanned += len(page.keys)
             self.report.foreign += len(page.keys)  # nothing of ours lives directly under threads/
             for thread_prefix in page.prefixes:
-                yield from self.thread(thread_prefix)
+                if is_own_segment(thread_prefix[len(threads_root) : -1]):
+                    yield from self.thread(thread_prefix)
+                else:
+                    yield from self.foreign_folder(thread_prefix)
 
         yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
         yield from self.global_runs()
@@ -307,6 +297,17 @@ class _Collector:
         yield from for_each_emitted(pages(f"{self.root}_setup/"), setup_page)
         yield from self.flush()
         return self.report
+
+    def foreign_folder(self, prefix: str) -> Plan[None]:
+        """Count the keys of a folder whose name no id escapes to (``threads/a.b/``, ``ns/%zz/``): whatever
+        they look like inside, they are not the saver's."""
+
+        def foreign_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            self.report.foreign += len(page.keys)
+            yield from ()
+
+        yield from for_each_emitted(pages(prefix), foreign_page)
 
     def thread(self, prefix: str) -> Plan[None]:
         self.thread_kept = 0
@@ -330,7 +331,11 @@ class _Collector:
             for _ in page.keys:
                 self.foreign()  # nothing of ours lives directly under ns/
             for ns_prefix in page.prefixes:
-                namespaces[ns_prefix[len(ns_root) : -1]] = yield from self.namespace(ns_prefix)
+                segment = ns_prefix[len(ns_root) : -1]
+                if is_own_segment(segment):
+                    namespaces[segment] = yield from self.namespace(ns_prefix)
+                else:
+                    yield from self.foreign_folder(ns_prefix)
 
         yield from for_each_emitted(pages(ns_root, delimiter="/"), ns_page)
         return namespaces
@@ -344,11 +349,10 @@ class _Collector:
             self.report.scanned += len(page.keys)
             old = _age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
-                parts = key[len(entries_root) :].split("/")
-                if len(parts) != 2 or not all(parts):
+                if classify(key[len(prefix) :]) is not KeyKind.RUN_ENTRY:
                     self.foreign()
                     continue
-                run_segment, ns_segment = parts
+                run_segment, ns_segment = key[len(entries_root) :].split("/")
                 if _dangling(namespaces.get(ns_segment), run_segment):
                     twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
                     self.doom(page, i, "dangling_run_entry", old, also=twin)
@@ -361,22 +365,22 @@ class _Collector:
     def thread_keys(self, prefix: str, *, unsettled: bool) -> Plan[None]:
         """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
         its markers. ``unsettled``: objects of a namespace without a head stay (what a marker protects)."""
-        name_key = f"{prefix}name"
-        markers = {f"{prefix}{DELETING}": "unfinished_delete", f"{prefix}{COPYING}": "unfinished_copy"}
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             old = _age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
-                if key == name_key and self.thread_kept == 0:
+                relative = key[len(prefix) :]
+                kind = classify(relative)
+                if kind is KeyKind.THREAD_NAME and self.thread_kept == 0:
                     # A thread with nothing else left (everything else went, or was never there). While
                     # anything stays — a put in flight among it — so does its name.
                     self.doom(page, i, "orphan_name", old)
-                elif key in markers and not unsettled:
+                elif kind is KeyKind.MARKER and not unsettled:
                     # A marker keeps repair_thread from using the records of namespaces without a head; once
                     # none is left (they went, or every namespace has a head again), it has nothing to keep.
-                    self.doom(page, i, markers[key], old)
-                elif key == name_key or key in markers:
+                    self.doom(page, i, _MARKER_REASON[relative], old)
+                elif kind in (KeyKind.THREAD_NAME, KeyKind.MARKER):
                     self.keep()
                 else:
                     self.foreign()
@@ -504,15 +508,16 @@ class _Collector:
             if key.startswith(walk.records):
                 continue  # judged by the walk over c/
             self.report.scanned += 1
-            if not walk.owns_outside_records(key):
+            kind = classify_in_namespace(key[len(walk.prefix) :])
+            if kind not in _OUTSIDE_RECORDS:
                 self.foreign()
                 continue
-            if key == walk.head_key and walk.headless:
+            if kind is KeyKind.HEAD and walk.headless:
                 walk.aborted = True  # a first put committed since the head was read: leave it
                 self.pending.clear()
                 self.keep(walk)
                 return
-            reason = _outside_records_reason(walk, key)
+            reason = _outside_records_reason(walk, key, kind)
             if reason is None:
                 self.keep(walk)
             else:
@@ -528,7 +533,7 @@ class _Collector:
             ours: list[tuple[int, str]] = []
             for i, key in enumerate(page.keys):
                 parts = key[len(runs_root) :].split("/")
-                if len(parts) != 3 or not all(parts):
+                if len(parts) != 3 or not all(map(is_own_segment, parts)):
                     self.foreign()
                     continue
                 run_segment, thread_segment, ns_segment = parts
@@ -543,6 +548,10 @@ class _Collector:
 
         yield from for_each_emitted(pages(runs_root), runs_page)
         yield from self.flush()
+
+
+_MARKER_REASON = {DELETING: "unfinished_delete", COPYING: "unfinished_copy"}
+"""The category of a thread's marker, by its name."""
 
 
 def _dangling(info: _Namespace | None, run_segment: str) -> bool:
@@ -565,19 +574,23 @@ def _writes_reason(walk: _Walk, cid: str) -> str | None:
     return "orphan_writes"
 
 
-def _outside_records_reason(walk: _Walk, key: str) -> str | None:
-    """The category of a namespace's blob, head or ``name`` object (``None``: it stays)."""
-    if Layout.is_blob(walk.blobs, key):
+_OUTSIDE_RECORDS = frozenset({KeyKind.BLOB, KeyKind.HEAD, KeyKind.NS_NAME, KeyKind.MARKER})
+"""The kinds of a namespace's own keys outside ``c/``."""
+
+
+def _outside_records_reason(walk: _Walk, key: str, kind: KeyKind) -> str | None:
+    """The category of a namespace's blob, head, ``name`` object or marker (``None``: it stays)."""
+    if kind is KeyKind.BLOB:
         if walk.headless:
             return "headless_namespace"
         if walk.chain_sure and walk.refs_known and key not in walk.referenced:
             return "orphan_blob"
         return None
-    if key == walk.name_key:
+    if kind is KeyKind.NS_NAME:
         # Listed after everything else of the namespace; in a namespace without a head it goes
         # only once nothing else stays (a first put in flight relies on it).
         return "headless_namespace" if walk.headless and walk.kept == 0 else None
-    if key == walk.marker_key:
+    if kind is KeyKind.MARKER:
         # A rollback's marker, listed after the records and blobs it protects: it goes once they went, or
         # once the namespace has a head again (repair then has nothing to rebuild there).
         return "unfinished_delete" if not walk.headless or walk.kept == 0 else None

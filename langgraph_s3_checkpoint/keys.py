@@ -100,6 +100,21 @@ def is_digest(segment: str) -> bool:
     return segment.startswith(_DIGEST) and segment != _EMPTY
 
 
+_DIGEST_FORM = re.compile(r"~[0-9a-f]{64}")
+
+
+def is_own_segment(segment: str) -> bool:
+    """Whether :func:`escape` could have made ``segment``: the one test of a thread, namespace, run, task,
+    channel or version segment that every reader and tool applies before taking a folder or key as the
+    saver's. A folder under the prefix that fails it (``a.b``, ``%zz``, ``%61``, an empty segment) is foreign:
+    read as nothing, never deleted, never repaired."""
+    if len(segment) <= MAX_SEGMENT and _VERBATIM.fullmatch(segment):
+        return True  # the common case: uuids, task ids, plain names
+    if is_digest(segment):
+        return _DIGEST_FORM.fullmatch(segment) is not None
+    return escape(unescape(segment)) == segment
+
+
 def unescape(segment: str) -> str:
     """Recover the string behind a verbatim segment (digests cannot be reversed).
 
@@ -274,8 +289,9 @@ class Layout:
     @staticmethod
     def parse_checkpoint_key(records_prefix: str, key: str) -> CheckpointKey | None:
         """What ``key`` (listed under ``records_prefix``, a namespace's ``c/``) is, or ``None`` if it is
-        not ours: folder markers (``.../``) that consoles and sync tools create, and foreign objects, are
-        skipped by every reader and tool rather than failing them.
+        not ours: folder markers (``.../``) that consoles and sync tools create, and foreign objects (a task
+        segment :func:`escape` could not have made among them), are skipped by every reader and tool rather
+        than failing them.
 
         Writes are ``w/{task}`` (one object per task); ``w/{task}/{idx}`` objects of earlier releases
         are read too.
@@ -289,15 +305,9 @@ class Layout:
             return None
         if rest[1:] == [RECORD]:
             return CheckpointKey(checkpoint_id, is_record=True)
-        if rest[1] == "w" and len(rest) in (3, 4):
+        if rest[1] == "w" and len(rest) in (3, 4) and all(map(is_own_segment, rest[2:])):
             return CheckpointKey(checkpoint_id, is_record=False)
         return None
-
-    @staticmethod
-    def is_blob(blobs_prefix: str, key: str) -> bool:
-        """Whether ``key`` (listed under a namespace's ``b/``) is a large value of ours."""
-        rest = key[len(blobs_prefix) :].split("/") if key.startswith(blobs_prefix) else []
-        return len(rest) == 2 and all(rest)
 
     def segment_after(self, key: str, root: str) -> str:
         """The first segment of ``key`` after ``root`` (e.g. a thread segment after threads_root)."""
@@ -337,28 +347,40 @@ _IN_NAMESPACE = {"name": KeyKind.NS_NAME, DELETING: KeyKind.MARKER, "head": KeyK
 
 
 def classify(relative: str) -> KeyKind:
-    """The kind of object at ``relative``, a key relative to its thread's prefix."""
+    """The kind of object at ``relative``, a key relative to its thread's prefix (``threads/{T}/``).
+
+    The one rule for which keys under a thread are the saver's: copy_thread, export and import, the
+    ``threads`` statistics, verify, gc and prune all ask it. A key is the saver's only if its shape is the
+    layout's and each id in it is a segment :func:`escape` could have made (:func:`is_own_segment`); so a
+    folder marker (``.../``), which consoles and sync tools create, or an empty segment is never ours."""
     parts = relative.split("/")
     if len(parts) == 1:
         return _TOP_LEVEL.get(parts[0], KeyKind.UNKNOWN)
-    if len(parts) == 3 and parts[0] == "r":
-        return KeyKind.RUN_ENTRY
-    if len(parts) < 3 or parts[0] != "ns":
-        return KeyKind.UNKNOWN
-    tail = parts[2:]
-    if len(tail) == 1:
-        return _IN_NAMESPACE.get(tail[0], KeyKind.UNKNOWN)
-    if tail[0] == "c":
-        parsed = Layout.parse_checkpoint_key("c/", "/".join(tail))
+    if parts[0] == "r":
+        return KeyKind.RUN_ENTRY if len(parts) == 3 and all(map(is_own_segment, parts[1:])) else KeyKind.UNKNOWN
+    if parts[0] == "ns" and len(parts) >= 3 and is_own_segment(parts[1]):
+        return classify_in_namespace("/".join(parts[2:]))
+    return KeyKind.UNKNOWN
+
+
+def classify_in_namespace(relative: str) -> KeyKind:
+    """The kind of object at ``relative``, a key relative to its namespace's prefix (``threads/{T}/ns/{N}/``):
+    :func:`classify` for tools that walk one namespace."""
+    parts = relative.split("/")
+    if len(parts) == 1:
+        return _IN_NAMESPACE.get(parts[0], KeyKind.UNKNOWN)
+    if parts[0] == "c":
+        parsed = Layout.parse_checkpoint_key("c/", relative)
         if parsed is None:
             return KeyKind.UNKNOWN
         return KeyKind.RECORD if parsed.is_record else KeyKind.WRITE
-    if len(tail) == 3 and tail[0] == "b":
+    if parts[0] == "b" and len(parts) == 3 and all(map(is_own_segment, parts[1:])):
         return KeyKind.BLOB
     return KeyKind.UNKNOWN
 
 
-NOT_COPIED = frozenset({KeyKind.HEAD, KeyKind.THREAD_NAME, KeyKind.MARKER})
-"""Kinds that ``copy_thread`` and ``export`` do not carry over as they are: the heads (read first as the copy's
-snapshot and written last, as its commit), the thread's ``name`` (written for the target's own id) and the
-markers (of operations on the source, not the copy's)."""
+COPIED = frozenset({KeyKind.RECORD, KeyKind.WRITE, KeyKind.BLOB, KeyKind.RUN_ENTRY, KeyKind.NS_NAME})
+"""Kinds that ``copy_thread`` and ``export`` carry over as they are. Not the heads (read first as the copy's
+snapshot and written last, as its commit), the thread's ``name`` (written for the target's own id), the
+markers (of operations on the source, not the copy's) or foreign objects (not the thread's data: ``import``
+refuses an archive that holds one)."""

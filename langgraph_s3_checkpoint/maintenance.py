@@ -22,7 +22,7 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import NOT_COPIED, CheckpointKey, Layout, classify, escape
+from .keys import COPIED, CheckpointKey, KeyKind, Layout, classify, classify_in_namespace, escape
 from .plans import (
     READ_BATCH,
     all_of,
@@ -116,13 +116,16 @@ class Maintenance(Committing):
             yield deletes(heads)
         thread_prefix = self.layout.thread(thread_id)
         thread_segment = escape(thread_id)
-        run_prefix = f"{thread_prefix}r/"
 
         marker = self.layout.deleting(thread_id)
 
         def delete_page(page: Page) -> Plan[None]:
             keys = [key for key in page.keys if key != marker]
-            keys += [self.layout.global_run_entry_of(k, thread_segment) for k in keys if k.startswith(run_prefix)]
+            keys += [
+                self.layout.global_run_entry_of(k, thread_segment)
+                for k in keys
+                if classify(k[len(thread_prefix) :]) is KeyKind.RUN_ENTRY
+            ]
             if keys:
                 yield deletes(keys)
 
@@ -211,16 +214,16 @@ class Maintenance(Committing):
         Returns which of the ``needed`` source keys were copied."""
         source_prefix = self.layout.thread(source_thread_id)
         target_segment = escape(target_thread_id)
-        run_prefix = f"{source_prefix}r/"
         copied: set[str] = set()
 
         def copy_page(page: Page) -> Plan[None]:
             requests: list[Copy] = []
             for key in page.keys:
-                if classify(key[len(source_prefix) :]) in NOT_COPIED:
+                kind = classify(key[len(source_prefix) :])
+                if kind not in COPIED:
                     continue
                 requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
-                if key.startswith(run_prefix):
+                if kind is KeyKind.RUN_ENTRY:
                     requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
             for chunk in chunks(requests, READ_BATCH * 2):
                 replies = yield from all_of(chunk)
@@ -284,8 +287,7 @@ class Maintenance(Committing):
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
         scope = _PruneScope(
-            records=self.layout.records(thread_id, ns),
-            blobs=self.layout.blobs(thread_id, ns),
+            namespace=self.layout.ns(thread_id, ns),
             head_id=None,
             keep={head_key, self.layout.ns_name(thread_id, ns)},
         )
@@ -595,24 +597,28 @@ class _PruneScope:
     listing's Date), never by this machine's.
     """
 
-    records: str
-    """The namespace's records prefix (``c/``)."""
-    blobs: str
-    """The namespace's large values prefix (``b/``)."""
+    namespace: str
+    """The namespace's prefix (``threads/{T}/ns/{N}/``)."""
     head_id: str | None
     keep: set[str]
     """Keys that stay."""
     keep_prefixes: list[str] = field(default_factory=list)
     """Prefixes whose keys stay (the kept records' writes)."""
 
+    @property
+    def records(self) -> str:
+        return f"{self.namespace}c/"
+
+    @property
+    def blobs(self) -> str:
+        return f"{self.namespace}b/"
+
     def standing(self, key: str) -> Standing | None:
         """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
-        if key.startswith(self.records):
-            parsed = Layout.parse_checkpoint_key(self.records, key)
-            if parsed is None:
-                return None
+        parsed = Layout.parse_checkpoint_key(self.records, key)  # what classify_in_namespace calls a record or write
+        if parsed is not None:
             return Standing.PENDING if self.head_id is None or parsed.checkpoint_id > self.head_id else Standing.ORPHAN
-        return Standing.PENDING if Layout.is_blob(self.blobs, key) else None
+        return Standing.PENDING if classify_in_namespace(key[len(self.namespace) :]) is KeyKind.BLOB else None
 
     def victims_of(self, page: Page) -> list[str]:
         """The keys of a listing page to delete: not kept, and orphaned or pending past the grace period."""

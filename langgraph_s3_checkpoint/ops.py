@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
-from .keys import NOT_COPIED, KeyKind, Layout, classify, escape, is_digest, unescape
+from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment, unescape
 from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, one
 from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
 
@@ -50,7 +50,8 @@ def _stat_listing(prefix: str) -> OpsPlan[list[_Listed]]:
 
 
 def _name_of(segment: str, prefix: str) -> OpsPlan[str]:
-    """The real id behind a thread or namespace segment (digests keep theirs in a ``name`` object)."""
+    """The real id behind a thread segment (digests keep theirs in a ``name`` object; one whose ``name`` is
+    missing is shown as the digest)."""
     if not is_digest(segment):
         return unescape(segment)
     obj = yield from one(Get(f"{prefix}name"))
@@ -58,13 +59,16 @@ def _name_of(segment: str, prefix: str) -> OpsPlan[str]:
 
 
 def thread_ids(layout: Layout) -> OpsPlan[None]:
-    """Emit the id of every thread under the prefix, in key order (possibly some just deleted)."""
+    """Emit the id of every thread under the prefix, in key order (possibly some just deleted); folders that
+    are not a thread's (:func:`keys.is_own_segment`) are skipped."""
     root = layout.threads_root
     token: str | None = None
     while True:
         page = yield from one(ListKeys(root, delimiter="/", token=token))
         for prefix in page.prefixes:
-            yield Emit((yield from _name_of(layout.segment_after(prefix, root), prefix)))
+            segment = layout.segment_after(prefix, root)
+            if is_own_segment(segment):
+                yield Emit((yield from _name_of(segment, prefix)))
         token = page.token
         if token is None:
             return
@@ -167,7 +171,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
-        keys = [k for k in page.keys if classify(k[len(prefix) :]) not in NOT_COPIED]
+        keys = [k for k in page.keys if classify(k[len(prefix) :]) in COPIED]
         for chunk in chunks(keys, READ_BATCH):
             bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):

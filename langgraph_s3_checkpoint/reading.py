@@ -25,7 +25,7 @@ from .errors import (
     InvalidConfigError,
 )
 from .fencing import HeadSeen, SaverMemory
-from .keys import Layout, escape, is_digest, unescape
+from .keys import Layout, escape, is_digest, is_own_segment, unescape
 from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
 from .requests import (
     Emit,
@@ -392,15 +392,16 @@ class Reading(CoreState):
     def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
         """The real id behind a thread or namespace segment; ``None`` for a segment we did not make
         (a foreign folder such as ``%ZZ``, or a digest without its ``name`` object)."""
+        if not is_own_segment(segment):
+            return None
+        if not is_digest(segment):
+            return unescape(segment)
+        obj = yield from one(Get(f"{prefix}name"))
+        if obj is None:
+            return None
         try:
-            if not is_digest(segment):
-                name = unescape(segment)
-            else:
-                obj = yield from one(Get(f"{prefix}name"))
-                if obj is None:
-                    return None
-                name = obj.body.decode("utf-8", "surrogatepass")
-        except (ValueError, UnicodeDecodeError):
+            name = obj.body.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
             return None
         return name if escape(name) == segment else None
 

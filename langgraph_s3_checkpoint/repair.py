@@ -57,7 +57,7 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, is_digest, marker_operation, unescape
+from .keys import Layout, is_digest, is_own_segment, marker_operation, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
@@ -260,6 +260,8 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
     report = RepairReport(thread_id, dry_run)
     for ns_prefix in listing.prefixes:
         segment = layout.segment_after(ns_prefix, root)
+        if not is_own_segment(segment):
+            continue  # a folder that is not a namespace's: nothing of ours to repair there
         name = unescape(segment) if not is_digest(segment) else segment
         if is_digest(segment):
             obj = yield from one(Get(f"{ns_prefix}name"))

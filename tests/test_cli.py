@@ -382,6 +382,36 @@ def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.Loc
     assert env.keys("hostile") == []
 
 
+def test_export_import_and_copy_carry_the_threads_objects_not_foreign_ones(env: Env, tmp_path: Path) -> None:
+    """Defect: export carried every object under a thread's folder, and import refuses an archive holding an
+    object that is not part of a thread, so a foreign object in the folder (a note dropped there, a key shaped
+    like a write whose task segment no id escapes to) made the backup impossible to restore. copy_thread
+    copied them too, and gave a foreign key under ``r/`` a twin in the global run index. Both now carry the
+    kinds ``keys.COPIED`` names, as ``keys.classify`` tells them."""
+    env.paused("fo")
+    layout = env.layout
+    thread = layout.thread("fo")
+    first = env.history_ids("fo")[-1]
+    foreign = [
+        f"{layout.writes('fo', '', first)}x.y",
+        f"{thread}r/x.y/~",
+        f"{layout.ns('fo', '')}b/x.y/1",
+        f"{thread}notes.txt",
+    ]
+    for key in foreign:
+        env.client.put_object(Bucket=CLI_BUCKET, Key=key, Body=b"not ours")
+    archive = tmp_path / "fo.tar"
+    exported = env.json("export", "fo", str(archive))
+    assert exported["objects"] == len(env.keys("fo")) - len(foreign)
+    assert env.json("import", str(archive), "--thread", "fo-restored")["objects"] == exported["objects"]
+    env.saver.copy_thread("fo", "fo-copied")
+    for target in ("fo-restored", "fo-copied"):
+        assert env.history_ids(target) == env.history_ids("fo")
+        relative = {k[len(layout.thread(target)) :] for k in env.keys(target)}
+        assert relative.isdisjoint(k[len(thread) :] for k in foreign), target
+    assert env.client.list_objects_v2(Bucket=CLI_BUCKET, Prefix=f"{layout.prefix}runs/x.y/")["KeyCount"] == 0
+
+
 def test_verify_finds_damaged_objects(env: Env) -> None:
     # A thread named "c", like the layout's folder of records: a missing large value under it is still named one.
     env.paused("c")

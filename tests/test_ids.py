@@ -11,7 +11,17 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.keys import MAX_SEGMENT, Layout, escape, invert_id, revert_id, unescape
+from langgraph_s3_checkpoint.keys import (
+    MAX_SEGMENT,
+    KeyKind,
+    Layout,
+    classify,
+    classify_in_namespace,
+    escape,
+    invert_id,
+    revert_id,
+    unescape,
+)
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 HOSTILE = ["a", "a/b", "a/", "/a", "..", "../..", ".", "a|b", "a b", "ünïcödé ✓", "%2F", "~", "", "x" * 2000]
@@ -56,6 +66,74 @@ def test_no_thread_prefix_matches_another() -> None:
         for j, b in enumerate(prefixes):
             if i != j:
                 assert not b.startswith(a), (HOSTILE[i], HOSTILE[j])
+
+
+LAYOUT_WORDS = ["head", "name", "deleting", "copying", "checkpoint", "c", "w", "b", "r", "ns"]
+"""Ids spelled like the layout's own words."""
+_IDS = st.text(max_size=40) | st.sampled_from([*HOSTILE, *LAYOUT_WORDS])
+
+
+@given(thread_id=_IDS, ns=_IDS, checkpoint_id=st.text(min_size=1, max_size=40), other=_IDS, version=_IDS)
+def test_every_key_the_layout_makes_classifies_as_its_kind(
+    thread_id: str, ns: str, checkpoint_id: str, other: str, version: str
+) -> None:
+    """``keys.classify`` is the one rule of which keys under a thread are the saver's (copy, export, stats,
+    verify, gc and prune ask it): every key the layout makes, for any ids, is what it was made as, seen from
+    the thread and, inside a namespace, from the namespace."""
+    layout = Layout("p")
+    thread, namespace = layout.thread(thread_id), layout.ns(thread_id, ns)
+    in_namespace = {
+        layout.head(thread_id, ns): KeyKind.HEAD,
+        layout.ns_name(thread_id, ns): KeyKind.NS_NAME,
+        Layout.deleting_in(namespace): KeyKind.MARKER,
+        layout.record(thread_id, ns, checkpoint_id): KeyKind.RECORD,
+        layout.task_writes(thread_id, ns, checkpoint_id, other): KeyKind.WRITE,
+        layout.blob(thread_id, ns, other, version): KeyKind.BLOB,
+    }
+    at_thread = {
+        layout.thread_name(thread_id): KeyKind.THREAD_NAME,
+        layout.deleting(thread_id): KeyKind.MARKER,
+        layout.copying(thread_id): KeyKind.MARKER,
+        layout.thread_run_entry(other, thread_id, ns): KeyKind.RUN_ENTRY,
+    }
+    for key, kind in in_namespace.items():
+        assert classify_in_namespace(key[len(namespace) :]) is kind, key
+    for key, kind in {**in_namespace, **at_thread}.items():
+        assert classify(key[len(thread) :]) is kind, key
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "",
+        "ns/",
+        "ns/x/",
+        "ns//head",
+        "ns/x/b/",
+        "ns/x/b/ch/",
+        "ns/x/b//1",
+        "ns/x/b/ch/1/2",
+        "ns/x/c/",
+        "ns/x/c/ff~/",
+        "ns/x/c/ff~/checkpoint/",
+        "ns/x/c/not-inverted/checkpoint",
+        "ns/x/c/ff~/w/",
+        "ns/x/c/ff~/w//1",
+        "ns/x/heads",
+        "r/run/",
+        "r//x",
+        "r/run/x/y",
+        "name/",
+        "names",
+        "x",
+    ],
+)
+def test_keys_that_are_not_the_layouts_are_unknown(relative: str) -> None:
+    """Folder markers (``.../``), empty segments (the layout makes none: :func:`escape` gives ``~`` for ``""``)
+    and shapes the layout does not make are foreign: every tool leaves them, none counts them as its own."""
+    assert classify(relative) is KeyKind.UNKNOWN
+    if relative.startswith("ns/x/"):
+        assert classify_in_namespace(relative[len("ns/x/") :]) is KeyKind.UNKNOWN
 
 
 @pytest.mark.parametrize("thread_id", HOSTILE[:-2] + HOSTILE[-1:])

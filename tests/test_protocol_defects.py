@@ -596,6 +596,43 @@ def test_h_foreign_thread_folders_are_skipped(make_saver: Callable[[], S3Saver],
     assert reader.expire_threads(timedelta(days=1), dry_run=True) == []
 
 
+def test_h_objects_in_folders_no_id_escapes_to_are_not_the_savers(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Defect: gc walked every folder under ``threads/`` and ``ns/`` as a thread's or a namespace's, so objects
+    shaped like ours inside a folder whose name no id escapes to (``a.b``, ``%zz``: ``escape`` writes ``.`` and
+    ``%`` as ``%2E`` and ``%25``) were judged headless leftovers and deleted; repair_thread rebuilt a head in such
+    a namespace folder; and a writes-shaped key whose task segment no task id escapes to made ``get_tuple`` raise.
+    One rule, ``keys.is_own_segment``, now decides for every reader and tool: those objects are foreign."""
+    saver = make_saver()
+    put(saver, "t", cid(1), values={"big": "v" * BIG}, versions={"big": ver(1)})
+    layout = saver._core.layout
+    record = s3_client.get_object(Bucket=saver.bucket, Key=layout.record("t", "", cid(1)))["Body"].read()
+    root, namespaces = layout.threads_root, layout.namespaces("t")
+    in_records = layout.record("t", "", cid(1))[len(layout.records("t", "")) :]  # c/{R}/checkpoint's "{R}/checkpoint"
+    foreign = {
+        f"{root}a.b/ns/~/b/big/1": b"not ours",
+        f"{root}a.b/name": b"a.b",
+        f"{root}%zz/ns/~/c/{in_records}": record,
+        f"{namespaces}x.y/c/{in_records}": record,
+        f"{namespaces}x.y/b/big/1": b"not ours",
+        f"{layout.writes('t', '', cid(1))}x.y": b"not ours",
+    }
+    for key, body in foreign.items():
+        s3_client.put_object(Bucket=saver.bucket, Key=key, Body=body)
+    time.sleep(1.1)  # LastModified and the server's Date have a one-second resolution
+
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == ["t"]
+    tup = reader.get_tuple(cfg("t"))
+    assert tup is not None and tup.checkpoint["id"] == cid(1) and tup.pending_writes == []
+    assert [n.status for n in reader.repair_thread("t").namespaces] == ["ok"]
+    report = run_gc(reader, grace_seconds=0)
+    assert report.total == 0 and report.foreign >= len(foreign), report
+    listed = {o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=root)["Contents"]}
+    assert set(foreign) <= listed and f"{namespaces}x.y/head" not in listed
+
+
 # -- i: uncommitted leftovers stay hidden ----------------------------------------------------------------
 def test_i_uncommitted_leftovers_are_hidden(make_saver: Callable[[], S3Saver]) -> None:
     """Defect: a record whose head never landed was returned by get_tuple by id, and by list over all

@@ -575,6 +575,12 @@ MARKERS = [
     "threads/t/ns/~/c/notes.txt",
     "runs/",
     "runs/r2/",
+    # shaped like ours, in or with a segment no id escapes to (escape writes "." as %2E and makes no empty one)
+    "threads/t/ns/~/c/{R}/w/x.y",
+    "threads/t/ns/~/b//1",
+    "threads/t/ns/x.y/c/{R}/checkpoint",
+    "threads/a.b/ns/~/head",
+    "threads/t/r//~",
 ]
 
 SEQUENCES: dict[str, Callable[[World], None]] = {
