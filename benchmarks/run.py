@@ -261,7 +261,8 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
     targets: dict[str, Any] = {}
     L.append(f"# Benchmark results ({'quick' if meta['quick'] else 'full'} run)\n")
     L.append(
-        f"Machine: {meta['nproc']} cores (`nproc`), {meta['arch']} (`uname -m`), {meta['kernel']}, Python {meta['python']}. "
+        f"Machine: {meta['nproc']} cores (`nproc`), {meta['arch']} (`uname -m`), {meta['kernel']}, "
+        f"Python {meta['python']}. "
         f"S3: SeaweedFS `weed mini` on localhost; PostgreSQL {meta.get('postgres_version', 'n/a')} on localhost. "
         f"Started {meta['started']}, took {meta['elapsed_s']:.0f}s. Medians of repeats; ratios are peer ÷ ours "
         f"(>1× means ours is faster/smaller), computed within this run.\n"
@@ -272,7 +273,8 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
             f"Bare SeaweedFS round trip (1 KiB, median of 180; client CPU per request in brackets): boto3 PutObject "
             f"{bare['put_ms']:.2f} ms ({bare['put_cpu_ms']:.2f}), GetObject {bare['get_ms']:.2f} ms "
             f"({bare['get_cpu_ms']:.2f}); direct transport PutObject {bare['put_ms_direct']:.2f} ms "
-            f"({bare['put_cpu_ms_direct']:.2f}), GetObject {bare['get_ms_direct']:.2f} ms ({bare['get_cpu_ms_direct']:.2f})."
+            f"({bare['put_cpu_ms_direct']:.2f}), GetObject {bare['get_ms_direct']:.2f} ms "
+            f"({bare['get_cpu_ms_direct']:.2f})."
             + (
                 f" SeaweedFS's own CPU per request (same cores): PutObject {bare['server_put_cpu_ms']:.2f} ms, "
                 f"GetObject {bare['server_get_cpu_ms']:.2f} ms.\n"
@@ -345,10 +347,14 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
         L.append(f"| {LABELS[s]} | " + " | ".join(cells) + f" | {growth} |")
     L.append("")
     ours_h = wl(results.get("ours", {}), "history")
+
+    def get_state_ms(history: dict[str, Any] | None) -> Any:
+        return ((history or {}).get("get_state", {}).get(str(sizes[-1])) or {}).get("ms")
+
     L.append(
         f"Peer ÷ ours at {sizes[-1]:,} checkpoints: "
         + ", ".join(
-            f"{LABELS[s]} {ratio(((wl(results.get(s, {}), 'history') or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'), ((ours_h or {}).get('get_state', {}).get(str(sizes[-1])) or {}).get('ms'))}"
+            f"{LABELS[s]} {ratio(get_state_ms(wl(results.get(s, {}), 'history')), get_state_ms(ours_h))}"
             for s in SAVERS
             if s != "ours"
         )
@@ -373,7 +379,8 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
         ra = a["requests"]["total"] if a.get("requests") else "n/a"
         rh = h["requests"]["total"] if h.get("requests") else "n/a"
         L.append(
-            f"| {LABELS[s]} | {fmt(a['ms'])} | {ra} | {ratio(a['ms'], oa)} | {fmt(h['ms'])} | {rh} | {ratio(h['ms'], oh)} |"
+            f"| {LABELS[s]} | {fmt(a['ms'])} | {ra} | {ratio(a['ms'], oa)} "
+            f"| {fmt(h['ms'])} | {rh} | {ratio(h['ms'], oh)} |"
         )
     L.append("")
 
@@ -555,7 +562,8 @@ def check_targets(
             line(
                 "list() memory flat in history length",
                 g <= 1.5,
-                f"peak {mem[str(ms[0])]['peak_kib']:.0f} KiB at {ms[0]:,} vs {mem[str(ms[-1])]['peak_kib']:.0f} KiB at {ms[-1]:,} ({g:.2f}×)",
+                f"peak {mem[str(ms[0])]['peak_kib']:.0f} KiB at {ms[0]:,} "
+                f"vs {mem[str(ms[-1])]['peak_kib']:.0f} KiB at {ms[-1]:,} ({g:.2f}×)",
             )
     tp = wl(results.get(async_key, {}), "throughput")
     if tp:

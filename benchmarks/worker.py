@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import cProfile
 import functools
 import io
@@ -189,7 +190,7 @@ def build_chat_graph(delta: bool) -> StateGraph:
         # Functional TypedDict form: the annotation must be evaluated here, not as a postponed string.
         chat_state: Any = TypedDict("ChatState", {"messages": Annotated[list, DeltaChannel(add_batch)]})
     else:
-        chat_state = TypedDict("ChatState", {"messages": Annotated[list, add_messages]})
+        chat_state = TypedDict("ChatState", {"messages": Annotated[list, add_messages]})  # noqa: UP013 (as above)
 
     def reply(state: Any) -> dict[str, Any]:
         n = len(state["messages"])
@@ -322,10 +323,8 @@ class Bench:
 
     def close(self) -> None:
         for close in reversed(self._closers):
-            try:
+            with contextlib.suppress(Exception):
                 close()
-            except Exception:
-                pass
         if self._loop is not None:
             self._loop.close()
 
@@ -395,7 +394,11 @@ def w_supersteps(b: Bench, p: dict[str, Any]) -> dict[str, Any]:
         for r in range(repeats + 1):  # first run warms connections and imports; not recorded
             config = {"configurable": {"thread_id": f"t-{mode}-{r}"}, "recursion_limit": steps * 3}
             b.reset()
-            t = timed(lambda: b.invoke(graph, {"step": 0, "data": "", "fan": []}, config, durability=mode))
+            t = timed(
+                lambda graph=graph, config=config, mode=mode: b.invoke(
+                    graph, {"step": 0, "data": "", "fan": []}, config, durability=mode
+                )
+            )
             if r or t > p.get("slow_s", 15):
                 times.append(t)
                 counts.append(b.counts())
@@ -678,7 +681,8 @@ def write_partial(b: Bench, name: str, data: dict[str, Any]) -> None:
 
 def main() -> None:
     global _out_path
-    spec = json.loads(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as spec_file:
+        spec = json.load(spec_file)
     _out_path = sys.argv[2]
     _results.update({"saver": spec["saver"], "python": sys.version.split()[0], "workloads": {}, "errors": {}})
     b = Bench(spec)
