@@ -103,6 +103,11 @@ def is_digest(segment: str) -> bool:
 _DIGEST_FORM = re.compile(r"~[0-9a-f]{64}")
 
 
+def is_digest_form(segment: str) -> bool:
+    """Whether ``segment`` is a digest as :func:`escape` (and the store's escape) makes them: ``~`` + SHA-256."""
+    return _DIGEST_FORM.fullmatch(segment) is not None
+
+
 def is_own_segment(segment: str) -> bool:
     """Whether :func:`escape` could have made ``segment``: the one test of a thread, namespace, run, task,
     channel or version segment that every reader and tool applies before taking a folder or key as the
@@ -111,7 +116,7 @@ def is_own_segment(segment: str) -> bool:
     if len(segment) <= MAX_SEGMENT and _VERBATIM.fullmatch(segment):
         return True  # the common case: uuids, task ids, plain names
     if is_digest(segment):
-        return _DIGEST_FORM.fullmatch(segment) is not None
+        return is_digest_form(segment)
     return escape(unescape(segment)) == segment
 
 

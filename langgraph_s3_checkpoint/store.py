@@ -24,6 +24,7 @@ import concurrent.futures
 import hashlib
 import logging
 import math
+import re
 import threading
 import uuid
 from abc import abstractmethod
@@ -58,8 +59,14 @@ from langgraph.store.memory import _compare_values, _cosine_similarity, _does_ma
 
 from .codec import Codec
 from .core import Core
-from .errors import CorruptObjectError, InvalidArgumentTypeError, InvalidConfigError, StoreConflictError
-from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes
+from .errors import (
+    CorruptObjectError,
+    DecryptionError,
+    InvalidArgumentTypeError,
+    InvalidConfigError,
+    StoreConflictError,
+)
+from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, is_digest_form, key_bytes
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -137,6 +144,23 @@ def unescape(segment: str) -> str:
     return out.decode("utf-8", "surrogatepass")
 
 
+_VERBATIM = re.compile(r"[A-Za-z0-9_]+")
+
+
+def is_own_segment(segment: str) -> bool:
+    """Whether :func:`escape` could have made ``segment`` (as :func:`keys.is_own_segment` for the saver's): a
+    folder or key of the store whose segment fails it (``a.b``, ``%zz``, ``=zz``) is foreign, skipped by every
+    read, search, listing and sweep."""
+    if len(segment) <= MAX_SEGMENT and _VERBATIM.fullmatch(segment):
+        return True  # the common case: plain labels and keys
+    if is_digest(segment):
+        return is_digest_form(segment)
+    try:
+        return escape(unescape(segment)) == segment
+    except ValueError:  # a bad =XX, or bytes that are not UTF-8
+        return False
+
+
 @dataclass(frozen=True)
 class StoreLayout:
     """Keys of the store under one bucket prefix. Pure."""
@@ -211,11 +235,18 @@ class StoreLayout:
 
 def _is_namespace_leaf(root: str, key: str) -> bool:
     """Whether ``key`` is ``{root}{label}/.../~/{leaf}``: escaped labels (never ``~`` alone), the
-    namespace's own segment, one non-empty leaf (an item key or a shard number)."""
+    namespace's own segment, one leaf (an item key or a shard number), each a segment :func:`escape` could
+    have made."""
     if not key.startswith(root):
         return False
     parts = key[len(root) :].split("/")
-    return len(parts) >= 2 and parts[-2] == HERE and all(parts) and HERE not in parts[:-2]
+    return (
+        len(parts) >= 2
+        and parts[-2] == HERE
+        and HERE not in parts[:-2]
+        and all(map(is_own_segment, parts[:-2]))
+        and is_own_segment(parts[-1])
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,7 +272,33 @@ class Stored:
 
     def expired(self, now: datetime) -> bool:
         expires = self.frame.get("expires")
-        return expires is not None and float(expires) <= now.timestamp()
+        return _has_expired(None if expires is None else float(expires), now)
+
+
+def _has_expired(expires: float | None, now: datetime) -> bool:
+    """The TTL rule: an item expires at its ``expires`` time (by the clock of the process that judges)."""
+    return expires is not None and expires <= now.timestamp()
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What the TTL sweep reads of an item: its frame's expiry and identity, not its value."""
+
+    key: str
+    etag: str
+    expires: float | None
+    """POSIX time the item expires at; ``None``: it never does."""
+    namespace: tuple[str, ...]
+    item_key: str
+
+    def expired(self, now: datetime) -> bool:
+        return _has_expired(self.expires, now)
+
+
+STORE_CORRUPT_ADVICE = (
+    "Other items are unaffected. Put the item again to replace it, or delete the object (`langgraph-s3 store rm` "
+    "for an item), which loses what it holds."
+)
 
 
 def _iso(moment: datetime) -> str:
@@ -275,39 +332,67 @@ class StoreCodec:
         frame["expires"] = (now + timedelta(minutes=float(frame["ttl"]))).timestamp()
         return self.codec._frame(frame)
 
-    def decode_item(self, key: str, obj: StoredObject) -> Stored:
-        frame = self.codec._unframe(key, obj.body)
+    def _unframe(self, key: str, obj: StoredObject) -> dict[str, Any]:
+        """The frame of a store object. Damage is reported with the store's advice (the codec's names the
+        saver's tools); a value that cannot be decrypted keeps its own error (the object is intact)."""
         try:
+            frame = self.codec._unframe(key, obj.body)
+        except CorruptObjectError as exc:
+            raise CorruptObjectError(key, exc.reason, STORE_CORRUPT_ADVICE) from None
+        if not isinstance(frame, dict):
+            raise CorruptObjectError(key, "not a store object", STORE_CORRUPT_ADVICE)
+        return frame
+
+    def decode_item(self, key: str, obj: StoredObject) -> Stored:
+        frame = self._unframe(key, obj)
+        try:
+            value = self.codec.load(key, frame["value"])
             item = Item(
-                value=self.codec.load(key, frame["value"]),
+                value=value,
                 key=str(frame["key"]),
                 namespace=tuple(frame["ns"]),
                 created_at=datetime.fromisoformat(frame["created"]),
                 updated_at=datetime.fromisoformat(frame["updated"]),
             )
+        except DecryptionError:
+            raise
+        except CorruptObjectError as exc:
+            raise CorruptObjectError(key, exc.reason, STORE_CORRUPT_ADVICE) from None
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptObjectError(key, f"store item is missing a field ({exc})") from exc
+            raise CorruptObjectError(key, f"store item is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
         return Stored(key, obj.etag, frame, item)
+
+    def peek_expiry(self, key: str, obj: StoredObject) -> Expiry:
+        """When an item expires, and which it is, from its frame alone: the TTL sweep need not decode (nor
+        be able to decrypt) the value to delete an expired item."""
+        frame = self._unframe(key, obj)
+        try:
+            expires = frame.get("expires")
+            return Expiry(
+                key, obj.etag, None if expires is None else float(expires), tuple(frame["ns"]), str(frame["key"])
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptObjectError(key, f"store item is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
 
     def encode_shard(self, entries: dict[str, list[Any]]) -> bytes:
         return self.codec._frame({"entries": entries})
 
     def decode_shard(self, key: str, obj: StoredObject) -> dict[str, list[Any]]:
-        frame = self.codec._unframe(key, obj.body)
+        frame = self._unframe(key, obj)
         try:
             return dict(frame["entries"])
         except (KeyError, TypeError) as exc:
-            raise CorruptObjectError(key, f"vector shard is missing a field ({exc})") from exc
+            raise CorruptObjectError(key, f"vector shard is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
 
     def encode_name(self, value: str) -> bytes:
         return self.codec._frame({"name": value})
 
     def decode_name(self, key: str, obj: StoredObject) -> str:
-        frame = self.codec._unframe(key, obj.body)
+        frame = self._unframe(key, obj)
         try:
             return str(frame["name"])
         except (KeyError, TypeError) as exc:
-            raise CorruptObjectError(key, f"name object is missing a field ({exc})") from exc
+            raise CorruptObjectError(key, f"name object is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
 
 
 def pack_vector(vector: Sequence[float]) -> bytes:
@@ -917,7 +1002,10 @@ class StoreCore:
                     self.names[segment] = self.codec.decode_name(self.layout.name(segment), obj)
 
     def _label(self, segment: str) -> str | None:
-        """The label behind a folder segment; ``None`` for a digest whose name object is missing."""
+        """The label behind a folder segment; ``None`` for a digest whose name object is missing, or a folder
+        the store did not make."""
+        if not is_own_segment(segment):
+            return None
         return self.names.get(segment) if is_digest(segment) else unescape(segment)
 
     def _next_frontier(
@@ -949,6 +1037,17 @@ class StoreCore:
         return any(self.layout.is_item(key) for key in page.keys)
 
     # -- TTL sweep --------------------------------------------------------------------------------
+    def _expiry_or_none(self, read: Get, obj: StoredObject | None) -> Expiry | None:
+        """An item's expiry; ``None`` if it went since the listing, or cannot be read: one damaged item is
+        logged and left (its expiry is unknown), and does not stop every sweep after it."""
+        if obj is None:
+            return None
+        try:
+            return self.codec.peek_expiry(read.key, obj)
+        except CorruptObjectError as exc:
+            logger.warning("TTL sweep left %r, which cannot be read: %s", read.key, exc.reason)
+            return None
+
     def sweep(self) -> Plan[int]:
         """Delete every expired item (``DeleteIfMatch``: an item refreshed meanwhile stays) and its
         vectors; returns how many were deleted. Reads every item once, page by page."""
@@ -960,21 +1059,17 @@ class StoreCore:
             reads = [r for r in page.reads(with_etags=False) if self.layout.is_item(r.key)]
             for chunk in chunks(reads, READ_CHUNK):
                 objs = yield list[Request](chunk)
-                doomed = [
-                    s
-                    for s in (self.codec.decode_item(r.key, o) for r, o in zip(chunk, objs, strict=True) if o)
-                    if s.expired(now)
-                ]
+                doomed = [e for e in map(self._expiry_or_none, chunk, objs) if e is not None and e.expired(now)]
                 if not doomed:
                     continue
-                replies = yield [DeleteIfMatch(s.key, s.etag) for s in doomed]
-                gone = [s for s, reply in zip(doomed, replies, strict=True) if reply is not PRECONDITION_FAILED]
+                replies = yield [DeleteIfMatch(e.key, e.etag) for e in doomed]
+                gone = [e for e, reply in zip(doomed, replies, strict=True) if reply is not PRECONDITION_FAILED]
                 deleted += len(gone)
                 if self.indexed and gone:
                     updates: dict[str, dict[str, list[Any] | None]] = {}
-                    for s in gone:
-                        shard = self.layout.shard(s.item.namespace, s.item.key, self.vector_shards)
-                        updates.setdefault(shard, {})[s.item.key] = None
+                    for e in gone:
+                        shard = self.layout.shard(e.namespace, e.item_key, self.vector_shards)
+                        updates.setdefault(shard, {})[e.item_key] = None
                     yield from parallel([self.update_shard(k, v) for k, v in updates.items()])
             if page.token is None:
                 return deleted

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import math
 import random
 import time
@@ -40,9 +41,10 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
-from langgraph_s3_checkpoint import AsyncS3Store, S3Saver, S3Store
+from langgraph_s3_checkpoint import AsyncS3Store, CorruptObjectError, S3Saver, S3Store
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
+from langgraph_s3_checkpoint.requests import Put
 from langgraph_s3_checkpoint.store import (
     BaseS3Store,
     StoreLayout,
@@ -564,6 +566,28 @@ def test_saver_and_store_share_a_prefix(s3_server: LocalS3Server, bucket: str, p
         assert store.get(("runs",), "x") is not None
 
 
+def test_objects_the_store_did_not_write_are_skipped(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """Defect: search and the TTL sweep read every object under ``store/ns/`` shaped like an item, so a foreign
+    object in a folder the store's escape never makes (``a.b``: it writes ``.`` as ``=2E``; ``%zz``, ``=zz``) or
+    with such a key segment made them raise ``CorruptObjectError``. One rule (``store.is_own_segment``) now
+    skips them in every read, listing and sweep, and nothing deletes them."""
+    client = s3_server.client()
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
+        store.put(("users", "u1"), "k", {"a": 1})
+        store.put(("users", "u2"), "k", {"a": 2}, ttl=0.001)
+        root = store._core.layout.items_root
+        foreign = [f"{root}users/a.b/~/k", f"{root}%zz/~/k", f"{root}=zz/~/k", f"{root}users/u1/~/x.y"]
+        for key in foreign:
+            client.put_object(Bucket=bucket, Key=key, Body=b"not ours")
+        time.sleep(0.1)
+        assert store.list_namespaces() == [("users", "u1"), ("users", "u2")]  # u2 is listed until swept
+        assert [(r.namespace, r.key) for r in store.search(())] == [(("users", "u1"), "k")]
+        assert [(r.namespace, r.key) for r in store.search(("users",))] == [(("users", "u1"), "k")]
+        assert store.sweep_ttl() == 1  # u2's item expired
+        left = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=root)["Contents"]}
+        assert left == {*foreign, store._core.layout.item(("users", "u1"), "k")}
+
+
 def test_encrypted_serde_leaves_no_plaintext(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     pytest.importorskip("Crypto")
     from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -771,6 +795,46 @@ def test_ttl_sweep_deletes_expired_items_and_vectors() -> None:
         shards = bucket.keys("store/vec/")
         assert len(shards) == 1  # only the survivor's shard is left
         assert asyncio.run(store.asweep_ttl()) == 0
+
+
+def test_a_damaged_item_is_named_and_does_not_stop_the_ttl_sweep(caplog: pytest.LogCaptureFixture) -> None:
+    """Defect: one damaged item made every TTL sweep raise, so the background sweeper expired nothing after it,
+    and the error told the user to ``verify`` and restore a checkpoint. The sweep now logs the item and goes
+    on; reading it raises ``CorruptObjectError`` naming its key, with what to do about a store item."""
+    store, clock, bucket = ttl_store({"default_ttl": 1})
+    with contextlib.closing(store):
+        store.put(("t",), "damaged", {"v": 1})
+        store.put(("t",), "expires", {"v": 2})
+        damaged = store._core.layout.item(("t",), "damaged")
+        bucket.execute(Put(damaged, b"damaged"))
+        with pytest.raises(CorruptObjectError, match="Put the item again") as info:
+            store.get(("t",), "damaged")
+        assert damaged in str(info.value) and "Other checkpoints" not in str(info.value)
+        clock.advance(2)
+        with caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint.store"):
+            assert store.sweep_ttl() == 1
+        assert damaged in caplog.text
+        assert bucket.keys("store/ns/") == [damaged]
+
+
+def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
+    """The sweep judges an item by its frame (expiry, namespace, key), not its value: a sweeper without the
+    writers' encryption key still deletes their expired items (it used to raise ``DecryptionError``)."""
+    pytest.importorskip("Crypto")
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef0123456789abcdef")
+    bucket, clock = MemoryBucket(), Clock()
+    writer = S3Store(bucket="b", client=bucket, serde=serde)  # type: ignore[arg-type]
+    sweeper = S3Store(bucket="b", client=bucket)  # type: ignore[arg-type]
+    for store in (writer, sweeper):
+        store._core.now = clock
+    with contextlib.closing(writer), contextlib.closing(sweeper):
+        writer.put(("t",), "short", {"secret": 1}, ttl=1)
+        writer.put(("t",), "long", {"secret": 2}, ttl=10)
+        clock.advance(2)
+        assert sweeper.sweep_ttl() == 1
+        assert [i.key for i in writer.search(("t",))] == ["long"]
 
 
 def test_ttl_sweeper_thread() -> None:
