@@ -72,6 +72,14 @@ def marker_operation(body: bytes) -> tuple[str, str]:
     return operation, argument
 
 
+def copy_marked_by(body: bytes) -> tuple[str, str]:
+    """What wrote a ``copying`` marker (``copy_thread`` or an import into the thread), as messages name it, and
+    what to run again once the thread is deleted."""
+    if marker_operation(body)[0] == "import_thread":
+        return "an import", "import it again (import --replace)"
+    return "a copy_thread", "copy again"
+
+
 RECORD = "checkpoint"
 """Name of the record object inside its checkpoint folder; sorts before the writes folder ``w/``."""
 

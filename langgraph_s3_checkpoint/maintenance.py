@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -33,6 +32,7 @@ from .plans import (
     exists,
     for_each_emitted,
     landed,
+    mark,
     one,
     pages,
 )
@@ -78,19 +78,8 @@ class Maintenance(Committing):
         if not (yield from any_under(self.layout.thread(thread_id))):
             self.memory.forget_thread(thread_id)
             return
-        marker = yield from self._mark(self.layout.deleting(thread_id), "delete_thread")
+        marker = yield from mark(self.layout.deleting(thread_id), "delete_thread")
         yield from self._finish_delete(thread_id, marker)
-
-    def _mark(self, key: str, operation: str) -> Plan[DeleteIfMatch]:
-        """Write a marker (a delete's: the thread's, or a namespace's for a rollback; a copy's on its
-        target); returns the request that removes it. It goes before anything is deleted or copied and is
-        removed last, so an operation that dies part-way leaves it beside the records it was deleting or
-        copying: ``repair_thread`` then does not take them for a namespace whose head was lost. Each
-        operation writes its own bytes and removes the marker only if it is still its own, so that of a
-        second one running meanwhile stays until that one ends."""
-        written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
-        assert isinstance(written, Written)  # an unconditional PUT is never refused
-        return DeleteIfMatch(key, written.etag)
 
     def _finish_delete(self, thread_id: str, unmark: DeleteIfMatch) -> Plan[None]:
         marker = unmark.key
@@ -145,7 +134,7 @@ class Maintenance(Committing):
             yield from self.delete_thread(target_thread_id)
         # Kept if the copy does not commit (it died, the source kept changing, another writer took the
         # target): the copied records are nobody's history, and repair must not make them so.
-        unmark = yield from self._mark(self.layout.copying(target_thread_id), "copy_thread")
+        unmark = yield from mark(self.layout.copying(target_thread_id), "copy_thread")
         for _ in range(COPY_ATTEMPTS):
             # Snapshot the heads before copying anything: records newer than a snapshot head stay
             # invisible in the copy, exactly as they would in the source.
@@ -399,7 +388,7 @@ class Maintenance(Committing):
             # was already gone), the namespace's remaining records are a headless namespace's, which
             # repair_thread must not bring back: the namespace is marked until they are gone (a marker a
             # dead rollback left is replaced, and so removed at the end).
-            unmark = yield from self._mark(marker, f"delete_for_runs {run_id}")
+            unmark = yield from mark(marker, f"delete_for_runs {run_id}")
         if head is not None and head_is_run:
             moved = yield from self._move_head_back(head_key, head, found, run_id)
             if not moved:  # the run committed again meanwhile: start over
@@ -548,7 +537,7 @@ class Maintenance(Committing):
         now = yield from all_of([Get(key) for key, _ in listed])
         if any(obj is None or not same_etag(obj.etag, etag) for (_, etag), obj in zip(listed, now, strict=True)):
             return None
-        unmark = yield from self._mark(self.layout.deleting(thread_id), "expire_threads")
+        unmark = yield from mark(self.layout.deleting(thread_id), "expire_threads")
         deleted: list[tuple[str, StoredObject]] = []
         for (key, _), obj in zip(listed, now, strict=True):
             assert obj is not None  # checked above

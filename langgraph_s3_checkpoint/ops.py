@@ -20,8 +20,8 @@ from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment, unescape
-from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, one
-from .requests import PRECONDITION_FAILED, Emit, Get, ListKeys, Put
+from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, mark, one
+from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -197,6 +197,7 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         )
     prefix = layout.thread(thread_id)
     segment = escape(thread_id)
+    target = _MarkedTarget(layout.copying(thread_id))
     heads: list[Put] = []
     batch: list[Put] = []
     written = 0
@@ -211,16 +212,37 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         batch.extend(_history_puts(layout, key, item.body, kind, segment))
         written += 1
         if len(batch) >= READ_BATCH:
-            yield from _put_all(batch)
+            yield from target.put_all(batch)
             batch = []
     if is_digest(segment):
         batch.append(Put(layout.thread_name(thread_id), thread_id.encode("utf-8", "surrogatepass")))
     if batch:
-        yield from _put_all(batch)
+        yield from target.put_all(batch)
     if heads:
-        yield from _put_all(list(heads))
+        yield from target.put_all(list(heads))
         written += len(heads)
+    yield from target.unmark()
     return written
+
+
+@dataclass
+class _MarkedTarget:
+    """An import's thread, marked ``copying`` from its first write until its heads landed. Kept if the import
+    dies (or is refused) before then: the records written so far are nobody's history, and repair must not
+    make them one (as for a ``copy_thread``, whose marker this is). An archive refused at its first member
+    writes nothing, not even the marker."""
+
+    marker: str
+    removal: DeleteIfMatch | None = None
+
+    def put_all(self, puts: list[Put]) -> OpsPlan[None]:
+        if self.removal is None:
+            self.removal = yield from mark(self.marker, "import_thread")
+        yield from _put_all(puts)
+
+    def unmark(self) -> OpsPlan[None]:
+        if self.removal is not None:
+            yield [self.removal]
 
 
 def _archived_kind(item: Exported) -> KeyKind:
@@ -321,9 +343,10 @@ def _unfinished(relative: str, marker: bytes) -> str:
     """What a marker says: which delete or copy began and did not finish, and what to run."""
     operation, argument = keys.marker_operation(marker)
     if relative == keys.COPYING:
+        what, again = keys.copy_marked_by(marker)
         return (
-            "a copy_thread into this thread did not finish: if the thread has no checkpoints, delete it and copy "
-            "again (gc removes this marker once every namespace of the thread has a head)"
+            f"{what} into this thread did not finish: if the thread has no checkpoints, delete it and {again} (gc "
+            "removes this marker once every namespace of the thread has a head)"
         )
     if relative == keys.DELETING and operation == "expire_threads":
         return (

@@ -9,12 +9,14 @@ in S3-sized chunks.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .requests import (
     PRECONDITION_FAILED,
     Delete,
+    DeleteIfMatch,
     Emit,
     Get,
     ListKeys,
@@ -67,6 +69,18 @@ def any_under(prefix: str) -> Plan[bool]:
     """Whether any object's key starts with ``prefix`` (a thread's, say), by a 1-key LIST."""
     page = yield from one(ListKeys(prefix, max_keys=1))
     return bool(page.keys)
+
+
+def mark(key: str, operation: str) -> Plan[DeleteIfMatch]:
+    """Write a marker (a delete's: the thread's, or a namespace's for a rollback; a copy's or an import's on
+    its target); returns the request that removes it. It goes before anything is deleted, copied or imported
+    and is removed last, so an operation that dies part-way leaves it beside the records it was deleting or
+    writing: ``repair_thread`` then does not take them for a namespace whose head was lost. Each operation
+    writes its own bytes (``"{operation} {uuid}"``, read by :func:`keys.marker_operation`) and removes the
+    marker only if it is still its own, so that of a second one running meanwhile stays until that one ends."""
+    written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
+    assert isinstance(written, Written)  # an unconditional PUT is never refused
+    return DeleteIfMatch(key, written.etag)
 
 
 def landed(puts: Sequence[Put], replies: Sequence[Written | PreconditionFailed]) -> Plan[list[bool]]:

@@ -36,8 +36,8 @@ other, newest first:
 read as heads lost. Each writes the thread's ``deleting`` marker before deleting anything and removes it
 last: while the marker exists, a namespace whose head is missing is not rebuilt from records listed at or
 before the marker's time (by the server's clock, to the second), and is reported ``deleting``; records
-written after it (the thread was used again) are judged by the rules above. ``copy_thread`` likewise marks
-its target (``copying``) before copying anything and removes the marker once the target's heads landed:
+written after it (the thread was used again) are judged by the rules above. ``copy_thread`` and an import likewise
+mark their target (``copying``) before writing anything and remove the marker once the target's heads landed:
 while it exists, no record of a namespace whose head is missing is used (status ``copying``).
 
 The head is written with a conditional PUT (``If-Match`` on the damaged head, ``If-None-Match: *`` when
@@ -57,7 +57,7 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, is_digest, is_own_segment, marker_operation, unescape
+from .keys import Layout, copy_marked_by, is_digest, is_own_segment, marker_operation, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
@@ -125,7 +125,7 @@ class NamespaceRepair:
     status: str
     """``ok``, ``repaired``, ``would-repair`` (dry run), ``undecryptable``, ``unrepairable``, ``changed``,
     ``deleting`` (a delete of the thread did not finish: its records are not brought back) or ``copying`` (a
-    ``copy_thread`` into the thread did not commit: its records are not made a history)."""
+    ``copy_thread`` or an import into the thread did not commit: its records are not made a history)."""
     head_id: str | None = None
     """The checkpoint the head points at now (or would, in a dry run)."""
     reason: str = ""
@@ -185,7 +185,7 @@ def _to_the_second(moment: datetime) -> datetime:
 class _Markers:
     """The markers that concern one namespace: the thread's ``deleting`` (``delete_thread``,
     ``expire_threads``), the namespace's own ``deleting`` (a rollback that removes its head) and the thread's
-    ``copying`` (a ``copy_thread`` into it that has not committed)."""
+    ``copying`` (a ``copy_thread`` or an import into it that has not committed)."""
 
     thread_key: str
     ns_key: str
@@ -226,10 +226,12 @@ def _read_markers(markers: _Markers) -> Plan[_Markers]:
 def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str]:
     """The reason to report for a namespace whose records an unfinished delete or copy condemned."""
     if markers.copy_since is not None:
+        marker = yield from one(Get(markers.copy_key))
+        operation, again = copy_marked_by(marker.body if marker is not None else b"")
         return (
-            f"{what}: a copy_thread into this thread began at {markers.copy_since.isoformat()} and did not "
-            f"commit; the {condemned} record(s) it copied are not a committed history. Delete the thread and "
-            "copy again"
+            f"{what}: {operation} into this thread began at {markers.copy_since.isoformat()} and did not "
+            f"commit; the {condemned} record(s) it wrote are not a committed history. Delete the thread and "
+            f"{again}"
         )
     if markers.thread_since is not None and markers.thread_since == markers.condemned_up_to:
         marker = yield from one(Get(markers.thread_key))

@@ -40,7 +40,7 @@ from langgraph_s3_checkpoint import (
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, verify_thread
+from langgraph_s3_checkpoint.ops import Problem, export_thread, import_thread, verify_thread
 from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
 
 BIG = 6000
@@ -1019,6 +1019,37 @@ def test_o_gc_removes_what_a_dead_copy_left(make_saver: Callable[[], S3Saver], s
     layout = writer._core.layout
     assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x")).get("KeyCount") == 0
     assert ids(make_saver().list(cfg("s"))) == [cid(1)]
+
+
+def test_o_an_import_that_died_is_not_made_a_history_by_repair(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """An import (``langgraph-s3 import``) that died before its heads left the archive's records under the
+    thread without a marker: repair_thread took them for a thread whose heads were lost and committed an import
+    that never finished. The import now marks its thread ``copying`` until its heads land, as copy_thread does;
+    repair, verify and gc treat what it left as they treat a dead copy's."""
+    writer = make_saver()
+    for n in (1, 2, 3):
+        put(writer, "s", cid(n), cid(n - 1) if n > 1 else None)
+    layout = writer._core.layout
+    archive = list(writer.bucket_io.iterate(export_thread(layout, "s")))
+    importer = make_saver()
+    crash_at(importer, lambda r: isinstance(r, Put) and r.key == layout.head("x", ""))
+    with pytest.raises(Crash):
+        importer.bucket_io.run(import_thread(layout, "x", archive))
+    fresh = make_saver()
+    [outcome] = fresh.repair_thread("x").namespaces
+    assert outcome.status == "copying" and "an import" in outcome.reason and "import --replace" in outcome.reason
+    assert fresh.get_tuple(cfg("x")) is None
+    found = fresh.bucket_io.iterate(verify_thread(layout, fresh._core.codec, "x"))
+    assert [p.key for p in found if isinstance(p, Problem) and "an import" in p.problem] == [layout.copying("x")]
+    report = run_gc(make_saver(), grace_seconds=0)
+    assert report.deleted["unfinished_copy"] == 1 and report.deleted["headless_namespace"] > 0
+    assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x")).get("KeyCount") == 0
+    assert make_saver().bucket_io.run(import_thread(layout, "x", archive)) == len(archive)  # again, to the end
+    assert ids(make_saver().list(cfg("x"))) == [cid(3), cid(2), cid(1)]
+    keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x"))["Contents"]]
+    assert layout.copying("x") not in keys
 
 
 def test_o_gc_removes_the_marker_of_a_copy_that_committed_and_died(
