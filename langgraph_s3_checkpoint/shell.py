@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import threading
 import time
@@ -472,14 +473,15 @@ class BucketIO:
         left = self._remaining(started)
         loop = asyncio.get_running_loop()
         fetching = [self._afetch(r, loop) for r in missing]
+        work = _within(fetching[0] if len(fetching) == 1 else asyncio.gather(*fetching), left)
         try:
-            if len(fetching) == 1:  # most batches: no task per request to gather
-                fetched = [await _within(fetching[0], left)]
+            if any(not isinstance(r, _READS) for r in missing):
+                fetched = await _settled_if_cancelled(work)
             else:
-                fetched = await _within(asyncio.gather(*fetching), left)
+                fetched = await work  # reads: a cancelled caller abandons them at once
         except asyncio.TimeoutError:
             raise self._deadline_error() from None
-        return _fill(replies, fetched)
+        return _fill(replies, fetched if len(fetching) != 1 else [fetched])
 
     def _split(self, requests: list[Request]) -> tuple[list[Any], list[Request]]:
         """Replies answered from the cache (``_MISS`` elsewhere), and the requests still to send."""
@@ -550,6 +552,29 @@ else:
 
     async def _within(work: Awaitable[T], seconds: float | None) -> T:
         return await asyncio.wait_for(work, timeout=seconds)
+
+
+_READS = (Get, ListKeys, BucketExists)
+"""Requests that change nothing: abandoning one changes nothing either."""
+
+
+async def _settled_if_cancelled(work: Awaitable[T]) -> T:
+    """``work``'s result. If the caller is cancelled meanwhile, ``work`` (a batch of writes) still runs to its end
+    before the cancellation goes on, so that no write of a cancelled ``aput`` lands after its task has ended.
+
+    Why: a batch abandoned in flight is not undone (a PUT already sent is applied; one on the thread pool runs
+    on regardless). Its head PUT could then commit after the caller saw the cancellation and began the next
+    run on the thread, whose own put would be refused as another writer's (LangGraph's Agent Server cancels a
+    run and starts the next at once). The wait is bounded by the operation's deadline; a second cancellation
+    stops it."""
+    batch = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(batch)
+    except asyncio.CancelledError:
+        if not batch.done():
+            with contextlib.suppress(Exception):  # its outcome no longer matters to the cancelled caller
+                await batch
+        raise
 
 
 def _fill(replies: list[Any], fetched: list[Any]) -> list[Any]:

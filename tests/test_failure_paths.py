@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import boto3
 import pytest
 from helpers import Crash, cfg, crash_at, deletes_records, lose_first_answer, silent_server
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
@@ -465,6 +466,60 @@ def test_default_timeouts_are_bounded() -> None:
         worst = config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout)
         assert worst <= 60
         assert saver.operation_timeout is not None and saver.operation_timeout <= 120
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+def test_a_cancelled_aput_leaves_no_write_in_flight(
+    s3_server: LocalS3Server, bucket: str, prefix: str, transport: str
+) -> None:
+    """Defect: a cancelled ``aput`` abandoned its record and head PUTs in flight (the server applies a request
+    already sent; a boto3 request on the thread pool runs on regardless), so its checkpoint could commit after
+    the cancelled task had ended, and the next run on the thread, started meanwhile, was refused as another
+    writer's. A batch of writes now runs to its end before the cancellation goes on: once the task has ended,
+    the head no longer moves. Behind a proxy adding 150 ms each way, so that the PUTs are in flight when the
+    task is cancelled."""
+    from botocore.config import Config
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from latencyproxy import LatencyProxy
+
+    port = int(s3_server.endpoint_url.rsplit(":", 1)[1])
+    reader = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+
+    def latest_id() -> str:
+        tup = reader.get_tuple(cfg("t"))
+        assert tup is not None
+        return str(tup.checkpoint["id"])
+
+    with LatencyProxy("127.0.0.1", port, one_way_ms=150, lifetime=60) as proxy, contextlib.closing(reader):
+        slow = boto3.session.Session().client(
+            "s3",
+            endpoint_url=proxy.url,
+            region_name=s3_server.region,
+            aws_access_key_id=s3_server.access_key,
+            aws_secret_access_key=s3_server.secret_key,
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 1}),
+        )
+        first, second = empty_checkpoint(), empty_checkpoint()
+        assert first["id"] < second["id"]  # uuid6: later is larger
+
+        async def cancel_the_second_put() -> tuple[str, str]:
+            saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=slow, transport=transport)
+            try:
+                parent = await saver.aput(cfg("t"), first, {"source": "input", "step": -1}, {})
+                putting = asyncio.create_task(saver.aput(parent, second, {"source": "loop", "step": 0}, {}))
+                await asyncio.sleep(0.1)  # its record and head PUTs are on their way
+                putting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await putting
+                when_cancelled = latest_id()
+                await asyncio.sleep(0.8)  # more than the PUTs in flight need to land
+                return when_cancelled, latest_id()
+            finally:
+                saver.close()  # (closing waits for the thread pool: the heads are read before)
+
+        when_cancelled, later = asyncio.run(cancel_the_second_put())
+        assert later == when_cancelled
 
 
 # ------------------------------------------------------------------------------------------------
