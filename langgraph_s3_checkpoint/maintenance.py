@@ -21,7 +21,7 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import COPIED, CheckpointKey, KeyKind, Layout, classify, classify_in_namespace, escape
+from .keys import COPIED, CheckpointKey, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import (
     READ_BATCH,
     all_of,
@@ -34,6 +34,7 @@ from .plans import (
     landed,
     mark,
     one,
+    own_folders_under,
     pages,
 )
 from .requests import (
@@ -97,10 +98,7 @@ class Maintenance(Committing):
     def _delete_thread_once(self, thread_id: str) -> Plan[None]:
         # Heads first: once they are gone the thread reads as empty, so a crash part-way through
         # never leaves a half-deleted thread that looks alive.
-        root = self.layout.namespaces(thread_id)
-        found: list[Page] = []
-        yield from collect_emitted(pages(root, delimiter="/"), found)
-        heads = [f"{p}head" for page in found for p in page.prefixes]
+        heads = [f"{p}head" for p in (yield from own_folders_under(self.layout.namespaces(thread_id)))]
         if heads:
             yield deletes(heads)
         thread_prefix = self.layout.thread(thread_id)
@@ -121,9 +119,7 @@ class Maintenance(Committing):
         yield from for_each_emitted(pages(thread_prefix), delete_page)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
-        src_pages: list[Page] = []
-        yield from collect_emitted(pages(self.layout.namespaces(source_thread_id), delimiter="/"), src_pages)
-        prefixes = [p for page in src_pages for p in page.prefixes]
+        prefixes = yield from own_folders_under(self.layout.namespaces(source_thread_id))
         if not prefixes:
             return
         yield from self._refuse_existing_target(target_thread_id)
@@ -187,9 +183,7 @@ class Maintenance(Committing):
         committing, and the emptied folders some servers (SeaweedFS) keep listing after a delete, must
         not block a new copy: it deletes the former first and ignores the latter.
         """
-        target_pages: list[Page] = []
-        yield from collect_emitted(pages(self.layout.namespaces(target_thread_id), delimiter="/"), target_pages)
-        target_heads = [f"{p}head" for page in target_pages for p in page.prefixes]
+        target_heads = [f"{p}head" for p in (yield from own_folders_under(self.layout.namespaces(target_thread_id)))]
         found = (yield from all_of([Get(k) for k in target_heads])) if target_heads else []
         if any(obj is not None for obj in found):
             raise TargetThreadExistsError(
@@ -491,9 +485,9 @@ class Maintenance(Committing):
 
         def expire_page(page: Page) -> Plan[None]:
             for prefix in page.prefixes:
-                namespaces: list[Page] = []
-                yield from collect_emitted(pages(f"{prefix}ns/", delimiter="/"), namespaces)
-                ns_prefixes = [p for ns_page in namespaces for p in ns_page.prefixes]
+                if not is_own_segment(self.layout.segment_after(prefix, root)):
+                    continue  # a folder no thread id escapes to
+                ns_prefixes = yield from own_folders_under(f"{prefix}ns/")
                 # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
                 # every longer key it starts, a foreign "head-notes" included); only that key is taken.
                 pages_ = yield from all_of([ListKeys(f"{p}head", max_keys=1) for p in ns_prefixes])

@@ -20,7 +20,7 @@ from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment, unescape
-from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, mark, one
+from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, mark, one, own_folders_under
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -166,8 +166,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     Returns the number of objects emitted (0 if the thread does not exist).
     """
     prefix = layout.thread(thread_id)
-    ns_root = layout.namespaces(thread_id)
-    namespaces = [p for page in (yield from all_pages(ns_root, delimiter="/")) for p in page.prefixes]
+    namespaces = yield from own_folders_under(layout.namespaces(thread_id))
     heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
+from .keys import is_own_segment
 from .requests import (
     PRECONDITION_FAILED,
     Delete,
@@ -126,6 +127,14 @@ def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
     found: list[Page] = []
     yield from collect_emitted(pages(prefix, delimiter=delimiter), found)
     return found
+
+
+def own_folders_under(root: str) -> Plan[list[str]]:
+    """The thread or namespace folders directly under ``root`` (``threads/{T}/ns/``, say), from a delimited
+    listing: those whose name :func:`keys.is_own_segment` accepts. Any other folder is foreign, and what it
+    holds, a ``head`` included, is nobody's checkpoint."""
+    found = yield from all_pages(root, delimiter="/")
+    return [p for page in found for p in page.prefixes if is_own_segment(p[len(root) : -1])]
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

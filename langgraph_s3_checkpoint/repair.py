@@ -57,8 +57,8 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, copy_marked_by, is_digest, is_own_segment, marker_operation, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one
+from .keys import Layout, copy_marked_by, is_digest, marker_operation, unescape
+from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one, own_folders_under
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
@@ -258,12 +258,9 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
     """Check every namespace of a thread and rebuild each damaged or missing head (see the module docs)."""
     layout = core.layout
     root = layout.namespaces(thread_id)
-    listing = yield from _all_keys(root, delimiter="/")
     report = RepairReport(thread_id, dry_run)
-    for ns_prefix in listing.prefixes:
+    for ns_prefix in (yield from own_folders_under(root)):  # a foreign folder holds nothing of ours to repair
         segment = layout.segment_after(ns_prefix, root)
-        if not is_own_segment(segment):
-            continue  # a folder that is not a namespace's: nothing of ours to repair there
         name = unescape(segment) if not is_digest(segment) else segment
         if is_digest(segment):
             obj = yield from one(Get(f"{ns_prefix}name"))

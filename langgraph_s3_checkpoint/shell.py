@@ -565,8 +565,8 @@ async def _settled_if_cancelled(work: Awaitable[T]) -> T:
     Why: a batch abandoned in flight is not undone (a PUT already sent is applied; one on the thread pool runs
     on regardless). Its head PUT could then commit after the caller saw the cancellation and began the next
     run on the thread, whose own put would be refused as another writer's (LangGraph's Agent Server cancels a
-    run and starts the next at once). The wait is bounded by the operation's deadline; a second cancellation
-    stops it."""
+    run and starts the next at once). The wait is bounded by the operation's deadline (for maintenance calls,
+    which have none, by the client's timeouts of each request in the batch); a second cancellation stops it."""
     batch = asyncio.ensure_future(work)
     try:
         return await asyncio.shield(batch)

@@ -385,9 +385,10 @@ def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.Loc
 def test_export_import_and_copy_carry_the_threads_objects_not_foreign_ones(env: Env, tmp_path: Path) -> None:
     """Defect: export carried every object under a thread's folder, and import refuses an archive holding an
     object that is not part of a thread, so a foreign object in the folder (a note dropped there, a key shaped
-    like a write whose task segment no id escapes to) made the backup impossible to restore. copy_thread
-    copied them too, and gave a foreign key under ``r/`` a twin in the global run index. Both now carry the
-    kinds ``keys.COPIED`` names, as ``keys.classify`` tells them."""
+    like a write whose task segment no id escapes to, a ``head`` in a folder no namespace escapes to) made the
+    backup impossible to restore. copy_thread copied them too (that ``head`` as a head of the copy), and gave a
+    foreign key under ``r/`` a twin in the global run index. Both now carry the kinds ``keys.COPIED`` names, as
+    ``keys.classify`` tells them, and take heads only from the folders ``plans.own_folders_under`` lists."""
     env.paused("fo")
     layout = env.layout
     thread = layout.thread("fo")
@@ -400,6 +401,10 @@ def test_export_import_and_copy_carry_the_threads_objects_not_foreign_ones(env: 
     ]
     for key in foreign:
         env.client.put_object(Bucket=CLI_BUCKET, Key=key, Body=b"not ours")
+    # A folder no namespace escapes to, holding a copy of a real head: not a head of the thread.
+    head = env.client.get_object(Bucket=CLI_BUCKET, Key=layout.head("fo", ""))["Body"].read()
+    foreign.append(f"{layout.namespaces('fo')}a.b/head")
+    env.client.put_object(Bucket=CLI_BUCKET, Key=foreign[-1], Body=head)
     archive = tmp_path / "fo.tar"
     exported = env.json("export", "fo", str(archive))
     assert exported["objects"] == len(env.keys("fo")) - len(foreign)

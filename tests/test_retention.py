@@ -213,6 +213,25 @@ def test_expire_threads_judges_the_head_not_a_foreign_key_beside_it(
     saver.close()
 
 
+def test_expire_threads_judges_heads_in_namespace_folders_only(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """A ``head`` in a folder no namespace escapes to (``ns/a.b/``) is nobody's: it neither keeps an idle thread
+    alive nor counts as one of its heads, and a thread folder no id escapes to is not a thread to expire."""
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
+    _history(saver, "idle", 1)
+    layout = saver._core.layout
+    time.sleep(2.5)
+    client.put_object(Bucket=bucket, Key=f"{layout.namespaces('idle')}a.b/head", Body=b"not ours, and new")
+    client.put_object(Bucket=bucket, Key=f"{layout.threads_root}x.y/ns/~/head", Body=b"not ours either")
+    assert saver.expire_threads(timedelta(seconds=2)) == ["idle"]
+    assert saver.get_tuple({"configurable": {"thread_id": "idle"}}) is None
+    left = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=layout.threads_root)["Contents"]]
+    assert left == [f"{layout.threads_root}x.y/ns/~/head"]
+    saver.close()
+
+
 async def test_async_expire_threads(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     sync = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
     _history(sync, "t", 2)
