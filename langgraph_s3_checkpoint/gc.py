@@ -141,15 +141,15 @@ class _Walk:
 
     @property
     def head_key(self) -> str:
-        return f"{self.prefix}head"
+        return Layout.head_in(self.prefix)
 
     @property
     def records(self) -> str:
-        return f"{self.prefix}c/"
+        return Layout.records_in(self.prefix)
 
     @property
     def blobs(self) -> str:
-        return f"{self.prefix}b/"
+        return Layout.blobs_in(self.prefix)
 
 
 @dataclass
@@ -389,7 +389,7 @@ class _Collector:
         yield from for_each_emitted(pages(prefix, delimiter="/"), top_page)
 
     def namespace(self, prefix: str) -> Plan[_Namespace]:
-        head_key = f"{prefix}head"
+        head_key = Layout.head_in(prefix)
         head = yield from one(Get(head_key))
         if head is None:
             # Nothing is committed here. Flush first, so that everything queued while this namespace is

@@ -244,10 +244,20 @@ class Layout:
         return f"{self.ns(thread_id, checkpoint_ns)}name"
 
     def head(self, thread_id: str, checkpoint_ns: str) -> str:
-        return f"{self.ns(thread_id, checkpoint_ns)}head"
+        return Layout.head_in(self.ns(thread_id, checkpoint_ns))
+
+    @staticmethod
+    def head_in(ns_folder: str) -> str:
+        """The head of the namespace whose folder (``.../ns/{N}/``) is given."""
+        return f"{ns_folder}head"
 
     def records(self, thread_id: str, checkpoint_ns: str) -> str:
-        return f"{self.ns(thread_id, checkpoint_ns)}c/"
+        return Layout.records_in(self.ns(thread_id, checkpoint_ns))
+
+    @staticmethod
+    def records_in(ns_folder: str) -> str:
+        """The folder of the records (and their writes) of the namespace whose folder is given."""
+        return f"{ns_folder}c/"
 
     def checkpoint_dir(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
         return f"{self.records(thread_id, checkpoint_ns)}{invert_id(checkpoint_id)}/"
@@ -267,7 +277,12 @@ class Layout:
         return f"{ns_folder}c/{invert_id(checkpoint_id)}/{RECORD}"
 
     def blobs(self, thread_id: str, checkpoint_ns: str) -> str:
-        return f"{self.ns(thread_id, checkpoint_ns)}b/"
+        return Layout.blobs_in(self.ns(thread_id, checkpoint_ns))
+
+    @staticmethod
+    def blobs_in(ns_folder: str) -> str:
+        """The folder of the large values of the namespace whose folder is given."""
+        return f"{ns_folder}b/"
 
     def blob(self, thread_id: str, checkpoint_ns: str, channel: str, version: str) -> str:
         return self.blob_in(self.ns(thread_id, checkpoint_ns), channel, version)

@@ -98,7 +98,7 @@ class Maintenance(Committing):
     def _delete_thread_once(self, thread_id: str) -> Plan[None]:
         # Heads first: once they are gone the thread reads as empty, so a crash part-way through
         # never leaves a half-deleted thread that looks alive.
-        heads = [f"{p}head" for p in (yield from own_folders_under(self.layout.namespaces(thread_id)))]
+        heads = [Layout.head_in(p) for p in (yield from own_folders_under(self.layout.namespaces(thread_id)))]
         if heads:
             yield deletes(heads)
         thread_prefix = self.layout.thread(thread_id)
@@ -134,12 +134,12 @@ class Maintenance(Committing):
         for _ in range(COPY_ATTEMPTS):
             # Snapshot the heads before copying anything: records newer than a snapshot head stay
             # invisible in the copy, exactly as they would in the source.
-            heads = yield from all_of([Get(f"{p}head") for p in prefixes])
+            heads = yield from all_of([Get(Layout.head_in(p)) for p in prefixes])
             needed = {
                 self.layout.blob_in(prefix, channel, version)
                 for prefix, head in zip(prefixes, heads, strict=True)
                 if head is not None
-                for channel, version in self.codec.peek_blobs(f"{prefix}head", head.body).items()
+                for channel, version in self.codec.peek_blobs(Layout.head_in(prefix), head.body).items()
             }
             copied = yield from self._copy_history(source_thread_id, target_thread_id, needed)
             if copied == needed:
@@ -162,7 +162,7 @@ class Maintenance(Committing):
         commits: list[Put] = []
         for prefix, head in zip(prefixes, heads, strict=True):
             if head is not None:
-                target = self.layout.retarget_thread(f"{prefix}head", source_thread_id, target_thread_id)
+                target = self.layout.retarget_thread(Layout.head_in(prefix), source_thread_id, target_thread_id)
                 commits.append(Put(target, head.body, if_none_match=True))
         replies = (yield from all_of(commits)) if commits else []
         applied = yield from landed(commits, replies)
@@ -183,7 +183,9 @@ class Maintenance(Committing):
         committing, and the emptied folders some servers (SeaweedFS) keep listing after a delete, must
         not block a new copy: it deletes the former first and ignores the latter.
         """
-        target_heads = [f"{p}head" for p in (yield from own_folders_under(self.layout.namespaces(target_thread_id)))]
+        target_heads = [
+            Layout.head_in(p) for p in (yield from own_folders_under(self.layout.namespaces(target_thread_id)))
+        ]
         found = (yield from all_of([Get(k) for k in target_heads])) if target_heads else []
         if any(obj is not None for obj in found):
             raise TargetThreadExistsError(
@@ -490,12 +492,12 @@ class Maintenance(Committing):
                 ns_prefixes = yield from own_folders_under(f"{prefix}ns/")
                 # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
                 # every longer key it starts, a foreign "head-notes" included); only that key is taken.
-                pages_ = yield from all_of([ListKeys(f"{p}head", max_keys=1) for p in ns_prefixes])
+                pages_ = yield from all_of([ListKeys(Layout.head_in(p), max_keys=1) for p in ns_prefixes])
                 heads = [
                     (key, etag, modified)
                     for p, page in zip(ns_prefixes, pages_, strict=True)
                     for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False)
-                    if key == f"{p}head"
+                    if key == Layout.head_in(p)
                 ]
                 newest = max((modified for _, _, modified in heads), default=None)
                 # No head at all: not a live thread (an emptied folder some servers keep listing, or a
@@ -590,11 +592,11 @@ class _PruneScope:
 
     @property
     def records(self) -> str:
-        return f"{self.namespace}c/"
+        return Layout.records_in(self.namespace)
 
     @property
     def blobs(self) -> str:
-        return f"{self.namespace}b/"
+        return Layout.blobs_in(self.namespace)
 
     def standing(self, key: str) -> Standing | None:
         """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""

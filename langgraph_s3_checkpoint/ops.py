@@ -167,7 +167,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
     """
     prefix = layout.thread(thread_id)
     namespaces = yield from own_folders_under(layout.namespaces(thread_id))
-    heads = (yield from all_of([Get(f"{p}head") for p in namespaces])) if namespaces else []
+    heads = (yield from all_of([Get(Layout.head_in(p)) for p in namespaces])) if namespaces else []
     count = 0
     for page in (yield from all_pages(prefix)):
         keys = [k for k in page.keys if classify(k[len(prefix) :]) in COPIED]
@@ -179,7 +179,7 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
                     count += 1
     for ns_prefix, head in zip(namespaces, heads, strict=True):
         if head is not None:
-            yield Emit(Exported(f"{ns_prefix}head"[len(prefix) :], head.body))
+            yield Emit(Exported(Layout.head_in(ns_prefix)[len(prefix) :], head.body))
             count += 1
     return count
 

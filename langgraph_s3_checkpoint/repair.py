@@ -278,7 +278,7 @@ def _repair_namespace(
     codec: Codec, ns_prefix: str, name: str, dry_run: bool, thread_markers: tuple[str, str]
 ) -> Plan[NamespaceRepair]:
     """Diagnose one namespace's head and, if it is damaged or missing, rebuild it (see the module docs)."""
-    head_key = f"{ns_prefix}head"
+    head_key = Layout.head_in(ns_prefix)
     head = yield from one(Get(head_key))
     damage = _diagnose_head(codec, name, head_key, head)
     if isinstance(damage, NamespaceRepair):
@@ -319,7 +319,7 @@ def _candidates(
 ) -> Plan[list[tuple[str, str]] | NamespaceRepair]:
     """The key and id of each record the head may be rebuilt from, newest first; or the outcome, when there
     is none (nothing stored, or only what an unfinished delete condemned)."""
-    stored = yield from _stored_records(f"{ns_prefix}c/")
+    stored = yield from _stored_records(Layout.records_in(ns_prefix))
     condemned_up_to = markers.condemned_up_to if damage.missing else None
     records = [(key, cid) for key, cid, modified in stored if not _condemned(modified, condemned_up_to)]
     if records:
