@@ -174,7 +174,8 @@ def test_killed_parent_leaves_no_weed_behind(sig: signal.Signals) -> None:
         weed_pid = int(pid_text)
         assert _is_running(weed_pid)
         parent.send_signal(sig)
-        assert parent.wait(timeout=30) == -sig
+        # A hang guard, not a time limit: stopping weed may take 2 x 8 s of grace, more on a loaded machine.
+        assert parent.wait(timeout=90) == -sig
         deadline = time.monotonic() + 15
         while _is_running(weed_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
