@@ -571,9 +571,13 @@ async def _settled_if_cancelled(work: Awaitable[T]) -> T:
     try:
         return await asyncio.shield(batch)
     except asyncio.CancelledError:
-        if not batch.done():
+        try:
+            # Also when the batch is already done: awaiting it retrieves its error, which then goes unreported.
             with contextlib.suppress(Exception):  # its outcome no longer matters to the cancelled caller
                 await batch
+        except asyncio.CancelledError:
+            batch.cancel()  # cancelled again: the caller will not wait, so the batch is abandoned as before
+            raise
         raise
 
 

@@ -522,6 +522,43 @@ def test_a_cancelled_aput_leaves_no_write_in_flight(
         assert later == when_cancelled
 
 
+def test_a_batch_of_writes_settles_once_and_is_abandoned_on_a_second_cancellation() -> None:
+    """The rule behind the test above, without a server: cancelled once, the caller waits for the batch (whose
+    error, if any, is retrieved, not reported at exit); cancelled again while waiting, it stops waiting and the
+    batch is cancelled too, as every batch was before."""
+    from langgraph_s3_checkpoint.shell import _settled_if_cancelled
+
+    finished: list[str] = []
+
+    async def batch(outcome: str) -> str:
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            finished.append(f"{outcome}: cancelled")
+            raise
+        finished.append(f"{outcome}: done")
+        if outcome == "fails":
+            raise RuntimeError("the batch failed")
+        return outcome
+
+    async def cancel(outcome: str, times: int) -> None:
+        caller = asyncio.create_task(_settled_if_cancelled(batch(outcome)))
+        for _ in range(times):
+            await asyncio.sleep(0.05)
+            caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0.3)  # anything still running would finish now
+
+    async def scenario() -> None:
+        await cancel("lands", 1)
+        await cancel("fails", 1)
+        await cancel("abandoned", 2)
+
+    asyncio.run(scenario())
+    assert finished == ["lands: done", "fails: done", "abandoned: cancelled"]
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. The right diagnosis
 # ------------------------------------------------------------------------------------------------
