@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -111,9 +112,20 @@ def is_digest(segment: str) -> bool:
 _DIGEST_FORM = re.compile(r"~[0-9a-f]{64}")
 
 
-def is_digest_form(segment: str) -> bool:
-    """Whether ``segment`` is a digest as :func:`escape` (and the store's escape) makes them: ``~`` + SHA-256."""
-    return _DIGEST_FORM.fullmatch(segment) is not None
+def made_by(
+    segment: str, escaper: Callable[[str], str], unescaper: Callable[[str], str], kept: re.Pattern[str]
+) -> bool:
+    """Whether ``escaper`` could have made ``segment``: ``kept`` as it is (the pattern of values it does not
+    escape), a digest (``~`` + SHA-256), or a spelling that ``unescaper`` reads and ``escaper`` writes back the
+    same. The rule of :func:`is_own_segment` and of the store's, each with its own escape."""
+    if len(segment) <= MAX_SEGMENT and kept.fullmatch(segment):
+        return True  # the common case: uuids, task ids, plain names
+    if is_digest(segment):
+        return _DIGEST_FORM.fullmatch(segment) is not None
+    try:
+        return escaper(unescaper(segment)) == segment
+    except ValueError:  # an unescape that refuses a bad spelling, or bytes that are not UTF-8
+        return False
 
 
 def is_own_segment(segment: str) -> bool:
@@ -121,11 +133,7 @@ def is_own_segment(segment: str) -> bool:
     channel or version segment that every reader and tool applies before taking a folder or key as the
     saver's. A folder under the prefix that fails it (``a.b``, ``%zz``, ``%61``, an empty segment) is foreign:
     read as nothing, never deleted, never repaired."""
-    if len(segment) <= MAX_SEGMENT and _VERBATIM.fullmatch(segment):
-        return True  # the common case: uuids, task ids, plain names
-    if is_digest(segment):
-        return is_digest_form(segment)
-    return escape(unescape(segment)) == segment
+    return made_by(segment, escape, unescape, _VERBATIM)
 
 
 def unescape(segment: str) -> str:

@@ -227,9 +227,9 @@ def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str
     """The reason to report for a namespace whose records an unfinished delete or copy condemned."""
     if markers.copy_since is not None:
         marker = yield from one(Get(markers.copy_key))
-        operation, again = copy_marked_by(marker.body if marker is not None else b"")
+        who, again = copy_marked_by(marker.body if marker is not None else b"")
         return (
-            f"{what}: {operation} into this thread began at {markers.copy_since.isoformat()} and did not "
+            f"{what}: {who} into this thread began at {markers.copy_since.isoformat()} and did not "
             f"commit; the {condemned} record(s) it wrote are not a committed history. Delete the thread and "
             f"{again}"
         )

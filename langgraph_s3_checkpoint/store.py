@@ -66,7 +66,7 @@ from .errors import (
     InvalidConfigError,
     StoreConflictError,
 )
-from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, is_digest_form, key_bytes
+from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes, made_by
 from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -148,17 +148,10 @@ _VERBATIM = re.compile(r"[A-Za-z0-9_]+")
 
 
 def is_own_segment(segment: str) -> bool:
-    """Whether :func:`escape` could have made ``segment`` (as :func:`keys.is_own_segment` for the saver's): a
-    folder or key of the store whose segment fails it (``a.b``, ``%zz``, ``=zz``) is foreign, skipped by every
-    read, search, listing and sweep."""
-    if len(segment) <= MAX_SEGMENT and _VERBATIM.fullmatch(segment):
-        return True  # the common case: plain labels and keys
-    if is_digest(segment):
-        return is_digest_form(segment)
-    try:
-        return escape(unescape(segment)) == segment
-    except ValueError:  # a bad =XX, or bytes that are not UTF-8
-        return False
+    """Whether :func:`escape` could have made ``segment`` (:func:`keys.made_by`, as :func:`keys.is_own_segment` for
+    the saver's): a folder or key of the store whose segment fails it (``a.b``, ``%zz``, ``=zz``) is foreign,
+    skipped by every read, search, listing and sweep."""
+    return made_by(segment, escape, unescape, _VERBATIM)
 
 
 @dataclass(frozen=True)
