@@ -1,7 +1,7 @@
 """Supersteps at real network latency: a latency proxy in front of a throwaway SeaweedFS.
 
     python benchmarks/latency.py                      # 0, 5, 20 and 60 ms round trips, every saver found
-    python benchmarks/latency.py --rtt 0,20 --only ours,ours-direct --repeats 2 --no-throughput
+    python benchmarks/latency.py --rtt 0,20 --only ours,ours-boto3 --repeats 2 --no-throughput
 
 For each round trip (``--rtt``, ms; half of it is added in each direction by ``latencyproxy.py``) and each
 saver, a graph whose one node loops on itself runs with ``durability="sync"`` for 1 and for 31 supersteps on
@@ -20,9 +20,12 @@ default 20 ms) runs AsyncS3Saver with each transport: ``--threads`` threads of `
 supersteps gathered on one event loop, against the same number of steps run one thread at a time, and
 reports the ratio and the client CPU per checkpoint (process CPU / ``aput`` calls).
 
-Savers: ``ours-expect`` (S3Saver given a plain boto3 client: botocore's default ``Expect: 100-continue`` on
-PutObject, i.e. the default before the fast path), ``ours`` (S3Saver built from options, the default now),
-``ours-direct`` (``transport="direct"``), ``tigris`` and ``objectstorage`` (skipped when their venv is missing).
+Savers: ``ours`` (S3Saver with its defaults: ``transport="auto"``, which sends GET, PUT and LIST directly since
+nothing watches its client here; its requests are counted in the saver's own senders, not with botocore hooks,
+which would send them through boto3), ``ours-boto3`` (``transport="boto3"``, a client without ``Expect:
+100-continue``), ``ours-expect`` (``transport="boto3"`` with a plain boto3 client: botocore's ``Expect:
+100-continue`` on PutObject, the first default), ``tigris`` and ``objectstorage`` (skipped when their venv is
+missing). The throughput section runs ``ours-async`` (defaults) and ``ours-async-boto3``.
 """
 
 from __future__ import annotations
@@ -42,21 +45,21 @@ from typing import Any, TypedDict
 
 HERE = Path(__file__).resolve().parent
 BUCKET = "lgs3-latency"
-ALL_SAVERS = ("ours-expect", "ours", "ours-direct", "tigris", "objectstorage")
-ASYNC_SAVERS = ("ours-async", "ours-async-direct", "inmemory-async")
+ALL_SAVERS = ("ours-expect", "ours-boto3", "ours", "tigris", "objectstorage")
+ASYNC_SAVERS = ("ours-async-boto3", "ours-async", "inmemory-async")
 PEER_PYTHON = {
     "tigris": os.environ.get("BENCH_TIGRIS_PYTHON", "/tmp/lg-bench-tigris/bin/python"),
     "objectstorage": os.environ.get("BENCH_OBJECTSTORAGE_PYTHON", "/tmp/lg-bench-objstore/bin/python"),
 }
 LABELS = {
-    "ours-expect": "S3Saver, boto3 with `Expect: 100-continue` (old default)",
-    "ours": "S3Saver, default (boto3, no `Expect`)",
-    "ours-direct": 'S3Saver, `transport="direct"`',
+    "ours-expect": 'S3Saver, `transport="boto3"` with `Expect: 100-continue` (first default)',
+    "ours-boto3": 'S3Saver, `transport="boto3"` (no `Expect`; the default before `auto`)',
+    "ours": "S3Saver, default (`auto`: direct)",
     "tigris": "TigrisSaver (on moto)",
     "objectstorage": "ObjectStorageSaver (s3fs)",
     "postgres": "PostgresSaver (psycopg)",
-    "ours-async": "AsyncS3Saver, default (boto3 on a thread pool)",
-    "ours-async-direct": 'AsyncS3Saver, `transport="direct"`',
+    "ours-async-boto3": 'AsyncS3Saver, `transport="boto3"` (on a thread pool)',
+    "ours-async": "AsyncS3Saver, default (`auto`: from the event loop)",
     "inmemory-async": "InMemorySaver (LangGraph's own cost, no I/O)",
     "inmemory": "InMemorySaver (LangGraph alone, no I/O)",
 }
@@ -118,27 +121,24 @@ def make_saver(name: str, s3: dict[str, Any], counter: Any) -> Any:
         config = Config(s3={"addressing_style": "path"}, max_pool_connections=64, retries={"max_attempts": 3})
         return boto3.session.Session().client("s3", config=config, **plain)
 
-    if name in ("ours", "ours-expect", "ours-direct"):
+    if name in ("ours", "ours-expect", "ours-boto3"):
         from langgraph_s3_checkpoint import S3Saver
 
         if name == "ours-expect":
-            saver = S3Saver(bucket=BUCKET, prefix=prefix, client=boto3_client())
+            saver = S3Saver(bucket=BUCKET, prefix=prefix, client=boto3_client(), transport="boto3")
+        elif name == "ours-boto3":
+            saver = S3Saver(bucket=BUCKET, prefix=prefix, transport="boto3", **plain)
         else:
-            transport = "direct" if name == "ours-direct" else "boto3"
-            saver = S3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
-        counter.attach_boto3(saver.client)
-        if saver.bucket_io.direct is not None:
-            counter.attach_direct(saver.bucket_io.direct)
+            saver = S3Saver(bucket=BUCKET, prefix=prefix, **plain)
+        counter.attach_saver(saver)
         saver.setup()
         return saver
     if name in ASYNC_SAVERS:
         from langgraph_s3_checkpoint import AsyncS3Saver
 
-        transport = "direct" if name == "ours-async-direct" else "boto3"
+        transport = "boto3" if name == "ours-async-boto3" else "auto"
         saver = AsyncS3Saver(bucket=BUCKET, prefix=prefix, transport=transport, **plain)
-        counter.attach_boto3(saver.client)
-        if saver.bucket_io.native is not None:
-            counter.attach_native(saver.bucket_io.native)
+        counter.attach_saver(saver)
         return saver
     if name == "tigris":
         from langgraph.checkpoint.tigris import TigrisSaver
@@ -712,19 +712,19 @@ def floors(res: dict[str, Any]) -> list[str]:
         "these three requests can take less here. A target above the floor's own ratio is bound by this machine.",
         "",
         "| round trip | three PUTs together, ms | floor, ms | fastest S3 peer, ms | peer / floor | default / floor "
-        "| direct / floor |" + (" floor / PostgresSaver |" if pg else ""),
+        "| boto3 / floor |" + (" floor / PostgresSaver |" if pg else ""),
         "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if pg else ""),
     ]
     for rtt in res["rtts"]:
         rows = res["rows"].get(str(rtt), {})
         step = res["bare"].get(str(rtt), {}).get("direct step")
         peers = [rows[n]["ms"] for n in ("tigris", "objectstorage") if n in rows]
-        if step is None or not peers or "ours" not in rows or "ours-direct" not in rows:
+        if step is None or not peers or "ours" not in rows or "ours-boto3" not in rows:
             continue
         f = langgraph["ms"] + step
         lines.append(
             f"| {rtt:g} ms | {step:.1f} | {f:.1f} | {min(peers):.1f} | {min(peers) / f:.2f}x | "
-            f"{rows['ours']['ms'] / f:.2f}x | {rows['ours-direct']['ms'] / f:.2f}x |"
+            f"{rows['ours']['ms'] / f:.2f}x | {rows['ours-boto3']['ms'] / f:.2f}x |"
             + (f" {f / pg['ms']:.2f}x |" if pg else "")
         )
     return [*lines, ""]

@@ -40,10 +40,10 @@ OURS = ["ours", "ours-async", "ours-direct", "ours-async-direct"]
 SAVERS = [*OURS, "tigris", "objectstorage", "postgres", "sqlite", "inmemory"]
 S3_SAVERS = {*OURS, "tigris", "objectstorage"}
 LABELS = {
-    "ours": "S3Saver (ours)",
-    "ours-async": "AsyncS3Saver (ours)",
-    "ours-direct": "S3Saver (ours, transport=direct)",
-    "ours-async-direct": "AsyncS3Saver (ours, transport=direct)",
+    "ours": "S3Saver (ours, transport=boto3)",
+    "ours-async": "AsyncS3Saver (ours, transport=boto3)",
+    "ours-direct": "S3Saver (ours, default: direct)",
+    "ours-async-direct": "AsyncS3Saver (ours, default: direct)",
     "tigris": "TigrisSaver",
     "objectstorage": "ObjectStorageSaver (s3fs)",
     "postgres": "PostgresSaver",
@@ -459,12 +459,12 @@ def report(meta: dict[str, Any], results: dict[str, dict[str, Any]], p: dict[str
 
     # targets
     L.append("## Targets (ours, this run)\n")
-    for sync_key, async_key, variant in (
-        ("ours", "ours-async", "boto3"),
-        ("ours-direct", "ours-async-direct", "direct"),
+    for sync_key, async_key, variant, heading in (
+        ("ours", "ours-async", "boto3", 'With `transport="boto3"`'),
+        ("ours-direct", "ours-async-direct", "direct", "With the default transport (direct)"),
     ):
         if sync_key in results or async_key in results:
-            L.append(f'With `transport="{variant}"`:\n')
+            L.append(f"{heading}:\n")
             L.extend(check_targets(results, p, meta, targets, sync_key, async_key, variant))
             L.append("")
     return "\n".join(L) + "\n", targets

@@ -96,6 +96,26 @@ class Counter:
         events.register("after-call.s3", lambda **_: self.end(), unique_id="bench-end")
         events.register("after-call-error.s3", lambda **_: self.end(), unique_id="bench-end-error")
 
+    def attach_saver(self, saver: Any) -> None:
+        """Count every request of one of our savers, whichever transport sends it, without botocore hooks on
+        its client: with the default transport a hook would make the saver send through boto3 (``watch.py``)."""
+        io = saver.bucket_io
+        if io.direct is not None:
+            self.attach_direct(io.direct)
+        if io.native is not None:
+            self.attach_native(io.native)
+        original = io._send_through_boto3
+        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2", "Delete": "DeleteObjects"}
+
+        def counted(request: Any) -> Any:
+            self.start(names.get(type(request).__name__, type(request).__name__))
+            try:
+                return original(request)
+            finally:
+                self.end()
+
+        io._send_through_boto3 = counted
+
     def attach_direct(self, transport: Any) -> None:
         """Count the requests our direct transport sends itself (the rest still go through boto3)."""
         original = transport.execute
@@ -248,16 +268,17 @@ class Bench:
         if self.name in OURS:
             from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 
+            # "-direct": the default transport ("auto"), which sends directly while no hook watches the client,
+            # so it is counted in the saver's own senders; the others: transport="boto3", counted by hooks.
             client = self.boto3_client()
             self.counter = Counter()
-            self.counter.attach_boto3(client)
             cls = AsyncS3Saver if self.is_async else S3Saver
-            transport = "direct" if self.name.endswith("-direct") else "boto3"
-            saver: Any = cls(bucket=bucket, prefix=prefix, client=client, transport=transport)
-            if saver.bucket_io.direct is not None:
-                self.counter.attach_direct(saver.bucket_io.direct)
-            if saver.bucket_io.native is not None:
-                self.counter.attach_native(saver.bucket_io.native)
+            if self.name.endswith("-direct"):
+                saver: Any = cls(bucket=bucket, prefix=prefix, client=client)
+                self.counter.attach_saver(saver)
+            else:
+                saver = cls(bucket=bucket, prefix=prefix, client=client, transport="boto3")
+                self.counter.attach_boto3(client)
             if self.is_async:
                 self.run(saver.setup())
             else:

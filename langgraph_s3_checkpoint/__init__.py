@@ -23,6 +23,7 @@ from .errors import (
     SerializationError,
     StoreConflictError,
     TargetThreadExistsError,
+    WrongRegionError,
 )
 from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client, without_expect_continue
 from .store import AsyncS3Store, BaseS3Store, S3Store
@@ -51,6 +52,7 @@ __all__ = [
     "SerializationError",
     "StoreConflictError",
     "TargetThreadExistsError",
+    "WrongRegionError",
     "make_client",
     "without_expect_continue",
 ]

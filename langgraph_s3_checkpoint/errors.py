@@ -112,6 +112,12 @@ def unreachable(where: str, reason: object) -> S3RequestError:
     )
 
 
+class WrongRegionError(S3RequestError):
+    """S3 redirected a request to another region (the bucket is not where the client sends and signs). The
+    boto3 transport follows such redirects; the direct transport, which sends where botocore resolved the
+    bucket once, raises this, and the default transport then sends through boto3 from that request on."""
+
+
 class NotS3EndpointError(S3RequestError):
     """The endpoint answered, but not like an S3 server (a wrong port, a web server, a proxy page)."""
 

@@ -13,7 +13,7 @@ it as the client and nothing else changes::
 That makes unit tests of a graph (interrupts, resumes, forks, time travel, ``delete_for_runs``...) run in
 milliseconds, with the same storage layout, commit protocol and conflict detection as against S3. Two
 savers over one ``MemoryBucket`` behave like two processes over one bucket. The bucket name is not used
-(one ``MemoryBucket`` is one bucket). ``transport="direct"`` is ignored (there is no HTTP to send).
+(one ``MemoryBucket`` is one bucket). The ``transport`` is ignored (there is no HTTP to send).
 
 What it models, exactly the S3 semantics the plans rely on:
 

@@ -43,6 +43,7 @@ from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
 from .shell import BodyCache, BucketIO, ClosesAtBlockEnd
 from .transport import DirectTransport
+from .watch import ClientWatch
 
 T = TypeVar("T")
 SaverT = TypeVar("SaverT", bound="BaseS3Saver")
@@ -67,6 +68,11 @@ item it yields). No new request starts after it, and a parallel batch is abandon
 single request is bounded by ``max_attempts x (connect_timeout + read_timeout)`` plus backoff (about 46 s
 with the defaults), so the deadline also caps calls made of many sequential requests."""
 
+TRANSPORTS = ("auto", "boto3", "direct")
+"""Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the
+boto3 client (:mod:`.watch`), else always boto3 or always direct."""
+logger = logging.getLogger("langgraph_s3_checkpoint")
+
 _OPTION_TYPES: dict[str, str] = {
     "endpoint_url": "str",
     "region": "str",
@@ -85,7 +91,7 @@ _OPTION_TYPES: dict[str, str] = {
     "server_side_encryption": "str",
     "sse_kms_key_id": "str",
     "sse_customer_key": "str",
-    "transport": "boto3|direct",
+    "transport": "|".join(TRANSPORTS),
 }
 """Every option the location URL accepts (docs/operations.md) and how its value is parsed."""
 URL_OPTIONS = tuple(_OPTION_TYPES)
@@ -255,7 +261,7 @@ def make_bucket_io(
     server_side_encryption: str | None = None,
     sse_kms_key_id: str | None = None,
     sse_customer_key: str | None = None,
-    transport: str = "boto3",
+    transport: str = "auto",
     expiry_tag: str | None = None,
     cache: BodyCache | None = None,
     deadline: float | None = None,
@@ -266,10 +272,12 @@ def make_bucket_io(
     answers every request itself), the retention tag, read cache and deadline. Saver and store share it;
     ``serves`` names which one holds it in the error for a call after ``close()``.
 
-    With ``transport="direct"`` and ``native_async``, the async driver sends GET, PUT and LIST from the
-    event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`)."""
-    if transport not in ("boto3", "direct"):
-        raise InvalidConfigError(f"transport must be 'boto3' or 'direct', got {transport!r}")
+    With the direct transport and ``native_async``, the async driver sends GET, PUT and LIST from the
+    event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`).
+    ``"auto"`` (the default) sends them directly while nothing but botocore watches the client (:mod:`.watch`)
+    and through boto3 otherwise, or always through boto3 when the direct transport cannot imitate the client."""
+    if transport not in TRANSPORTS:
+        raise InvalidConfigError(f"transport must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}")
     put_args: dict[str, Any] = {}
     get_args: dict[str, Any] = {}
     copy_args: dict[str, Any] = {}
@@ -283,18 +291,26 @@ def make_bucket_io(
         get_args.update(customer)
         copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
     memory = isinstance(client, MemoryBucket)
-    direct = (
-        DirectTransport(
-            client,
-            bucket,
-            put_args=put_args,
-            get_args=get_args,
-            expiry_tag=expiry_tag,
-            max_connections=max_concurrency * 2,
-        )
-        if transport == "direct" and not memory
-        else None
-    )
+    direct: DirectTransport | None = None
+    watch: ClientWatch | None = None
+    if not memory and transport != "boto3":
+        try:
+            direct = DirectTransport(
+                client,
+                bucket,
+                put_args=put_args,
+                get_args=get_args,
+                expiry_tag=expiry_tag,
+                max_connections=max_concurrency * 2,
+            )
+            watch = ClientWatch(client) if transport == "auto" else None
+        except (InvalidConfigError, AttributeError, TypeError) as refused:
+            if transport == "direct":
+                raise
+            if direct is not None:
+                direct.close()
+                direct = None
+            logger.debug("transport='auto' sends every request through boto3: %s", refused)
     return BucketIO(
         client,
         bucket,
@@ -305,6 +321,7 @@ def make_bucket_io(
         expiry_tag=expiry_tag,
         direct=direct,
         native=NativeTransport(direct) if direct and native_async else None,
+        watch=watch,
         cache=cache,
         backend=client if memory else None,
         deadline=deadline,
@@ -334,7 +351,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         sse_kms_key_id: str | None = None,
         sse_customer_key: str | None = None,
         ttl_days: int | None = None,
-        transport: str = "boto3",
+        transport: str = "auto",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         connect_timeout: float | None = None,
         read_timeout: float | None = None,
@@ -621,7 +638,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
 
 
 def _warn_damaged(error: CorruptObjectError) -> None:
-    logging.getLogger("langgraph_s3_checkpoint").warning("skipped a damaged object: %s", error)
+    logger.warning("skipped a damaged object: %s", error)
 
 
 class S3Saver(BaseS3Saver):
@@ -652,9 +669,10 @@ class S3Saver(BaseS3Saver):
 class AsyncS3Saver(BaseS3Saver):
     """The asyncio twin of :class:`S3Saver` (same storage, same plans).
 
-    Requests run on the saver's thread pool, so many coroutines can checkpoint concurrently; with
-    ``transport="direct"``, GET, PUT and LIST are sent from the event loop itself (no thread hop, one
-    connection pool per loop). Its blocking methods work from threads without a running event loop and raise
+    GET, PUT and LIST are sent from the event loop itself by the direct transport (no thread hop, one
+    connection pool per loop), unless the client is watched or ``transport="boto3"``; other requests, and
+    those that go through boto3, run on the saver's thread pool, so many coroutines can checkpoint
+    concurrently either way. Its blocking methods work from threads without a running event loop and raise
     :class:`~langgraph_s3_checkpoint.errors.SaverMisuseError` on the loop's own thread.
     """
 

@@ -7,6 +7,10 @@ them, the async driver awaits them, and that is the only difference between the 
 the direct transport and the async saver, GET, PUT and LIST are sent from the event loop itself
 (:mod:`.native`), gathered under the same deadline; the rest of its requests keep the thread pool.
 
+Which transport sends a GET, PUT or LIST is decided per request: with the default (``transport="auto"``) the
+direct one unless something other than botocore takes part in the client's requests (:mod:`.watch`) or S3
+redirected the bucket elsewhere; with ``"boto3"`` or ``"direct"``, always that one.
+
 boto3 clients are thread-safe, so one client and one connection pool serve every thread.
 """
 
@@ -36,7 +40,15 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
-from .errors import NotS3EndpointError, S3AccessError, S3RequestError, SaverMisuseError, error_for_code, unreachable
+from .errors import (
+    NotS3EndpointError,
+    S3AccessError,
+    S3RequestError,
+    SaverMisuseError,
+    WrongRegionError,
+    error_for_code,
+    unreachable,
+)
 from .native import NativeTransport
 from .requests import (
     PRECONDITION_FAILED,
@@ -59,8 +71,11 @@ from .requests import (
     same_etag,
 )
 from .transport import DirectTransport, list_arguments, put_arguments
+from .watch import ClientWatch
 
 T = TypeVar("T")
+
+_OPERATION_OF = {Get: "GetObject", Put: "PutObject", ListKeys: "ListObjectsV2"}
 
 
 Closing = TypeVar("Closing", bound="ClosesAtBlockEnd")
@@ -200,9 +215,13 @@ class BucketIO:
     expiry_tag: str | None = None
     """``key=value`` object tag that the bucket's expiry rule matches (only with a TTL)."""
     direct: DirectTransport | None = field(default=None, repr=False)
-    """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``)."""
+    """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``, or ``"auto"`` when
+    the client is one it can imitate)."""
     native: NativeTransport | None = field(default=None, repr=False)
     """Sends the async driver's GET, PUT and LIST from the event loop (the async saver with ``direct``)."""
+    watch: ClientWatch | None = field(default=None, repr=False)
+    """With ``transport="auto"``: sends through boto3 instead of ``direct`` while something watches the client.
+    ``None`` with ``transport="direct"``: always direct."""
     cache: BodyCache | None = field(default=None, repr=False)
     """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
     backend: Any = field(default=None, repr=False)
@@ -261,18 +280,37 @@ class BucketIO:
 
     def _afetch(self, request: Request, loop: asyncio.AbstractEventLoop) -> Awaitable[Any]:
         """The async driver's request: on the loop itself when the native sender takes it, else on the pool."""
-        if self.native is not None and isinstance(request, (Get, Put, ListKeys)):
-            return self._afetch_native(self.native, request)
+        if self.native is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
+            return self._afetch_native(self.native, request, loop)
         return loop.run_in_executor(self.pool, self._fetch, request)
 
-    async def _afetch_native(self, native: NativeTransport, request: Get | Put | ListKeys) -> Any:
-        return self._remember(request, await native.execute(request))
+    async def _afetch_native(
+        self, native: NativeTransport, request: Get | Put | ListKeys, loop: asyncio.AbstractEventLoop
+    ) -> Any:
+        try:
+            return self._remember(request, await native.execute(request))
+        except WrongRegionError:
+            if self.watch is None:  # transport="direct": the caller's to fix
+                raise
+            self.watch.send_through_boto3()  # which follows S3's redirects; the redirected request was not applied
+        return await loop.run_in_executor(self.pool, self._fetch, request)
+
+    def _goes_direct(self, request: Get | Put | ListKeys) -> bool:
+        return self.watch is None or not self.watch.watched(_OPERATION_OF[type(request)])
 
     def _send(self, request: Request) -> Any:
         if self.backend is not None:
             return self.backend.execute(request)
-        if self.direct is not None and isinstance(request, (Get, Put, ListKeys)):
-            return self.direct.execute(request)
+        if self.direct is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
+            try:
+                return self.direct.execute(request)
+            except WrongRegionError:
+                if self.watch is None:
+                    raise
+                self.watch.send_through_boto3()
+        return self._send_through_boto3(request)
+
+    def _send_through_boto3(self, request: Request) -> Any:
         try:
             return self._execute(request)
         except ClientError as exc:

@@ -1273,7 +1273,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         server_side_encryption: str | None = None,
         sse_kms_key_id: str | None = None,
         sse_customer_key: str | None = None,
-        transport: str = "boto3",
+        transport: str = "auto",
         vector_shards: int = DEFAULT_VECTOR_SHARDS,
         **client_options: Any,
     ) -> None:
@@ -1318,7 +1318,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             sse_kms_key_id=sse_kms_key_id,
             sse_customer_key=sse_customer_key,
             transport=transport,
-            native_async=True,  # the async methods of both classes send from the loop with transport="direct"
+            native_async=True,  # the async methods of both classes send from the loop with the direct transport
             serves="store",
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)

@@ -19,10 +19,12 @@ answer and decides retries and backoff, without I/O; :meth:`DirectTransport.exec
 (:mod:`.blocking`: the sync saver, and the async saver's worker threads), :class:`.native.NativeTransport` from
 the event loop (the async saver).
 
-What it gives up, which is why it is opt-in (``transport="direct"``): event hooks registered on the client
-do not see these requests, and clients it cannot faithfully imitate (a proxy, from the client's setting or
-from ``HTTP_PROXY``/``HTTPS_PROXY``; unsigned or non-SigV4 signing; S3 access-point or Outposts ARNs) are
-refused with :class:`InvalidConfigError` rather than half-supported or silently bypassed.
+What it gives up: event hooks, stubbers and patches on the client do not see these requests, it follows no
+redirects (:class:`WrongRegionError`), and clients it cannot faithfully imitate (a proxy, from the client's
+setting or from ``HTTP_PROXY``/``HTTPS_PROXY``; unsigned or non-SigV4 signing; S3 access-point or Outposts
+ARNs) are refused with :class:`InvalidConfigError` rather than half-supported or silently bypassed. The
+default transport (``"auto"``) therefore uses it only while nothing watches the client (:mod:`.watch`), for
+clients it accepts, until a redirect; ``transport="direct"`` uses it always.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from botocore.httpsession import get_cert_path
 
 from .blocking import BlockingPool, tls_context
-from .errors import InvalidConfigError, NotS3EndpointError, error_for_code, unreachable
+from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, error_for_code, unreachable
 from .http1 import Exchange, Failure, Response
 from .requests import PRECONDITION_FAILED, Get, ListKeys, Page, Put, StoredObject, Written, condition_failed
 
@@ -53,6 +55,9 @@ _RETRY_CODES = _THROTTLING_CODES | {"RequestTimeout", "RequestTimeoutException",
 _OPERATION = {"GET": "GetObject", "PUT": "PutObject"}
 _MAX_BACKOFF = 20.0
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+_ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
+_REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed"}
+"""What S3 answers a request sent or signed for the wrong region (301, 307; 400 naming the right region)."""
 _S3_HEADERS = ("x-amz-request-id", "x-amz-id-2", "x-amz-bucket-region")
 """Headers every S3 implementation sends; an error reply with neither these nor an S3 error body is not S3."""
 
@@ -257,7 +262,8 @@ class DirectTransport:
         self, method: str, key: str | None, query: dict[str, str], body: bytes, headers: dict[str, str]
     ) -> Generator[Exchange | float, Response | Failure | None, Response]:
         """One HTTP exchange, retried: the answer that settles it, or the package's error."""
-        path = self._path + ("" if key is None else "/" + quote(key, safe="/~"))
+        # A virtual-hosted bucket's LIST is sent to "/" (the request line and SigV4's canonical URI need one).
+        path = self._path + ("" if key is None else "/" + quote(key, safe="/~")) or "/"
         what = f"{_OPERATION[method] if key is not None else 'ListObjectsV2'} {key or query.get('prefix', '')!r}"
         query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
         target = path + ("?" + query_string if query_string else "")
@@ -288,8 +294,24 @@ class DirectTransport:
         code = match.group(1).decode() if match else str(status)
         if status < 300 or _is_answer(status, code):
             return status, headers, data
+        if status in (301, 307) or code in _REDIRECT_CODES:
+            self._refuse_redirect(status, code, headers, data)
         retryable = status in _RETRY_STATUS or status == 429 or code in _RETRY_CODES
         raise Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
+
+    def _refuse_redirect(self, status: int, code: str, headers: Mapping[str, str], data: bytes) -> None:
+        """A redirect to another region is final here (boto3 would follow it, see :class:`WrongRegionError`);
+        an ``AuthorizationHeaderMalformed`` that names no other region is an ordinary failure."""
+        named = _ERROR_REGION.search(data or b"")
+        region = headers.get("x-amz-bucket-region") or (named.group(1).decode() if named else None)
+        if code == "AuthorizationHeaderMalformed" and region in (None, self._region):
+            return
+        raise WrongRegionError(
+            f"S3 redirected a request for bucket {self._bucket!r} (HTTP {status} {code}): the bucket is in region "
+            f"{region or '(not named)'}, and requests are sent to {self._host} signed for {self._region}. Set "
+            "region= (or AWS_REGION) to the bucket's region, or use the default transport, which follows "
+            "redirects through boto3."
+        )
 
     def _not_s3(self, status: int, headers: Mapping[str, str], body: bytes) -> NotS3EndpointError:
         answer = f"HTTP {status}"

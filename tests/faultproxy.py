@@ -11,6 +11,8 @@ still verify upstream. Before or after forwarding, the proxy may instead:
               lost, the client cannot tell whether it was applied, and its retry meets the new state
 ``lost_500``  forward and apply, then replace the server's answer with 500 (same ambiguity, but an
               answer does arrive)
+``redirect``  answer 301 PermanentRedirect naming another region (``x-amz-bucket-region: eu-central-1``),
+              without forwarding, as S3 answers a request sent to the wrong region; queued only
 
 Faults are drawn at random (``rate``) or queued for specific requests with :meth:`FaultProxy.inject`.
 ``max_consecutive`` caps how many random faults in a row hit the same method and path, so a test at a
@@ -33,6 +35,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ALL_FAULTS = ("slowdown", "internal", "reset", "lost", "lost_500")
+QUEUED_FAULTS = (*ALL_FAULTS, "redirect")
+"""Faults :meth:`FaultProxy.inject` queues; ``redirect`` is never drawn at random."""
 APPLIED_FAULTS = frozenset({"lost", "lost_500"})
 """Faults after which the server has applied the request."""
 
@@ -117,7 +121,7 @@ class FaultProxy:
 
         With ``alternate`` every other matching request passes, so each faulted request's retry succeeds.
         """
-        if fault not in ALL_FAULTS:
+        if fault not in QUEUED_FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         with self._lock:
             self._rules.append(_Rule(fault, method, key_suffix, times, alternate))
@@ -262,8 +266,13 @@ class FaultProxy:
                 body = self._read_body()
                 key = self.path.split("?", 1)[0]
                 fault = proxy._choose(self.command, key)
-                if fault in ("slowdown", "internal", "reset"):
+                if fault in ("slowdown", "internal", "reset", "redirect"):
                     proxy.log.append((self.command, key, fault))
+                if fault == "redirect":
+                    body = _ERROR_BODY.format(code="PermanentRedirect", message="Use the bucket's region.").encode()
+                    headers = [("Content-Type", "application/xml"), ("x-amz-bucket-region", "eu-central-1")]
+                    self._reply(301, "Moved Permanently", headers, body)
+                    return
                 if fault == "slowdown":
                     self._error(503, "SlowDown", "Please reduce your request rate.")
                     return

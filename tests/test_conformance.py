@@ -3,8 +3,9 @@
 The suite only calls the async methods and detects capabilities by which of them a class overrides.
 ``S3Saver``'s sync paths are therefore run through :class:`SyncPathSaver`, whose async methods call
 the sync ones and nothing else. The counts are asserted, not only ``passed_all()``, so a saver that is
-detected with fewer capabilities, or runs fewer tests, fails here. Both transports (boto3 and the
-direct HTTP one) run the whole suite; the async saver's direct transport is the native asyncio sender.
+detected with fewer capabilities, or runs fewer tests, fails here. The default transport (``auto``: the direct
+HTTP one while nothing watches the boto3 client, as here) and boto3 run the whole suite; the async saver's
+direct transport is the native asyncio sender.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ async def assert_conformance(name: str, path: str, saver_kwargs: Callable[[], di
             kwargs = saver_kwargs()
             saver: Any = AsyncS3Saver(**kwargs)
             # The async saver with the direct transport sends GET/PUT/LIST from the event loop (native.py).
-            direct = kwargs.get("transport") == "direct" and not isinstance(kwargs["client"], MemoryBucket)
+            direct = kwargs.get("transport") != "boto3" and not isinstance(kwargs["client"], MemoryBucket)
             assert (saver.bucket_io.native is not None) == direct
             await saver.setup()
             yield saver
@@ -127,7 +128,7 @@ async def assert_conformance(name: str, path: str, saver_kwargs: Callable[[], di
     assert report.passed_all()
 
 
-@pytest.mark.parametrize("transport", ["boto3", "direct"])
+@pytest.mark.parametrize("transport", ["boto3", "auto"])
 @pytest.mark.parametrize("path", ["async", "sync"])
 async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: str, path: str, transport: str) -> None:
     await assert_conformance(

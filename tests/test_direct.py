@@ -34,7 +34,7 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint.http1 import Exchange
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Get
+from langgraph_s3_checkpoint.requests import Get, ListKeys, Put
 from langgraph_s3_checkpoint.transport import DirectTransport
 
 SSE_KEY = "0123456789abcdef0123456789abcdef"
@@ -206,7 +206,7 @@ def test_unreachable_endpoint() -> None:
 
 
 def test_unsupported_settings_are_refused() -> None:
-    with pytest.raises(InvalidConfigError, match="transport must be 'boto3' or 'direct'"):
+    with pytest.raises(InvalidConfigError, match="transport must be one of 'auto', 'boto3', 'direct', got 'http'"):
         S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", transport="http")
     proxied = make_client(
         endpoint_url="http://127.0.0.1:9",
@@ -323,3 +323,131 @@ def test_url_option(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
         assert saver._store.direct is not None
         saver.put(cfg("url"), empty_checkpoint(), {"step": 0}, {})
         assert saver.get_tuple(cfg("url")) is not None
+
+
+class _Captured(Exception):
+    """Raised by a ``before-send`` hook once it has the request boto3 would send."""
+
+
+def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any:
+    """The prepared request boto3 sends for ``request``, with the same arguments the direct transport sends."""
+    from langgraph_s3_checkpoint.transport import list_arguments, put_arguments
+
+    captured: list[Any] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        captured.append(request)
+        raise _Captured
+
+    client.meta.events.register("before-send.s3", capture)
+    with contextlib.suppress(_Captured):
+        if isinstance(request, Get):
+            client.get_object(Bucket="agents", Key=request.key)
+        elif isinstance(request, Put):
+            extra = put_arguments(request, direct._put_args, direct.expiry_tag)
+            client.put_object(Bucket="agents", Key=request.key, Body=request.body, **extra)
+        else:
+            client.list_objects_v2(Bucket="agents", **list_arguments(request))
+    return captured[0]
+
+
+@pytest.mark.parametrize(
+    ("region", "endpoint_url"),
+    [("eu-west-1", None), ("us-east-1", None), ("us-east-1", "http://127.0.0.1:8333")],
+)
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Get("threads/a b+c=d~e%f/ü/checkpoint"),
+        Put("threads/x/c/1~/checkpoint", b"body", if_none_match=True),
+        Put("threads/x/head", b"{}", if_match='"etag"'),
+        ListKeys("threads/a b+/", start_after="threads/a b+/c~", delimiter="/"),
+        ListKeys("ns/", token="opaque+token/=="),
+    ],
+    ids=["get", "put-if-none-match", "put-if-match", "list-start-after", "list-token"],
+)
+@pytest.mark.usefixtures("no_aws_settings_around")
+def test_the_request_and_its_signature_are_botocores(
+    monkeypatch: pytest.MonkeyPatch, region: str, endpoint_url: str | None, request_: Any
+) -> None:
+    """AWS itself cannot be reached from here, so the wire request is compared with botocore's: the URL
+    boto3 would send the same request to (path and query encoding), and SigV4 as botocore computes it for
+    the exact method, URL, headers and body we send, at the same instant, with a session token. The
+    canonical request is where a hand-written signer goes wrong."""
+    from datetime import datetime, timezone
+    from urllib.parse import urlsplit
+
+    import botocore.auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.config import Config
+    from botocore.credentials import Credentials
+
+    import langgraph_s3_checkpoint.transport as transport_module
+
+    instant = datetime(2026, 12, 1, 12, 34, 56, tzinfo=timezone.utc)
+
+    class FrozenClock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return instant
+
+    monkeypatch.setattr(transport_module, "datetime", FrozenClock)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: instant.replace(tzinfo=None))
+    client = boto3.session.Session().client(
+        "s3",
+        region_name=region,
+        endpoint_url=endpoint_url,
+        aws_access_key_id="AKIAEXAMPLE",
+        aws_secret_access_key="secret/key+",
+        aws_session_token="session-token",
+    )
+    direct = DirectTransport(client, "agents", put_args={"ServerSideEncryption": "AES256"}, expiry_tag="ttl=1")
+    exchange = next(direct.exchanges(request_))
+    assert isinstance(exchange, Exchange)
+    url = f"{'https' if direct.https else 'http'}://{exchange.headers['host']}{exchange.target}"
+
+    boto3_url = urlsplit(_what_boto3_sends(client, request_, direct).url)
+    ours = urlsplit(url)
+    assert (ours.scheme, ours.netloc, ours.path) == (boto3_url.scheme, boto3_url.netloc, boto3_url.path)
+    assert sorted(filter(None, ours.query.split("&"))) == sorted(filter(None, boto3_url.query.split("&")))
+
+    sent = {k: v for k, v in exchange.headers.items() if k not in ("authorization", "x-amz-date")}
+    reference = AWSRequest(method=exchange.method, url=url, headers=sent, data=exchange.body)
+    reference.context["client_config"] = Config(s3={"payload_signing_enabled": not direct.https})
+    credentials = Credentials("AKIAEXAMPLE", "secret/key+", "session-token")
+    botocore.auth.S3SigV4Auth(credentials, "s3", direct._region).add_auth(reference)
+    assert reference.headers["X-Amz-Date"] == exchange.headers["x-amz-date"]
+    assert reference.headers["Authorization"] == exchange.headers["authorization"]
+    direct.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body", "redirect"),
+    [
+        (301, {"x-amz-bucket-region": "eu-west-1"}, b"<Error><Code>PermanentRedirect</Code></Error>", True),
+        (307, {"x-amz-request-id": "1"}, b"<Error><Code>TemporaryRedirect</Code></Error>", True),
+        (400, {}, b"<Error><Code>AuthorizationHeaderMalformed</Code><Region>eu-west-1</Region></Error>", True),
+        (400, {}, b"<Error><Code>AuthorizationHeaderMalformed</Code><Region>us-west-2</Region></Error>", False),
+        (400, {}, b"<Error><Code>AuthorizationHeaderMalformed</Code></Error>", False),
+    ],
+)
+@pytest.mark.usefixtures("no_aws_settings_around")
+def test_a_redirect_to_another_region_is_named(
+    status: int, headers: dict[str, str], body: bytes, redirect: bool
+) -> None:
+    """What S3 answers a request for a bucket in another region; a malformed authorization that names the
+    region we signed for (or none) is an ordinary failure."""
+    from langgraph_s3_checkpoint import WrongRegionError
+
+    client = boto3.session.Session().client(
+        "s3", region_name="us-west-2", aws_access_key_id="AKIA", aws_secret_access_key="secret"
+    )
+    direct = DirectTransport(client, "agents")
+    steps = direct.exchanges(Get("k"))
+    next(steps)
+    with pytest.raises(S3RequestError) as raised:
+        steps.send((status, headers, body))
+    assert isinstance(raised.value, WrongRegionError) is redirect
+    if redirect:
+        assert "Set region=" in str(raised.value)
+    direct.close()

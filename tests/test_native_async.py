@@ -85,7 +85,7 @@ async def test_requests_go_out_on_the_event_loop(
 async def test_the_sync_saver_and_the_boto3_transport_do_not_use_it(s3_server: LocalS3Server, bucket: str) -> None:
     with contextlib.closing(S3Saver(bucket=bucket, client=s3_server.client(), transport="direct")) as sync:
         assert sync.bucket_io.native is None and sync.bucket_io.direct is not None
-    with contextlib.closing(AsyncS3Saver(bucket=bucket, client=s3_server.client())) as boto3_saver:
+    with contextlib.closing(AsyncS3Saver(bucket=bucket, client=s3_server.client(), transport="boto3")) as boto3_saver:
         assert boto3_saver.bucket_io.native is None and boto3_saver.bucket_io.direct is None
 
 

@@ -213,9 +213,9 @@ def _patch_stores(module: Any) -> None:
     module.async_store = async_store
 
 
-TRANSPORT = os.environ.get("LGS3_TRANSPORT", "boto3")
-"""The savers' transport: ``LGS3_TRANSPORT=direct`` runs the suite on the direct transport (the async saver's
-native sender); the CI gate runs the default."""
+TRANSPORT = os.environ.get("LGS3_TRANSPORT", "auto")
+"""The savers' transport: the package's default (``auto``: the direct transport, the async saver's native
+sender, while nothing watches the client), or ``LGS3_TRANSPORT=boto3``; the CI gate runs the default."""
 
 
 def _fresh_prefix() -> str:
