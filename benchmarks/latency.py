@@ -1,7 +1,7 @@
 """Supersteps at real network latency: a latency proxy in front of a throwaway SeaweedFS.
 
     python benchmarks/latency.py                      # 0, 5, 20 and 60 ms round trips, every saver found
-    python benchmarks/latency.py --rtt 0,20 --only ours,ours-boto3 --repeats 2 --no-throughput
+    python benchmarks/latency.py --rtt 0,20 --only ours,ours-boto3 --repeats 2   # no async saver: no throughput
 
 For each round trip (``--rtt``, ms; half of it is added in each direction by ``latencyproxy.py``) and each
 saver, a graph whose one node loops on itself runs with ``durability="sync"`` for 1 and for 31 supersteps on

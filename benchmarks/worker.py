@@ -53,6 +53,10 @@ def op_kind(operation: str) -> str:
     return "OTHER"
 
 
+_S3_OPERATION = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2", "Delete": "DeleteObjects"}
+"""The S3 operation our request types (``requests.py``) are sent as, to count them as boto3's hooks would."""
+
+
 class Counter:
     """Counts S3 requests by kind and the number of sequential "waves".
 
@@ -105,10 +109,9 @@ class Counter:
         if io.native is not None:
             self.attach_native(io.native)
         original = io._send_through_boto3
-        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2", "Delete": "DeleteObjects"}
 
         def counted(request: Any) -> Any:
-            self.start(names.get(type(request).__name__, type(request).__name__))
+            self.start(_S3_OPERATION.get(type(request).__name__, type(request).__name__))
             try:
                 return original(request)
             finally:
@@ -119,10 +122,9 @@ class Counter:
     def attach_direct(self, transport: Any) -> None:
         """Count the requests our direct transport sends itself (the rest still go through boto3)."""
         original = transport.execute
-        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2"}
 
         def counted(request: Any) -> Any:
-            self.start(names[type(request).__name__])
+            self.start(_S3_OPERATION[type(request).__name__])
             try:
                 return original(request)
             finally:
@@ -133,10 +135,9 @@ class Counter:
     def attach_native(self, transport: Any) -> None:
         """Count the requests the async saver's native sender sends from the event loop."""
         original = transport.execute
-        names = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2"}
 
         async def counted(request: Any) -> Any:
-            self.start(names[type(request).__name__])
+            self.start(_S3_OPERATION[type(request).__name__])
             try:
                 return await original(request)
             finally:

@@ -289,14 +289,20 @@ class BucketIO:
     ) -> Any:
         try:
             return self._remember(request, await native.execute(request))
-        except WrongRegionError:
-            if self.watch is None:  # transport="direct": the caller's to fix
-                raise
-            self.watch.send_through_boto3()  # which follows S3's redirects; the redirected request was not applied
+        except WrongRegionError as redirected:
+            self._follow_redirects(redirected)
         return await loop.run_in_executor(self.pool, self._fetch, request)
 
     def _goes_direct(self, request: Get | Put | ListKeys) -> bool:
         return self.watch is None or not self.watch.watched(_OPERATION_OF[type(request)])
+
+    def _follow_redirects(self, redirected: WrongRegionError) -> None:
+        """S3 redirected a direct request to another region. With ``transport="direct"`` that is the caller's
+        to fix (the error names the region); by default this and every later request go through boto3, which
+        follows redirects (the redirected request was not applied, so sending it again is safe)."""
+        if self.watch is None:
+            raise redirected
+        self.watch.send_through_boto3()
 
     def _send(self, request: Request) -> Any:
         if self.backend is not None:
@@ -304,10 +310,8 @@ class BucketIO:
         if self.direct is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
             try:
                 return self.direct.execute(request)
-            except WrongRegionError:
-                if self.watch is None:
-                    raise
-                self.watch.send_through_boto3()
+            except WrongRegionError as redirected:
+                self._follow_redirects(redirected)
         return self._send_through_boto3(request)
 
     def _send_through_boto3(self, request: Request) -> Any:
