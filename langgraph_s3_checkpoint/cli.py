@@ -682,13 +682,13 @@ def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
+    problems: list[ops.Problem] = []
     if args.thread is not None:
         ctx.require_thread(args.thread)
         threads = [args.thread]
-    else:
-        threads = list(ctx.store.iterate(ops.thread_ids(ctx.layout)))
+    else:  # a thread whose long id cannot be read back is a problem, not skipped silently
+        threads = list(ctx.store.iterate(ops.thread_ids(ctx.layout, unnamed=problems)))
     bar = ctx.bar("verify")
-    problems: list[ops.Problem] = []
     checked = 0
     seen: set[str] = set()
     for thread_id in threads:
@@ -727,6 +727,9 @@ def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.as_json:
         ctx.emit_json({"ok": report.ok, **report.as_dict()})
     else:
+        if report.name_restored:
+            written = "would write" if report.dry_run else "wrote"
+            ctx.out.write(f"name          {written} the thread's name object (it was missing or damaged)\n")
         for ns in report.namespaces:
             where = ns.checkpoint_ns or "(root)"
             head = f" -> head {ns.head_id}" if ns.head_id else ""

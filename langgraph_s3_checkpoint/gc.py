@@ -27,7 +27,9 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
 ``setup_probe``
     The probe object of an interrupted ``setup()``.
 ``orphan_name``
-    The ``name`` object of a thread (long thread ids only) with nothing else left.
+    The ``name`` object of a thread (long thread ids only) with nothing else left. A ``name`` deleted (this one,
+    or a namespace's with its headless namespace) is put back if its thread or namespace is in use right after:
+    a first put committed meanwhile (see :meth:`_Collector.put_back_names_in_use`).
 ``unfinished_copy``, ``unfinished_delete``
     The ``copying`` marker of a ``copy_thread`` that did not remove it, the ``deleting`` marker of a delete
     (``delete_thread``, ``expire_threads``; a rollback's is the namespace's) that died part-way, once no
@@ -65,13 +67,15 @@ from typing import TYPE_CHECKING, Any
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
-from .plans import DELETE_BATCH, READ_BATCH, all_of, deletes, for_each_emitted, one, pages
-from .requests import Emit, Get, ListKeys, Page, Plan, StoredObject
+from .plans import DELETE_BATCH, READ_BATCH, all_of, any_under, deletes, for_each_emitted, one, pages
+from .requests import Emit, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
 
 SAMPLE_SIZE = 100
+_NAME = "name"
+"""The last segment of a ``name`` object's key (a thread's or a namespace's)."""
 
 
 @dataclass
@@ -259,8 +263,30 @@ class _Collector:
             self.report.deleted_bytes += size
             if len(self.report.sample) < SAMPLE_SIZE:
                 self.report.sample.append(key)
-        if not self.report.dry_run:
-            yield deletes([key for key, _, _ in doomed])
+        if self.report.dry_run:
+            return
+        names = [(key, reason) for key, reason, _ in doomed if reason is not None and key.endswith(f"/{_NAME}")]
+        bodies = (yield from all_of([Get(key) for key, _ in names])) if names else []
+        yield deletes([key for key, _, _ in doomed])
+        yield from self.put_back_names_in_use(names, bodies)
+
+    def put_back_names_in_use(self, names: list[tuple[str, str]], bodies: list[StoredObject | None]) -> Plan[None]:
+        """Put back a ``name`` just deleted whose thread (any object under its ``ns/``) or namespace (a head) is
+        in use now. A first put of a thread or namespace offers its ``name`` before it commits, and again after:
+        if that second offer came before this delete, the commit came before this check. So either the put
+        re-creates the name or this does, and no committed thread or namespace is left without it."""
+        depth = f"{self.root}threads/".count("/")
+        for (key, reason), body in zip(names, bodies, strict=True):
+            if body is None:
+                continue
+            folder = key[: -len(_NAME)]  # ends with "/"
+            if folder.count("/") == depth + 1:  # threads/{T}/name
+                in_use = yield from any_under(f"{folder}ns/")
+            else:  # threads/{T}/ns/{N}/name
+                in_use = (yield from one(Get(Layout.head_in(folder)))) is not None
+            if in_use:
+                yield [Put(key, body.body, if_none_match=True, expires=False)]
+                self.report.deleted[reason] -= 1
 
     def flush_if_full(self, guard: _Walk | None = None) -> Plan[None]:
         if len(self.pending) >= DELETE_BATCH:

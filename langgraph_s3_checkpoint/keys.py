@@ -136,6 +136,22 @@ def is_own_segment(segment: str) -> bool:
     return made_by(segment, escape, unescape, _VERBATIM)
 
 
+def named_id(segment: str, name_body: bytes | None) -> str | None:
+    """The real id behind a digest ``segment``, from the body of its ``name`` object (``None``: missing).
+
+    ``None`` when there is none to trust: no ``name`` object, or one that is not UTF-8 or whose text does not
+    escape to ``segment`` (damaged, or written by something else). The one rule every reader and tool applies
+    before taking a digest folder for a thread or namespace id.
+    """
+    if name_body is None:
+        return None
+    try:
+        name = name_body.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return name if escape(name) == segment else None
+
+
 def unescape(segment: str) -> str:
     """Recover the string behind a verbatim segment (digests cannot be reversed).
 

@@ -21,7 +21,17 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
-from .keys import COPIED, CheckpointKey, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
+from .keys import (
+    COPIED,
+    CheckpointKey,
+    KeyKind,
+    Layout,
+    classify,
+    classify_in_namespace,
+    escape,
+    is_digest,
+    is_own_segment,
+)
 from .plans import (
     READ_BATCH,
     all_of,
@@ -318,6 +328,7 @@ class Maintenance(Committing):
             )
         # A run id is indexed as put() stores it, as a str: LangGraph copies a run_id from the config into
         # the metadata as given (an int, a UUID), and PostgresSaver matches it as text too.
+        unnamed: CorruptObjectError | None = None
         for run_id in map(str, run_ids):
             index = self.layout.run_index(run_id)
             entries: list[Page] = []
@@ -330,14 +341,42 @@ class Maintenance(Committing):
             for key, marker in zip(keys, markers, strict=True):
                 thread_seg, ns_seg = key[len(index) :].split("/")
                 thread_id = yield from self._name_of(thread_seg, f"{self.layout.threads_root}{thread_seg}/")
-                if thread_id is None:
-                    continue
-                ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
-                if ns is None:
+                ns = None
+                if thread_id is not None:
+                    ns = yield from self._name_of(ns_seg, f"{self.layout.namespaces(thread_id)}{ns_seg}/")
+                if thread_id is None or ns is None:
+                    found = yield from self._unnamed(run_id, thread_seg, ns_seg, thread_unnamed=thread_id is None)
+                    unnamed = unnamed or found
                     continue
                 first_id = _first_checkpoint_of_run(marker)
                 yield from self._delete_run_in_ns(run_id, thread_id, ns, first_id)
                 yield [Delete((key, self.layout.thread_run_entry(run_id, thread_id, ns)))]
+        if unnamed is not None:
+            raise unnamed  # after every other namespace of the runs was rolled back
+
+    def _unnamed(
+        self, run_id: str, thread_seg: str, ns_seg: str, *, thread_unnamed: bool
+    ) -> Plan[CorruptObjectError | None]:
+        """A run-index entry whose thread (or namespace) id cannot be read back. For a foreign segment, or what a
+        finished delete left, there is nothing to roll back. But a long id whose ``name`` object is missing or
+        damaged, in a namespace that still has a head, would leave the run's checkpoints in place while the
+        rollback reports success: the error to raise, naming the ``name`` object."""
+        unnamed = thread_seg if thread_unnamed else ns_seg
+        if not (is_own_segment(unnamed) and is_digest(unnamed)):
+            return None
+        thread_prefix = f"{self.layout.threads_root}{thread_seg}/"
+        ns_prefix = f"{thread_prefix}ns/{ns_seg}/"
+        if (yield from one(Get(Layout.head_in(ns_prefix)))) is None:
+            return None
+        what = "thread" if thread_unnamed else "namespace"
+        return CorruptObjectError(
+            f"{thread_prefix if thread_unnamed else ns_prefix}name",
+            f"it should hold the id of a {what} that run {run_id!r} wrote to (an id too long to be a key "
+            "segment), and it is missing or holds another; that namespace was not rolled back",
+            "Run repair_thread with the thread's id to write its name again, then delete_for_runs again."
+            if thread_unnamed
+            else "Put the namespace's id back in it (as UTF-8 text), then run delete_for_runs again.",
+        )
 
     def _delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[None]:
         # A run being cancelled may still commit a checkpoint while its rollback runs (the Agent Server

@@ -49,26 +49,39 @@ def _stat_listing(prefix: str) -> OpsPlan[list[_Listed]]:
     return objects
 
 
-def _name_of(segment: str, prefix: str) -> OpsPlan[str]:
-    """The real id behind a thread segment (digests keep theirs in a ``name`` object; one whose ``name`` is
-    missing is shown as the digest)."""
+def _name_of(segment: str, prefix: str) -> OpsPlan[str | None]:
+    """The real id behind a thread segment; ``None`` for a digest whose ``name`` object is missing or not to be
+    trusted (:func:`keys.named_id`)."""
     if not is_digest(segment):
         return unescape(segment)
     obj = yield from one(Get(f"{prefix}name"))
-    return segment if obj is None else obj.body.decode("utf-8", "surrogatepass")
+    return keys.named_id(segment, None if obj is None else obj.body)
 
 
-def thread_ids(layout: Layout) -> OpsPlan[None]:
+UNNAMED = (
+    "this thread's id is too long to be a key segment, and its name object, which holds the id, is missing or "
+    "damaged: the thread cannot be listed, verified, expired or rolled back by run until it is written again "
+    "(repair_thread with the thread's id, or `langgraph-s3 repair THREAD_ID`)"
+)
+
+
+def thread_ids(layout: Layout, unnamed: list[Problem] | None = None) -> OpsPlan[None]:
     """Emit the id of every thread under the prefix, in key order (possibly some just deleted); folders that
-    are not a thread's (:func:`keys.is_own_segment`) are skipped."""
+    are not a thread's (:func:`keys.is_own_segment`) are skipped. A thread whose long id cannot be read back
+    (:data:`UNNAMED`) is not emitted: ``unnamed`` gets a :class:`Problem` naming its ``name`` key."""
     root = layout.threads_root
     token: str | None = None
     while True:
         page = yield from one(ListKeys(root, delimiter="/", token=token))
         for prefix in page.prefixes:
             segment = layout.segment_after(prefix, root)
-            if is_own_segment(segment):
-                yield Emit((yield from _name_of(segment, prefix)))
+            if not is_own_segment(segment):
+                continue
+            thread_id = yield from _name_of(segment, prefix)
+            if thread_id is not None:
+                yield Emit(thread_id)
+            elif unnamed is not None:
+                unnamed.append(Problem(f"{prefix}name", UNNAMED))
         token = page.token
         if token is None:
             return

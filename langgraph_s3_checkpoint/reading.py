@@ -25,7 +25,7 @@ from .errors import (
     InvalidConfigError,
 )
 from .fencing import HeadSeen, SaverMemory
-from .keys import Layout, escape, is_digest, is_own_segment, unescape
+from .keys import Layout, is_digest, is_own_segment, named_id, unescape
 from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
 from .requests import (
     Emit,
@@ -397,13 +397,7 @@ class Reading(CoreState):
         if not is_digest(segment):
             return unescape(segment)
         obj = yield from one(Get(f"{prefix}name"))
-        if obj is None:
-            return None
-        try:
-            name = obj.body.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            return None
-        return name if escape(name) == segment else None
+        return named_id(segment, None if obj is None else obj.body)
 
     def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)

@@ -57,7 +57,7 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, copy_marked_by, is_digest, marker_operation, unescape
+from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id, unescape
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one, own_folders_under
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
@@ -147,6 +147,9 @@ class RepairReport:
     thread_id: str
     dry_run: bool
     namespaces: list[NamespaceRepair] = field(default_factory=list)
+    name_restored: bool = False
+    """Whether the thread's ``name`` object (long ids only) was missing or damaged and was (or, dry, would be)
+    written again."""
 
     @property
     def repaired(self) -> list[NamespaceRepair]:
@@ -161,6 +164,7 @@ class RepairReport:
         return {
             "thread_id": self.thread_id,
             "dry_run": self.dry_run,
+            "name_restored": self.name_restored,
             "namespaces": [n.as_dict() for n in self.namespaces],
         }
 
@@ -259,19 +263,38 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
     layout = core.layout
     root = layout.namespaces(thread_id)
     report = RepairReport(thread_id, dry_run)
-    for ns_prefix in (yield from own_folders_under(root)):  # a foreign folder holds nothing of ours to repair
+    folders = yield from own_folders_under(root)  # a foreign folder holds nothing of ours to repair
+    if folders:
+        report.name_restored = yield from _restore_thread_name(layout, thread_id, dry_run)
+    for ns_prefix in folders:
         segment = layout.segment_after(ns_prefix, root)
         name = unescape(segment) if not is_digest(segment) else segment
         if is_digest(segment):
             obj = yield from one(Get(f"{ns_prefix}name"))
-            if obj is not None:
-                name = obj.body.decode("utf-8", "surrogatepass")
+            name = named_id(segment, None if obj is None else obj.body) or segment
         markers = (layout.deleting(thread_id), layout.copying(thread_id))
         outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, markers)
         if outcome.status in (REPAIRED, CHANGED):
             core.memory.forget_namespace(thread_id, name)
         report.namespaces.append(outcome)
     return report
+
+
+def _restore_thread_name(layout: Layout, thread_id: str, dry_run: bool) -> Plan[bool]:
+    """Write the ``name`` object of a thread whose id is too long to be a key segment, when it is missing or
+    does not hold this id (deleted by hand, overwritten by another tool): without it the thread is not listed,
+    verified, expired or rolled back by run, since only the id it holds leads back to the thread. Whether it
+    was (or, dry, would be) written."""
+    segment = escape(thread_id)
+    if not is_digest(segment):
+        return False
+    key = layout.thread_name(thread_id)
+    obj = yield from one(Get(key))
+    if named_id(segment, None if obj is None else obj.body) == thread_id:
+        return False
+    if not dry_run:
+        yield [Put(key, thread_id.encode("utf-8", "surrogatepass"), expires=False)]
+    return True
 
 
 def _repair_namespace(

@@ -217,13 +217,20 @@ class StoreLayout:
         return _is_namespace_leaf(self.items_root, key)
 
     def is_shard(self, key: str) -> bool:
-        """Whether a listed key is a vector shard of ours."""
-        return _is_namespace_leaf(self.vectors_root, key)
+        """Whether a listed key is a vector shard of ours: its leaf a shard number as :meth:`shard` writes it
+        (another tool's ``notes`` beside the shards is not one)."""
+        return (
+            _is_namespace_leaf(self.vectors_root, key) and _SHARD_NUMBER.fullmatch(key.rsplit("/", 1)[-1]) is not None
+        )
 
     def item_of_shard_entry(self, shard_key: str, key: str) -> str:
         """The item key of ``key`` in the namespace that ``shard_key`` belongs to."""
         namespace_path = shard_key[len(self.vectors_root) : shard_key.rindex(f"{HERE}/")]
         return f"{self.items_root}{namespace_path}{HERE}/{escape(key)}"
+
+
+_SHARD_NUMBER = re.compile("[0-9a-f]{2,}")
+"""A shard's leaf: its number in lowercase hexadecimal, at least two digits (``Layout.shard``)."""
 
 
 def _is_namespace_leaf(root: str, key: str) -> bool:

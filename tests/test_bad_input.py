@@ -111,8 +111,9 @@ def test_unserializable_write_names_the_channel(saver: S3Saver) -> None:
     [
         ("", "non-empty string"),
         ("7" * 600, r"a key of \d+ bytes; S3 allows 1024"),  # its record's key: S3 refuses it (KeyTooLongError)
+        ("1f0\ud800", "valid Unicode"),  # the serializer cannot store it as it is
     ],
-    ids=["empty", "too-long"],
+    ids=["empty", "too-long", "lone-surrogate"],
 )
 def test_a_checkpoint_id_s3_cannot_store_is_refused_before_anything_is_written(
     saver: S3Saver, s3_server: LocalS3Server, bucket: str, prefix: str, checkpoint_id: str, named: str

@@ -1070,3 +1070,19 @@ def test_bad_ops_are_refused_before_writing(call: Callable[[S3Store], Any], erro
         call(store)
     assert [i.key for i in store.search(("a",))] == ["kept"]  # "k2" of the refused batch was not written
     assert store.search(("a",), filter={"n": {"$gte": 1, "$lt": 2}})[0].key == "kept"
+
+
+def test_a_foreign_object_beside_the_vector_shards_is_not_taken_for_one() -> None:
+    """Defect: a key another tool left in a namespace's vectors folder (``.../~/notes``) was taken for a shard,
+    so every semantic search over that namespace or an ancestor raised, advising a put that could not help.
+    A shard's leaf is its number in hexadecimal; anything else there is foreign and skipped."""
+    bucket = MemoryBucket()
+    index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]}
+    store = S3Store(bucket="b", prefix="p", client=bucket, index=index)  # type: ignore[arg-type]
+    store.put(("users", "alice"), "k1", {"text": "apple"})
+    store.put(("users", "bob"), "k2", {"text": "apple"})
+    for leaf in ("notes", "README", "0g", "ABC"):
+        bucket.execute(Put(f"{store._core.layout.vectors(('users', 'bob'))}~/{leaf}", b"written by another tool"))
+    for namespace in [("users", "bob"), ("users",), ()]:
+        found = {r.key for r in store.search(namespace, query="apple")}
+        assert found == ({"k2"} if namespace == ("users", "bob") else {"k1", "k2"}), namespace
