@@ -6,11 +6,25 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 ABSENT = "<absent>"
 """Key of the observation "this saver saw no head for the namespace" (a parentless put's parent)."""
+
+
+def written_here(modified: datetime | None, served: datetime | None, now: datetime) -> datetime | None:
+    """When an object read from the server was written, on this machine's clock (``now``): its age by the server's
+    own clock (the reply's ``Date`` minus its ``LastModified``) before ``now``.
+
+    Why not ``LastModified`` itself: lifecycle renewal (``Committing._split_values``) compares the time a value
+    was written with this machine's clock, and the lifecycle rule expires objects by the server's. A clock behind
+    the server's by more than half the TTL would otherwise never find a value old enough to rewrite, and the rule
+    would expire it under a live thread. ``None`` (unknown: rewritten at the next put) without both dates.
+    """
+    if modified is None or served is None:
+        return None
+    return now - max(served - modified, timedelta(0))
 
 
 @dataclass(frozen=True)

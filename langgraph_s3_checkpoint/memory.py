@@ -184,7 +184,7 @@ class MemoryBucket:
         """The reply to a request on objects (or the lifecycle rules) of the existing bucket."""
         if isinstance(request, Get):
             obj = self._objects.get(request.key)
-            return None if obj is None else StoredObject(obj.body, obj.etag, obj.modified)
+            return None if obj is None else StoredObject(obj.body, obj.etag, obj.modified, self.now())
         if isinstance(request, Put):
             return self._put(request)
         if isinstance(request, ListKeys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -24,7 +24,7 @@ from .errors import (
     CorruptObjectError,
     InvalidConfigError,
 )
-from .fencing import HeadSeen, SaverMemory
+from .fencing import HeadSeen, SaverMemory, written_here
 from .keys import Layout, is_digest, is_own_segment, named_id, unescape
 from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
 from .requests import (
@@ -311,7 +311,8 @@ class Reading(CoreState):
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
                 values[ch] = self.codec.decode_blob(key, blob.body)
-                self.memory.wrote_blobs(thread_id, ns, {ch: version}, blob.modified)
+                written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
+                self.memory.wrote_blobs(thread_id, ns, {ch: version}, written)
             batches = []
             for read in write_reads:
                 obj = next(replies)

@@ -108,6 +108,8 @@ class StoredObject:
     body: bytes = field(repr=False)
     etag: str
     modified: datetime | None = None
+    served: datetime | None = None
+    """The server's clock when it answered (``Date``): with ``modified``, the object's age on one clock."""
 
 
 def same_etag(a: str, b: str) -> bool:

@@ -363,7 +363,7 @@ class BucketIO:
             raise
         if "ETag" not in reply:
             raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
-        return StoredObject(reply["Body"].read(), reply["ETag"], reply.get("LastModified"))
+        return StoredObject(reply["Body"].read(), reply["ETag"], reply.get("LastModified"), _served(reply))
 
     def _put(self, request: Put) -> Any:
         kwargs = put_arguments(request, self.put_args, self.expiry_tag)

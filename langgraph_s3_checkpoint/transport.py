@@ -216,8 +216,13 @@ class DirectTransport:
             return None
         if "etag" not in headers:
             raise self._not_s3(status, headers, body)
-        modified = headers.get("last-modified")
-        return StoredObject(body, headers["etag"], parsedate_to_datetime(modified) if modified else None)
+        modified, date = headers.get("last-modified"), headers.get("date")
+        return StoredObject(
+            body,
+            headers["etag"],
+            parsedate_to_datetime(modified) if modified else None,
+            parsedate_to_datetime(date) if date else None,
+        )
 
     def _put_reply(self, request: Put, answer: Response) -> Any:
         status, reply, _ = answer

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from helpers import Crash, RequestCounter, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, maintenance
+from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, committing, maintenance, reading
 from langgraph_s3_checkpoint import saver as saver_module
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.ops import Problem, verify_thread
 from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
 
@@ -317,3 +318,36 @@ def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
     assert counter.snapshot() == {"PutObject": 4, "GetObject": 1}
     for s in (writer, fresh, unaware):
         s.close()
+
+
+@pytest.mark.parametrize("skew_hours", [0, 30, -30], ids=["same clock", "client 30 h behind", "client 30 h ahead"])
+def test_ttl_renewal_judges_a_values_age_on_one_clock(monkeypatch: pytest.MonkeyPatch, skew_hours: int) -> None:
+    """Defect: a value read back from the bucket was dated by the server's LastModified and compared with this
+    machine's clock. With this machine's clock more than half the TTL behind the server's, a thread in use every
+    hour never rewrote its large value, and the lifecycle rule (server time) expired it under the live head."""
+    server_now = [datetime(2030, 1, 1, tzinfo=timezone.utc)]
+
+    class ThisMachinesClock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return server_now[0] - timedelta(hours=skew_hours)
+
+    monkeypatch.setattr(committing, "datetime", ThisMachinesClock)
+    monkeypatch.setattr(reading, "datetime", ThisMachinesClock)
+    bucket = MemoryBucket(now=lambda: server_now[0])
+    saver = S3Saver(bucket="b", client=bucket, prefix="p", ttl_days=2, inline_threshold=100)
+    saver.setup()
+    config: dict[str, Any] = {"configurable": {"thread_id": "hourly", "checkpoint_ns": ""}}
+    big = {"big": "x" * 1000}
+    for hour in range(24 * 5):  # five days of use every hour, each step starting from a read, as a graph does
+        latest = S3Saver(bucket="b", client=bucket, prefix="p", ttl_days=2, inline_threshold=100).get_tuple(config)
+        saver.get_tuple(config)
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"1f0{hour:029d}"
+        checkpoint["channel_versions"] = {"big": "1"}
+        checkpoint["channel_values"] = big
+        config = saver.put(config if latest is None else latest.config, checkpoint, {"step": hour}, {"big": "1"})
+        server_now[0] += timedelta(hours=1)
+        assert bucket.apply_lifecycle() is not None
+        fresh = S3Saver(bucket="b", client=bucket, prefix="p").get_tuple(config)
+        assert fresh is not None and fresh.checkpoint["channel_values"] == big, f"hour {hour}"
