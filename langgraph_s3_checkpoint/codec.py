@@ -56,6 +56,8 @@ class Record:
     parent_id: str | None
     inline: dict[str, Any] = field(default_factory=dict)
     """Channel values small enough to live inside the record."""
+    encoded: dict[str, list[Any]] = field(default_factory=dict)
+    """The same values as stored (serde type and bytes): what a put continuing this record carries over."""
     blobs: dict[str, str] = field(default_factory=dict)
     """Channel -> version of values stored as separate blob objects."""
     previous_head: str | None = None
@@ -196,6 +198,7 @@ class Codec:
                 metadata=self.load(key, frame["metadata"]),
                 parent_id=frame["parent"],
                 inline={ch: self.load(key, typed) for ch, typed in frame["inline"].items()},
+                encoded=dict(frame["inline"]),
                 blobs=dict(frame["blobs"]),
                 previous_head=frame.get("previous_head"),
                 detached=bool(frame.get("detached", False)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -26,7 +26,7 @@ from .errors import (
     ClockSkewError,
     InvalidConfigError,
 )
-from .fencing import Fence, Fenced, HeadSeen, Join
+from .fencing import Fence, Fenced, HeadSeen, Join, head_seen
 from .keys import MAX_KEY_BYTES, escape, has_lone_surrogate, is_digest, key_bytes
 from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config
@@ -133,7 +133,7 @@ class Committing(Reading):
             # other (docs/design.md, "name objects").
             yield [*names]
         if committed_etag is not None:
-            seen = HeadSeen(committed_etag, dict(values.blobs), run_id)
+            seen = head_seen(committed_etag, values.blobs, run_id, checkpoint["channel_versions"], values.inline)
             self.memory.saw_head(thread_id, ns, checkpoint_id, seen)
         self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
         return checkpoint_config(thread_id, ns, checkpoint_id)
@@ -220,34 +220,69 @@ class Committing(Reading):
     ) -> _Values:
         """Inline the small channel values; store the large ones once per (channel, version).
 
-        A large value is sent unless the fenced parent references the same version (its head is
-        still there, so its values are). Anything else is offered with ``If-None-Match``, which the
-        server refuses without storing if it exists. With a lifecycle TTL, values are rewritten once
-        they are older than half of it: the rule expires objects by their own age, and a live
-        thread must not lose a value it still references.
+        A channel whose version did not move since the fenced parent keeps the value the parent stored at
+        that version, as it was stored (or no value, if the parent had none), as InMemorySaver and
+        PostgresSaver keep one value per (channel, version) written when the version moved. Why: LangGraph
+        hands over live channel objects, and some change in place (a join's set of nodes seen); with
+        ``durability="async"`` a put runs after the previous one finished, when the next step may already
+        have changed such an object. Serializing it then stored the next step's value under this version.
+        It also spares serializing what did not change.
+
+        A large value is sent unless the fenced parent references the same version (its head is still
+        there, so its values are). Anything else is offered with ``If-None-Match``, which the server
+        refuses without storing if it exists. With a lifecycle TTL, values are rewritten once they are
+        older than half of it: the rule expires objects by their own age, and a live thread must not lose
+        a value it still references.
         """
         values = checkpoint["channel_values"]
+        parent = fence.seen if isinstance(fence, Fenced) else None
         result = _Values()
-        for channel, version in checkpoint["channel_versions"].items():
-            if channel not in values:
+        for channel, raw_version in checkpoint["channel_versions"].items():
+            version = str(raw_version)
+            kept = _kept_from_parent(parent, channel, version, new_versions)
+            if kept is _NO_VALUE or (kept is None and channel not in values):
                 continue
-            typed = self.codec.encode_value(channel, values[channel])
-            if len(typed[1]) <= self.inline_threshold:
+            if isinstance(kept, list):
+                result.inline[channel] = kept
+                continue
+            typed = None if kept is _PARENTS_BLOB else self.codec.encode_value(channel, values[channel])
+            if typed is not None and len(typed[1]) <= self.inline_threshold:
                 result.inline[channel] = typed
                 continue
-            version = str(version)
             result.blobs[channel] = version
-            key = self.layout.blob(thread_id, ns, channel, version)
-            vouched = isinstance(fence, Fenced) and fence.seen.blobs.get(channel) == version
-            if self.ttl is None:
-                if not vouched:
-                    result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
-                continue
-            written = self.memory.blob_written(thread_id, ns, channel, version)
-            if not vouched or written is None or now - written > self.ttl / 2:
-                result.puts.append(Put(key, self.codec.encode_blob(typed)))
-                result.renewed[channel] = version
+            vouched = parent is not None and parent.blobs.get(channel) == version
+            self._store_blob(result, thread_id, ns, channel, version, typed, vouched, values, now)
         return result
+
+    def _store_blob(
+        self,
+        result: _Values,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        typed: list[Any] | None,
+        vouched: bool,
+        values: Mapping[str, Any],
+        now: datetime,
+    ) -> None:
+        """Send a large value unless it is known to exist (``vouched``), or renew it for the lifecycle rule.
+        ``typed`` is ``None`` for a value carried over from the parent, whose blob exists."""
+        key = self.layout.blob(thread_id, ns, channel, version)
+        if self.ttl is None:
+            if not vouched and typed is not None:
+                result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
+            return
+        written = self.memory.blob_written(thread_id, ns, channel, version)
+        if vouched and written is not None and now - written <= self.ttl / 2:
+            return
+        if typed is None and channel in values:
+            # Renewed from the live value: the stored bytes are not at hand (a value LangGraph changed in place
+            # without a new version is the one case where the two differ).
+            typed = self.codec.encode_value(channel, values[channel])
+        if typed is not None:
+            result.puts.append(Put(key, self.codec.encode_blob(typed)))
+            result.renewed[channel] = version
 
     def _run_entries(self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence) -> list[Put]:
         """Run-index entries (the run's first checkpoint id here), unless the fenced parent is the run's."""
@@ -388,6 +423,23 @@ class _Values:
     """Large values to store before the commit."""
     renewed: dict[str, str] = field(default_factory=dict)
     """Large values rewritten now (their age restarts, for the lifecycle rule)."""
+
+
+_NO_VALUE = object()
+"""The fenced parent stored no value at the channel's version."""
+_PARENTS_BLOB = object()
+"""The fenced parent's value at the channel's version is a large value (its blob exists)."""
+
+
+def _kept_from_parent(parent: HeadSeen | None, channel: str, version: str, new_versions: ChannelVersions) -> Any:
+    """What the fenced parent stored for a channel whose version did not move (see ``_split_values``): its inline
+    value as stored, :data:`_PARENTS_BLOB` or :data:`_NO_VALUE`; ``None`` when the value must be serialized
+    (the version moved, or there is no fenced parent whose values are remembered)."""
+    if parent is None or parent.inline is None or channel in new_versions or parent.versions.get(channel) != version:
+        return None
+    if channel in parent.inline:
+        return parent.inline[channel]
+    return _PARENTS_BLOB if channel in parent.blobs else _NO_VALUE
 
 
 def merge_task_writes(stored: Sequence[RawWrite], new: Sequence[RawWrite]) -> list[RawWrite] | None:

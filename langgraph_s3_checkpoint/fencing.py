@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +36,33 @@ class HeadSeen:
     """Large values (channel -> version) the head's record references: they exist while it is the head."""
     run_id: str | None
     """The run that wrote it: a put of the same run needs no new run-index entry."""
+    versions: Mapping[str, str] = field(default_factory=dict)
+    """The head's channel versions."""
+    inline: Mapping[str, list[Any]] | None = None
+    """The head's inline values as stored, for a put to carry over the values whose version did not move;
+    ``None`` when they were too large to remember (:data:`REMEMBERED_VALUES_BYTES`)."""
+
+
+REMEMBERED_VALUES_BYTES = 64 * 1024
+"""The most bytes of inline values remembered per head (:func:`head_seen`): the memory keeps up to 10,000 heads."""
+
+
+def head_seen(
+    etag: str,
+    blobs: Mapping[str, str],
+    run_id: str | None,
+    versions: Mapping[str, Any],
+    inline: Mapping[str, list[Any]],
+) -> HeadSeen:
+    """What to remember of a head just written or read."""
+    size = sum(len(typed[1]) for typed in inline.values() if len(typed) > 1 and isinstance(typed[1], bytes))
+    return HeadSeen(
+        etag,
+        dict(blobs),
+        run_id,
+        {channel: str(version) for channel, version in versions.items()},
+        dict(inline) if size <= REMEMBERED_VALUES_BYTES else None,
+    )
 
 
 @dataclass(frozen=True)

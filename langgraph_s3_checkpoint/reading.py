@@ -24,7 +24,7 @@ from .errors import (
     CorruptObjectError,
     InvalidConfigError,
 )
-from .fencing import HeadSeen, SaverMemory, written_here
+from .fencing import HeadSeen, SaverMemory, head_seen, written_here
 from .keys import Layout, is_digest, is_own_segment, named_id, unescape
 from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
 from .requests import (
@@ -669,7 +669,8 @@ def _first_page_size(budget: _Budget, filter: dict[str, Any] | None, first_page:
 
 def _seen(head: StoredObject, record: Record) -> HeadSeen:
     run_id = record.metadata.get("run_id")
-    return HeadSeen(head.etag, dict(record.blobs), None if run_id is None else str(run_id))
+    versions = record.checkpoint["channel_versions"]
+    return head_seen(head.etag, record.blobs, None if run_id is None else str(run_id), versions, record.encoded)
 
 
 def _bound_including(checkpoint_id: str) -> str:
