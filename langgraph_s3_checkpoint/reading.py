@@ -77,6 +77,11 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
 @dataclass
 class _Budget:
     remaining: int | None
+    asked: int | None = field(init=False)
+    """The ``limit`` the listing was given."""
+
+    def __post_init__(self) -> None:
+        self.asked = self.remaining
 
     @property
     def done(self) -> bool:
@@ -214,12 +219,26 @@ class Reading(CoreState):
         record = self.codec.decode_record(key, obj.body)
         if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
             return None  # a put that never committed (or has not yet): not part of the thread
-        # Asking for a checkpoint by id is how forks and replays start, so a put on top of it is a
-        # fork (joins the current head), never a fenced continuation.
-        self.memory.read_explicitly(thread_id, ns, checkpoint_id)
+        if head is not None and self._head_holds(head_key, head, checkpoint_id):
+            # The latest, asked for by id (a UI showing the current state, a run addressed at it): a put on top
+            # of it continues the thread, fenced as after a latest read. Marking it a fork point would exempt a
+            # later put of a run that read it as the latest from the straggler rule, after another run of this
+            # saver had moved the thread on: a silent fork.
+            self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
+        else:
+            # Asking for an older checkpoint by id is how forks and replays start, so a put on top of it is a
+            # fork (joins the current head), never a fenced continuation.
+            self.memory.read_explicitly(thread_id, ns, checkpoint_id)
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
+
+    def _head_holds(self, head_key: str, head: StoredObject, checkpoint_id: str) -> bool:
+        """Whether the head holds this checkpoint (a damaged head holds none: ``repair_thread`` rebuilds it)."""
+        try:
+            return self.codec.peek_head_id(head_key, head.body) == checkpoint_id
+        except CorruptObjectError:
+            return False
 
     def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[builtins.list[Get]]:
         """Reads of a checkpoint's writes objects, from the listing of its folder (and its next pages)."""
@@ -513,9 +532,11 @@ class Reading(CoreState):
             # One parallel round trip for the values and writes of every chosen record.
             tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
             for tup in tuples:
-                if before_id is not None:
-                    # Reading below a bound is how LangGraph finds a subgraph's state for a replay:
-                    # a put on top of what it returns is a fork, not a continuation.
+                if before_id is not None and budget.asked == 1:
+                    # Reading the one checkpoint below a bound is how LangGraph finds a subgraph's state for a
+                    # replay (``_replay.py``): a put on top of what it returns is a fork, not a continuation.
+                    # Pages of history (a UI's, any other limit) mark nothing: a run that read one of those
+                    # checkpoints as the latest would otherwise escape the straggler rule.
                     found_in = tup.config["configurable"]["checkpoint_ns"]
                     self.memory.read_explicitly(thread_id, found_in, tup.checkpoint["id"])
                 yield Emit(tup)

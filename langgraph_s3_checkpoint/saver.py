@@ -521,8 +521,9 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         :mod:`langgraph_s3_checkpoint.repair` for the rule and why) and writes it as the head with a
         conditional PUT, so a writer that commits meanwhile wins. Nothing is deleted, and nothing a crash
         left uncommitted is committed (a first put that died before its head, the records of a
-        ``delete_thread`` that died part-way, a record whose large values are gone). Returns what it found
-        and did per namespace; ``dry_run`` only reports.
+        ``delete_thread`` that died part-way, a record whose large values are gone). A thread id too long to be a
+        key segment also gets its ``name`` object written again if it is missing or holds another id
+        (``RepairReport.name_restored``). Returns what it found and did per namespace; ``dry_run`` only reports.
         """
         report: RepairReport = self._run("repair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run))
         return report

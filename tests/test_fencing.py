@@ -416,3 +416,38 @@ def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
     saver.get_tuple = original  # type: ignore[method-assign]
     assert graph.get_state(config).values["steps"] == ["one", "a"]
     assert_linear(make_saver(), "updates")
+
+
+@pytest.mark.parametrize("reader", ["by id", "history page"])
+def test_two_runs_of_one_saver_a_read_meanwhile_does_not_make_the_straggler_a_fork(
+    make_saver: Any, reader: str
+) -> None:
+    """One saver serves two runs of a thread (one server process). Both read the same checkpoint as the latest;
+    the fast one commits on top. The slow one must lose, also when the checkpoint was read meanwhile by id while
+    it was the head (a UI showing the current state) or in a page of history below the new head: reads that
+    used to mark it a fork point for good, exempting the slow run's put from the straggler rule (a silent fork)."""
+    saver = make_saver()
+    base = saver.put(cfg("shared"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    assert saver.get_tuple(cfg("shared")) is not None  # the slow run reads the latest
+    if reader == "by id":
+        assert saver.get_tuple(base) is not None  # while it is the head
+    assert saver.get_tuple(cfg("shared")) is not None  # the fast run reads the latest
+    winner = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    if reader == "history page":
+        assert [t.config for t in saver.list(cfg("shared"), before=winner, limit=2)] == [base]
+    with pytest.raises(CheckpointConflictError):
+        saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    head = make_saver().get_tuple(cfg("shared"))
+    assert head is not None and head.config == winner
+
+
+def test_the_one_checkpoint_below_a_bound_is_still_a_fork_point(make_saver: Any) -> None:
+    """LangGraph finds a subgraph's state for a replay with ``list(before=..., limit=1)``: a put on top of what
+    that returns is a fork and joins the head."""
+    saver = make_saver()
+    base = saver.put(cfg("replayed"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    head = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    assert [t.config for t in saver.list(cfg("replayed"), before=head, limit=1)] == [base]
+    forked = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    latest = make_saver().get_tuple(cfg("replayed"))
+    assert latest is not None and latest.config == forked and latest.parent_config == base
