@@ -53,8 +53,12 @@ def op_kind(operation: str) -> str:
     return "OTHER"
 
 
-_S3_OPERATION = {"Get": "GetObject", "Put": "PutObject", "ListKeys": "ListObjectsV2", "Delete": "DeleteObjects"}
-"""The S3 operation our request types (``requests.py``) are sent as, to count them as boto3's hooks would."""
+def _operation(request: Any) -> str:
+    """The S3 call one of our requests is, to count it as boto3's hooks would (imported here: the peers' venvs,
+    which run this file too, do not have the package)."""
+    from langgraph_s3_checkpoint.requests import S3_OPERATION
+
+    return S3_OPERATION[type(request)]
 
 
 class Counter:
@@ -111,7 +115,7 @@ class Counter:
         original = io._send_through_boto3
 
         def counted(request: Any) -> Any:
-            self.start(_S3_OPERATION.get(type(request).__name__, type(request).__name__))
+            self.start(_operation(request))
             try:
                 return original(request)
             finally:
@@ -124,7 +128,7 @@ class Counter:
         original = transport.execute
 
         def counted(request: Any) -> Any:
-            self.start(_S3_OPERATION[type(request).__name__])
+            self.start(_operation(request))
             try:
                 return original(request)
             finally:
@@ -137,7 +141,7 @@ class Counter:
         original = transport.execute
 
         async def counted(request: Any) -> Any:
-            self.start(_S3_OPERATION[type(request).__name__])
+            self.start(_operation(request))
             try:
                 return await original(request)
             finally:

@@ -101,6 +101,21 @@ class EnsureExpiryRule(Request[None]):
     days: int
 
 
+S3_OPERATION: dict[type[Request[Any]], str] = {
+    Get: "GetObject",
+    Put: "PutObject",
+    ListKeys: "ListObjectsV2",
+    Delete: "DeleteObjects",
+    DeleteIfMatch: "DeleteObject",
+    Copy: "CopyObject",
+    BucketExists: "HeadBucket",
+    CreateBucket: "CreateBucket",
+    EnsureExpiryRule: "PutBucketLifecycleConfiguration",
+}
+"""The S3 call each request is: what errors name, whichever transport sent it, and what the default transport asks
+the client's watch about."""
+
+
 @dataclass(frozen=True)
 class StoredObject:
     """Reply to :class:`Get` when the object exists (a missing object replies ``None``)."""

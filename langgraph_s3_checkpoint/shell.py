@@ -52,6 +52,7 @@ from .errors import (
 from .native import NativeTransport
 from .requests import (
     PRECONDITION_FAILED,
+    S3_OPERATION,
     BucketExists,
     Copy,
     CreateBucket,
@@ -74,9 +75,6 @@ from .transport import DirectTransport, list_arguments, put_arguments
 from .watch import ClientWatch
 
 T = TypeVar("T")
-
-_OPERATION_OF = {Get: "GetObject", Put: "PutObject", ListKeys: "ListObjectsV2"}
-
 
 Closing = TypeVar("Closing", bound="ClosesAtBlockEnd")
 
@@ -145,6 +143,12 @@ class BodyCache:
 
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+
+
+def _named(request: Request, bucket: str) -> str:
+    """A request as errors name it, as the direct transport does: its S3 call and its key (or prefix)."""
+    where = getattr(request, "key", None) or getattr(request, "prefix", None) or bucket
+    return f"{S3_OPERATION[type(request)]} {where!r}"
 
 
 def _served(reply: Mapping[str, Any]) -> datetime | None:
@@ -294,7 +298,7 @@ class BucketIO:
         return await loop.run_in_executor(self.pool, self._fetch, request)
 
     def _goes_direct(self, request: Get | Put | ListKeys) -> bool:
-        return self.watch is None or not self.watch.watched(_OPERATION_OF[type(request)])
+        return self.watch is None or not self.watch.watched(S3_OPERATION[type(request)])
 
     def _follow_redirects(self, redirected: WrongRegionError) -> None:
         """S3 redirected a direct request to another region. With ``transport="direct"`` that is the caller's
@@ -321,12 +325,11 @@ class BucketIO:
             code = _code(exc)
             if not _speaks_s3(exc):
                 raise self.not_s3(_answer_of(exc)) from None
-            where = getattr(request, "key", None) or getattr(request, "prefix", None) or self.bucket
-            error = error_for_code(code, self.bucket, f"{type(request).__name__} {where!r}", code or str(exc))
+            error = error_for_code(code, self.bucket, _named(request, self.bucket), code or str(exc))
             raise error from (exc if isinstance(error, S3RequestError) else None)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
-            raise unreachable(self.endpoint, exc) from exc
+            raise unreachable(f"{self.endpoint} ({_named(request, self.bucket)})", exc) from exc
         except ResponseParserError as exc:
             raise self.not_s3(f"a reply botocore cannot parse as S3 ({str(exc)[:200]})") from None
         except (NoCredentialsError, PartialCredentialsError) as exc:
@@ -336,7 +339,7 @@ class BucketIO:
                 "aws_access_key_id=/aws_secret_access_key= to the saver."
             ) from None
         except BotoCoreError as exc:
-            raise S3RequestError(f"{type(request).__name__} failed: {exc}") from exc
+            raise S3RequestError(f"{_named(request, self.bucket)} failed: {exc}") from exc
 
     @property
     def endpoint(self) -> str:

@@ -47,12 +47,21 @@ from botocore.httpsession import get_cert_path
 from .blocking import BlockingPool, tls_context
 from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, error_for_code, unreachable
 from .http1 import Exchange, Failure, Response
-from .requests import PRECONDITION_FAILED, Get, ListKeys, Page, Put, StoredObject, Written, condition_failed
+from .requests import (
+    PRECONDITION_FAILED,
+    S3_OPERATION,
+    Get,
+    ListKeys,
+    Page,
+    Put,
+    StoredObject,
+    Written,
+    condition_failed,
+)
 
 _RETRY_STATUS = {500, 502, 503, 504}
 _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
 _RETRY_CODES = _THROTTLING_CODES | {"RequestTimeout", "RequestTimeoutException", "InternalError"}
-_OPERATION = {"GET": "GetObject", "PUT": "PutObject"}
 _MAX_BACKOFF = 20.0
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
@@ -152,6 +161,8 @@ class DirectTransport:
         self.hostname = str(endpoint.hostname)
         self._host = self.hostname if endpoint.port is None else f"{self.hostname}:{endpoint.port}"
         self._path = endpoint.path.rstrip("/")
+        self._endpoint = f"{endpoint.scheme}://{self._host}"
+        """As errors name the endpoint (boto3's ``endpoint_url``, for both transports)."""
         self._region = region
         self.https = endpoint.scheme == "https"
         self.port = endpoint.port or (443 if self.https else 80)
@@ -201,14 +212,15 @@ class DirectTransport:
     def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:
         """The request as a conversation with a sender (see :data:`Exchanges`)."""
         if isinstance(request, Get):
-            return self._get_reply((yield from self._attempts("GET", request.key, {}, b"", dict(self._get_headers))))
+            answer = yield from self._attempts(request, "GET", request.key, {}, b"", dict(self._get_headers))
+            return self._get_reply(answer)
         if isinstance(request, Put):
             headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
-            answer = yield from self._attempts("PUT", request.key, {}, request.body, headers)
+            answer = yield from self._attempts(request, "PUT", request.key, {}, request.body, headers)
             return self._put_reply(request, answer)
         query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
         query.update({"list-type": "2", "encoding-type": "url"})
-        return self._list_reply((yield from self._attempts("GET", None, query, b"", {})))
+        return self._list_reply((yield from self._attempts(request, "GET", None, query, b"", {})))
 
     def _get_reply(self, answer: Response) -> StoredObject | None:
         status, headers, body = answer
@@ -264,12 +276,18 @@ class DirectTransport:
         )
 
     def _attempts(
-        self, method: str, key: str | None, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self,
+        request: Get | Put | ListKeys,
+        method: str,
+        key: str | None,
+        query: dict[str, str],
+        body: bytes,
+        headers: dict[str, str],
     ) -> Generator[Exchange | float, Response | Failure | None, Response]:
         """One HTTP exchange, retried: the answer that settles it, or the package's error."""
         # A virtual-hosted bucket's LIST is sent to "/" (the request line and SigV4's canonical URI need one).
         path = self._path + ("" if key is None else "/" + quote(key, safe="/~")) or "/"
-        what = f"{_OPERATION[method] if key is not None else 'ListObjectsV2'} {key or query.get('prefix', '')!r}"
+        what = f"{S3_OPERATION[type(request)]} {key or query.get('prefix', '')!r}"
         query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
         target = path + ("?" + query_string if query_string else "")
         for attempt in range(1, self.max_attempts + 1):
@@ -284,7 +302,7 @@ class DirectTransport:
             except Failure as failure:
                 if not failure.retryable or attempt == self.max_attempts:
                     if not failure.code:
-                        raise unreachable(f"({what})", failure) from None
+                        raise unreachable(f"{self._endpoint} ({what})", failure) from None
                     raise error_for_code(failure.code, self._bucket, what, str(failure)) from None
                 yield backoff(failure, attempt)
         raise AssertionError("unreachable")

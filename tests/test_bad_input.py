@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
@@ -284,8 +285,11 @@ def test_wrong_credentials(wrong_credentials: tuple[S3Saver, str, str]) -> None:
     with pytest.raises(S3AccessError) as raised:
         saver.setup()
     assert "lgs3-test" in str(raised.value) and secret not in str(raised.value)
-    with pytest.raises(S3AccessError):
-        saver.get_tuple(cfg("anything"))
+    head = "GetObject 'creds/threads/anything/ns/~/head'"  # named alike by both transports
+    for transport in ("auto", "boto3"):
+        reader = S3Saver(bucket="lgs3-test", prefix="creds", client=saver.client, transport=transport)
+        with pytest.raises(S3AccessError, match=re.escape(head)):
+            reader.get_tuple(cfg("anything"))
 
 
 @pytest.mark.parametrize("transport", ["boto3", "direct"])

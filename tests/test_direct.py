@@ -192,7 +192,9 @@ def test_missing_bucket(s3_server: LocalS3Server) -> None:
             s.put(cfg("t"), empty_checkpoint(), {"step": 0}, {})
 
 
-def test_unreachable_endpoint() -> None:
+@pytest.mark.parametrize("transport", ["direct", "boto3"])
+def test_unreachable_endpoint(transport: str) -> None:
+    """Both transports name the endpoint and the S3 call that could not be sent, alike."""
     client = make_client(
         endpoint_url="http://127.0.0.1:9",
         region_name="us-east-1",
@@ -200,8 +202,9 @@ def test_unreachable_endpoint() -> None:
         aws_secret_access_key="secret",
         max_attempts=2,
     )
-    saver = S3Saver(bucket="b", client=client, transport="direct")
-    with contextlib.closing(saver), pytest.raises(S3RequestError, match="Cannot reach the S3 endpoint"):
+    saver = S3Saver(bucket="b", client=client, transport=transport)
+    named = r"Cannot reach the S3 endpoint http://127\.0\.0\.1:9 \(GetObject 'threads/t/ns/~/head'\)"
+    with contextlib.closing(saver), pytest.raises(S3RequestError, match=named):
         saver.get_tuple(cfg("t"))
 
 
