@@ -112,29 +112,23 @@ class Counter:
             self.attach_direct(io.direct)
         if io.native is not None:
             self.attach_native(io.native)
-        original = io._send_through_boto3
-
-        def counted(request: Any) -> Any:
-            self.start(_operation(request))
-            try:
-                return original(request)
-            finally:
-                self.end()
-
-        io._send_through_boto3 = counted
+        io._send_through_boto3 = self._counted(io._send_through_boto3)
 
     def attach_direct(self, transport: Any) -> None:
         """Count the requests our direct transport sends itself (the rest still go through boto3)."""
-        original = transport.execute
+        transport.execute = self._counted(transport.execute)
+
+    def _counted(self, send: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``send`` (one of our request senders), counting each request it sends."""
 
         def counted(request: Any) -> Any:
             self.start(_operation(request))
             try:
-                return original(request)
+                return send(request)
             finally:
                 self.end()
 
-        transport.execute = counted
+        return counted
 
     def attach_native(self, transport: Any) -> None:
         """Count the requests the async saver's native sender sends from the event loop."""

@@ -74,8 +74,6 @@ if TYPE_CHECKING:
     from .saver import BaseS3Saver
 
 SAMPLE_SIZE = 100
-_NAME = "name"
-"""The last segment of a ``name`` object's key (a thread's or a namespace's)."""
 
 
 @dataclass
@@ -265,28 +263,41 @@ class _Collector:
                 self.report.sample.append(key)
         if self.report.dry_run:
             return
-        names = [(key, reason) for key, reason, _ in doomed if reason is not None and key.endswith(f"/{_NAME}")]
-        bodies = (yield from all_of([Get(key) for key, _ in names])) if names else []
+        names = [
+            (key, reason, kind)
+            for key, reason, _ in doomed
+            if reason is not None and (kind := self.name_kind(key)) is not None
+        ]
+        bodies = (yield from all_of([Get(key) for key, _, _ in names])) if names else []
         yield deletes([key for key, _, _ in doomed])
         yield from self.put_back_names_in_use(names, bodies)
 
-    def put_back_names_in_use(self, names: list[tuple[str, str]], bodies: list[StoredObject | None]) -> Plan[None]:
+    def put_back_names_in_use(
+        self, names: list[tuple[str, str, KeyKind]], bodies: list[StoredObject | None]
+    ) -> Plan[None]:
         """Put back a ``name`` just deleted whose thread (any object under its ``ns/``) or namespace (a head) is
         in use now. A first put of a thread or namespace offers its ``name`` before it commits, and again after:
         if that second offer came before this delete, the commit came before this check. So either the put
         re-creates the name or this does, and no committed thread or namespace is left without it."""
-        depth = f"{self.root}threads/".count("/")
-        for (key, reason), body in zip(names, bodies, strict=True):
+        for (key, reason, kind), body in zip(names, bodies, strict=True):
             if body is None:
                 continue
-            folder = key[: -len(_NAME)]  # ends with "/"
-            if folder.count("/") == depth + 1:  # threads/{T}/name
+            folder = key[: -len("name")]
+            if kind is KeyKind.THREAD_NAME:
                 in_use = yield from any_under(f"{folder}ns/")
-            else:  # threads/{T}/ns/{N}/name
+            else:
                 in_use = (yield from one(Get(Layout.head_in(folder)))) is not None
             if in_use:
                 yield [Put(key, body.body, if_none_match=True, expires=False)]
                 self.report.deleted[reason] -= 1
+
+    def name_kind(self, key: str) -> KeyKind | None:
+        """``THREAD_NAME`` or ``NS_NAME`` for a thread's or a namespace's ``name`` object, else ``None``."""
+        threads_root = f"{self.root}threads/"
+        if not key.startswith(threads_root):
+            return None
+        kind = classify(key[len(threads_root) :].partition("/")[2])
+        return kind if kind in (KeyKind.THREAD_NAME, KeyKind.NS_NAME) else None
 
     def flush_if_full(self, guard: _Walk | None = None) -> Plan[None]:
         if len(self.pending) >= DELETE_BATCH:

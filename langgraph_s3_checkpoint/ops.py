@@ -19,8 +19,19 @@ from typing import Any, TypeVar
 from . import keys
 from .codec import Codec, Record
 from .errors import CorruptObjectError, TargetThreadExistsError
-from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment, unescape
-from .plans import READ_BATCH, all_of, all_pages, any_under, chunks, collect_emitted, mark, one, own_folders_under
+from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
+from .plans import (
+    READ_BATCH,
+    all_of,
+    all_pages,
+    any_under,
+    chunks,
+    collect_emitted,
+    id_behind,
+    mark,
+    one,
+    own_folders_under,
+)
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -49,15 +60,6 @@ def _stat_listing(prefix: str) -> OpsPlan[list[_Listed]]:
     return objects
 
 
-def _name_of(segment: str, prefix: str) -> OpsPlan[str | None]:
-    """The real id behind a thread segment; ``None`` for a digest whose ``name`` object is missing or not to be
-    trusted (:func:`keys.named_id`)."""
-    if not is_digest(segment):
-        return unescape(segment)
-    obj = yield from one(Get(f"{prefix}name"))
-    return keys.named_id(segment, None if obj is None else obj.body)
-
-
 UNNAMED = (
     "this thread's id is too long to be a key segment, and its name object, which holds the id, is missing or "
     "damaged: the thread cannot be listed, verified, expired or rolled back by run until it is written again "
@@ -77,7 +79,7 @@ def thread_ids(layout: Layout, unnamed: list[Problem] | None = None) -> OpsPlan[
             segment = layout.segment_after(prefix, root)
             if not is_own_segment(segment):
                 continue
-            thread_id = yield from _name_of(segment, prefix)
+            thread_id = yield from id_behind(segment, prefix)
             if thread_id is not None:
                 yield Emit(thread_id)
             elif unnamed is not None:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .keys import is_own_segment
+from .keys import is_digest, is_own_segment, named_id, unescape
 from .requests import (
     PRECONDITION_FAILED,
     Delete,
@@ -127,6 +127,18 @@ def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
     found: list[Page] = []
     yield from collect_emitted(pages(prefix, delimiter=delimiter), found)
     return found
+
+
+def id_behind(segment: str, folder: str) -> Plan[str | None]:
+    """The real thread or namespace id behind a folder's ``segment`` (``folder`` ends with it and ``/``); ``None``
+    for a segment we did not make (a foreign folder such as ``%ZZ``) or a digest whose ``name`` object is missing
+    or not to be trusted (:func:`keys.named_id`). The one way readers, maintenance and tools read it."""
+    if not is_own_segment(segment):
+        return None
+    if not is_digest(segment):
+        return unescape(segment)
+    obj = yield from one(Get(f"{folder}name"))
+    return named_id(segment, None if obj is None else obj.body)
 
 
 def own_folders_under(root: str) -> Plan[list[str]]:

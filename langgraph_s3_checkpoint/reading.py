@@ -25,8 +25,20 @@ from .errors import (
     InvalidConfigError,
 )
 from .fencing import HeadSeen, SaverMemory, head_seen, written_here
-from .keys import Layout, is_digest, is_own_segment, named_id, unescape
-from .plans import MAX_PAGE, READ_BATCH, all_of, chunks, collect_emitted, for_each_emitted, list_all, one, pages, three
+from .keys import Layout
+from .plans import (
+    MAX_PAGE,
+    READ_BATCH,
+    all_of,
+    chunks,
+    collect_emitted,
+    for_each_emitted,
+    id_behind,
+    list_all,
+    one,
+    pages,
+    three,
+)
 from .requests import (
     Emit,
     Get,
@@ -410,14 +422,9 @@ class Reading(CoreState):
                     return
 
     def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
-        """The real id behind a thread or namespace segment; ``None`` for a segment we did not make
-        (a foreign folder such as ``%ZZ``, or a digest without its ``name`` object)."""
-        if not is_own_segment(segment):
-            return None
-        if not is_digest(segment):
-            return unescape(segment)
-        obj = yield from one(Get(f"{prefix}name"))
-        return named_id(segment, None if obj is None else obj.body)
+        """The real id behind a thread or namespace folder's segment (:func:`plans.id_behind`): one method that the
+        core's readers and maintenance all go through, and a test can interpose on."""
+        return (yield from id_behind(segment, prefix))
 
     def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)

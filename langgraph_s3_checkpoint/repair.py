@@ -57,8 +57,8 @@ from langgraph.checkpoint.base import Checkpoint
 
 from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
-from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id, unescape
-from .plans import READ_BATCH, all_of, all_pages, chunks, exists, landed, one, own_folders_under
+from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id
+from .plans import READ_BATCH, all_of, all_pages, chunks, exists, id_behind, landed, one, own_folders_under
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
@@ -268,10 +268,9 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
         report.name_restored = yield from _restore_thread_name(layout, thread_id, dry_run)
     for ns_prefix in folders:
         segment = layout.segment_after(ns_prefix, root)
-        name = unescape(segment) if not is_digest(segment) else segment
-        if is_digest(segment):
-            obj = yield from one(Get(f"{ns_prefix}name"))
-            name = named_id(segment, None if obj is None else obj.body) or segment
+        name = yield from id_behind(segment, ns_prefix)
+        if name is None:  # a digest without its name: shown as is
+            name = segment
         markers = (layout.deleting(thread_id), layout.copying(thread_id))
         outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, markers)
         if outcome.status in (REPAIRED, CHANGED):

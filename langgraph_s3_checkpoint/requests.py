@@ -116,6 +116,12 @@ S3_OPERATION: dict[type[Request[Any]], str] = {
 the client's watch about."""
 
 
+def named_in_errors(request: Request[Any], bucket: str) -> str:
+    """A request as both transports' errors name it: its S3 call and its key (or prefix, or else the bucket)."""
+    where = getattr(request, "key", None) or getattr(request, "prefix", None) or bucket
+    return f"{S3_OPERATION[type(request)]} {where!r}"
+
+
 @dataclass(frozen=True)
 class StoredObject:
     """Reply to :class:`Get` when the object exists (a missing object replies ``None``)."""

@@ -69,6 +69,7 @@ from .requests import (
     StoredObject,
     Written,
     condition_failed,
+    named_in_errors,
     same_etag,
 )
 from .transport import DirectTransport, list_arguments, put_arguments
@@ -143,12 +144,6 @@ class BodyCache:
 
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
-
-
-def _named(request: Request, bucket: str) -> str:
-    """A request as errors name it, as the direct transport does: its S3 call and its key (or prefix)."""
-    where = getattr(request, "key", None) or getattr(request, "prefix", None) or bucket
-    return f"{S3_OPERATION[type(request)]} {where!r}"
 
 
 def _served(reply: Mapping[str, Any]) -> datetime | None:
@@ -325,11 +320,11 @@ class BucketIO:
             code = _code(exc)
             if not _speaks_s3(exc):
                 raise self.not_s3(_answer_of(exc)) from None
-            error = error_for_code(code, self.bucket, _named(request, self.bucket), code or str(exc))
+            error = error_for_code(code, self.bucket, named_in_errors(request, self.bucket), code or str(exc))
             raise error from (exc if isinstance(error, S3RequestError) else None)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
-            raise unreachable(f"{self.endpoint} ({_named(request, self.bucket)})", exc) from exc
+            raise unreachable(f"{self.endpoint} ({named_in_errors(request, self.bucket)})", exc) from exc
         except ResponseParserError as exc:
             raise self.not_s3(f"a reply botocore cannot parse as S3 ({str(exc)[:200]})") from None
         except (NoCredentialsError, PartialCredentialsError) as exc:
@@ -339,7 +334,7 @@ class BucketIO:
                 "aws_access_key_id=/aws_secret_access_key= to the saver."
             ) from None
         except BotoCoreError as exc:
-            raise S3RequestError(f"{_named(request, self.bucket)} failed: {exc}") from exc
+            raise S3RequestError(f"{named_in_errors(request, self.bucket)} failed: {exc}") from exc
 
     @property
     def endpoint(self) -> str:

@@ -49,7 +49,6 @@ from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, er
 from .http1 import Exchange, Failure, Response
 from .requests import (
     PRECONDITION_FAILED,
-    S3_OPERATION,
     Get,
     ListKeys,
     Page,
@@ -57,6 +56,7 @@ from .requests import (
     StoredObject,
     Written,
     condition_failed,
+    named_in_errors,
 )
 
 _RETRY_STATUS = {500, 502, 503, 504}
@@ -212,15 +212,14 @@ class DirectTransport:
     def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:
         """The request as a conversation with a sender (see :data:`Exchanges`)."""
         if isinstance(request, Get):
-            answer = yield from self._attempts(request, "GET", request.key, {}, b"", dict(self._get_headers))
-            return self._get_reply(answer)
+            return self._get_reply((yield from self._attempts(request, {}, b"", dict(self._get_headers))))
         if isinstance(request, Put):
             headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
-            answer = yield from self._attempts(request, "PUT", request.key, {}, request.body, headers)
+            answer = yield from self._attempts(request, {}, request.body, headers)
             return self._put_reply(request, answer)
         query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
         query.update({"list-type": "2", "encoding-type": "url"})
-        return self._list_reply((yield from self._attempts(request, "GET", None, query, b"", {})))
+        return self._list_reply((yield from self._attempts(request, query, b"", {})))
 
     def _get_reply(self, answer: Response) -> StoredObject | None:
         status, headers, body = answer
@@ -276,18 +275,14 @@ class DirectTransport:
         )
 
     def _attempts(
-        self,
-        request: Get | Put | ListKeys,
-        method: str,
-        key: str | None,
-        query: dict[str, str],
-        body: bytes,
-        headers: dict[str, str],
+        self, request: Get | Put | ListKeys, query: dict[str, str], body: bytes, headers: dict[str, str]
     ) -> Generator[Exchange | float, Response | Failure | None, Response]:
         """One HTTP exchange, retried: the answer that settles it, or the package's error."""
+        method = "PUT" if isinstance(request, Put) else "GET"
+        key = None if isinstance(request, ListKeys) else request.key
         # A virtual-hosted bucket's LIST is sent to "/" (the request line and SigV4's canonical URI need one).
         path = self._path + ("" if key is None else "/" + quote(key, safe="/~")) or "/"
-        what = f"{S3_OPERATION[type(request)]} {key or query.get('prefix', '')!r}"
+        what = named_in_errors(request, self._bucket)
         query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
         target = path + ("?" + query_string if query_string else "")
         for attempt in range(1, self.max_attempts + 1):
