@@ -57,6 +57,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import _compare_values, _cosine_similarity, _does_match
 
+from . import expiry
 from .codec import Codec
 from .core import Core
 from .errors import (
@@ -280,6 +281,11 @@ def _has_expired(expires: float | None, now: datetime) -> bool:
     return expires is not None and expires <= now.timestamp()
 
 
+def expires_at(now: datetime, ttl_minutes: float) -> float:
+    """The ``expires`` (POSIX time) of an item written or refreshed at ``now`` with a TTL of ``ttl_minutes``."""
+    return (now + timedelta(minutes=ttl_minutes)).timestamp()
+
+
 @dataclass(frozen=True)
 class Expiry:
     """What the TTL sweep reads of an item: its frame's expiry and identity, not its value."""
@@ -290,6 +296,8 @@ class Expiry:
     """POSIX time the item expires at; ``None``: it never does."""
     namespace: tuple[str, ...]
     item_key: str
+    put_derived: bool = False
+    """Whether ``expires`` is the one its put set (not moved by a refresh): that put filed a marker for it."""
 
     def expired(self, now: datetime) -> bool:
         return _has_expired(self.expires, now)
@@ -322,14 +330,14 @@ class StoreCodec:
                 "created": _iso(now),
                 "updated": _iso(now),
                 "ttl": ttl,
-                "expires": None if ttl is None else (now + timedelta(minutes=ttl)).timestamp(),
+                "expires": None if ttl is None else expires_at(now, ttl),
                 "ver": version,
             }
         )
 
     def refreshed(self, stored: Stored, now: datetime) -> bytes:
         frame = dict(stored.frame)
-        frame["expires"] = (now + timedelta(minutes=float(frame["ttl"]))).timestamp()
+        frame["expires"] = expires_at(now, float(frame["ttl"]))
         return self.codec._frame(frame)
 
     def _unframe(self, key: str, obj: StoredObject) -> dict[str, Any]:
@@ -367,11 +375,15 @@ class StoreCodec:
         be able to decrypt) the value to delete an expired item."""
         frame = self._unframe(key, obj)
         try:
-            expires = frame.get("expires")
-            return Expiry(
-                key, obj.etag, None if expires is None else float(expires), tuple(frame["ns"]), str(frame["key"])
+            expires = None if frame.get("expires") is None else float(frame["expires"])
+            ttl = frame.get("ttl")
+            put_derived = (
+                expires is not None
+                and ttl is not None
+                and expires_at(datetime.fromisoformat(frame["updated"]), float(ttl)) == expires
             )
-        except (KeyError, TypeError, ValueError) as exc:
+            return Expiry(key, obj.etag, expires, tuple(frame["ns"]), str(frame["key"]), put_derived)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptObjectError(key, f"store item is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
 
     def encode_shard(self, entries: dict[str, list[Any]]) -> bytes:
@@ -620,6 +632,13 @@ class StoreCore:
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     names: dict[str, str] = field(default_factory=dict)
     """Digest segment -> real string, for name objects known to exist (written or read)."""
+    sweep_state: expiry.SweepState = field(default_factory=expiry.SweepState)
+    """What the TTL sweeps of this store remember (:mod:`.expiry`)."""
+
+    @property
+    def markers(self) -> expiry.Markers:
+        """Keys of the expiry markers (:mod:`.expiry`)."""
+        return expiry.Markers(self.layout.root, self.layout.items_root)
 
     # -- batch ------------------------------------------------------------------------------------
     def batch(
@@ -681,6 +700,15 @@ class StoreCore:
         read-modify-write plan per shard touched: its GET travels with the item PUTs, its PUT follows
         and records each item's ETag, so that search knows a shard entry is current from a LIST."""
         now = self.now()
+        # Expiry markers first: an item with a TTL never exists without one (expiry.py).
+        yield from expiry.file_markers(
+            self,
+            [
+                (self.layout.item(op.namespace, op.key), expires_at(now, op.ttl))
+                for op in ops
+                if op.value is not None and op.ttl is not None
+            ],
+        )
         requests: list[Request] = []
         deletes: list[str] = []
         shard_updates: dict[str, dict[str, list[Any] | None]] = {}
@@ -1037,43 +1065,20 @@ class StoreCore:
         return any(self.layout.is_item(key) for key in page.keys)
 
     # -- TTL sweep --------------------------------------------------------------------------------
-    def _expiry_or_none(self, read: Get, obj: StoredObject | None) -> Expiry | None:
-        """An item's expiry; ``None`` if it went since the listing, or cannot be read: one damaged item is
-        logged and left (its expiry is unknown), and does not stop every sweep after it."""
-        if obj is None:
-            return None
-        try:
-            return self.codec.peek_expiry(read.key, obj)
-        except CorruptObjectError as exc:
-            logger.warning("TTL sweep left %r, which cannot be read: %s", read.key, exc.reason)
-            return None
+    def sweep(self, full: bool = False) -> Plan[int]:
+        """Delete every expired item whose expiry marker came due (every expired item, reading all of them,
+        when the store was never filed or ``full``), and its vectors; returns how many (see :mod:`.expiry`)."""
+        return (yield from expiry.sweep(self, full))
 
-    def sweep(self) -> Plan[int]:
-        """Delete every expired item (``DeleteIfMatch``: an item refreshed meanwhile stays) and its
-        vectors; returns how many were deleted. Reads every item once, page by page."""
-        now = self.now()
-        deleted = 0
-        token: str | None = None
-        while True:
-            page: Page = yield from one(ListKeys(self.layout.items_root, token=token))
-            reads = [r for r in page.reads(with_etags=False) if self.layout.is_item(r.key)]
-            for chunk in chunks(reads, READ_CHUNK):
-                objs = yield list[Request](chunk)
-                doomed = [e for e in map(self._expiry_or_none, chunk, objs) if e is not None and e.expired(now)]
-                if not doomed:
-                    continue
-                replies = yield [DeleteIfMatch(e.key, e.etag) for e in doomed]
-                gone = [e for e, reply in zip(doomed, replies, strict=True) if reply is not PRECONDITION_FAILED]
-                deleted += len(gone)
-                if self.indexed and gone:
-                    updates: dict[str, dict[str, list[Any] | None]] = {}
-                    for e in gone:
-                        shard = self.layout.shard(e.namespace, e.item_key, self.vector_shards)
-                        updates.setdefault(shard, {})[e.item_key] = None
-                    yield from parallel([self.update_shard(k, v) for k, v in updates.items()])
-            if page.token is None:
-                return deleted
-            token = page.token
+    def forget_vectors(self, gone: Sequence[Expiry]) -> Plan[None]:
+        """Remove the vector entries of deleted items (with an index): one read-modify-write per shard."""
+        if not self.indexed or not gone:
+            return
+        updates: dict[str, dict[str, list[Any] | None]] = {}
+        for e in gone:
+            shard = self.layout.shard(e.namespace, e.item_key, self.vector_shards)
+            updates.setdefault(shard, {})[e.item_key] = None
+        yield from parallel([self.update_shard(k, v) for k, v in updates.items()])
 
 
 def _search_item(item: Item, score: float | None) -> SearchItem:
@@ -1364,12 +1369,14 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     def _setup_plan(self) -> Plan[None]:
         core = Core(layout=Layout(self.prefix), codec=self._codec)
-        return core.setup(
+        yield from core.setup(
             create_bucket=self.create_bucket,
             require_conditional_writes=self.require_conditional_writes,
             bucket=self.bucket,
             token=uuid.uuid4().hex,
         )
+        # A store without items has none an older release wrote: its first sweep need not read them all.
+        yield from expiry.file_if_empty(self._core)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:
@@ -1421,9 +1428,11 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return await self._io.arun(plan)
 
     # -- TTL ----------------------------------------------------------------------------------------
-    async def asweep_ttl(self) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return await self._arun("asweep_ttl", self._core.sweep())
+    async def asweep_ttl(self, *, full: bool = False) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
+        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        self._io.check_open("asweep_ttl")
+        return await self._io.arun(self._core.sweep(full), bounded=False)
 
     def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:
         """Seconds between background sweeps (the argument, else ``ttl_config``'s, else 5 minutes), or None
@@ -1475,9 +1484,12 @@ class S3Store(BaseS3Store):
     _sweeper_stop: threading.Event
     _sweeper_future: concurrent.futures.Future[None] | None = None
 
-    def sweep_ttl(self) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return self._run("sweep_ttl", self._core.sweep())
+    def sweep_ttl(self, *, full: bool = False) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
+        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        self._io.check_open("sweep_ttl")
+        # A maintenance call: each request is bounded by the timeouts, a first (full) sweep by nothing.
+        return self._io.run(self._core.sweep(full), bounded=False)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
@@ -1496,7 +1508,7 @@ class S3Store(BaseS3Store):
         def loop() -> None:
             while not stop.wait(interval):
                 try:
-                    _log_sweep(self, self._io.run(self._core.sweep()))
+                    _log_sweep(self, self._io.run(self._core.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
             future.set_result(None)
@@ -1550,9 +1562,11 @@ class AsyncS3Store(BaseS3Store):
     # AsyncSqliteStore (and what LangGraph's Agent Server awaits): code written for those runs unchanged.
     _sweeper_task: asyncio.Task[None] | None = None
 
-    async def sweep_ttl(self) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return await self._arun("sweep_ttl", self._core.sweep())
+    async def sweep_ttl(self, *, full: bool = False) -> int:
+        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
+        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        self._io.check_open("sweep_ttl")
+        return await self._io.arun(self._core.sweep(full), bounded=False)
 
     async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) in a task
@@ -1569,7 +1583,7 @@ class AsyncS3Store(BaseS3Store):
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    _log_sweep(self, await self._io.arun(self._core.sweep()))
+                    _log_sweep(self, await self._io.arun(self._core.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
 
