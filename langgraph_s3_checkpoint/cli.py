@@ -929,7 +929,7 @@ def cmd_store_search(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_store_sweep(ctx: Context, args: argparse.Namespace) -> int:
     ctx.confirm(args, f"delete every expired item under {ctx.where}?")
-    swept = ctx.memory().sweep_ttl()
+    swept = ctx.memory().sweep_ttl(full=args.full)
     return _done(ctx, f"deleted {swept} expired items", {"deleted": swept})
 
 
@@ -1092,6 +1092,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--filter", default=None, metavar="JSON", help='e.g. \'{"kind": "pref", "score": {"$gt": 3}}\'')
     paging(sub, 100)
     sub = store_command("sweep", cmd_store_sweep, "delete every expired (TTL) item now")
+    sub.add_argument(
+        "--full",
+        action="store_true",
+        help="read every item, not only those whose expiry came due (after an older release wrote items)",
+    )
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
 

@@ -59,11 +59,14 @@ for the namespace being scanned, the blob references and run ids of its committe
 from __future__ import annotations
 
 import collections
+import hashlib
+import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from . import seals
 from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
@@ -95,6 +98,10 @@ class GcReport:
     """Heads or records that could not be decoded; what they commit was left as it is."""
     sample: list[str] = field(default_factory=list)
     """The first deleted keys (at most 100), for a look at what a dry run would do."""
+    records_read: int = 0
+    """Record bodies read to place them on their namespace's commit chain."""
+    records_sealed: int = 0
+    """Committed records known from gc's seals (:mod:`.seals`) without being read."""
 
     @property
     def total(self) -> int:
@@ -131,6 +138,24 @@ class _Walk:
     """Objects of the namespace that stay (committed, young, foreign)."""
     aborted: bool = False
     """A head appeared in a namespace found headless: a first put committed meanwhile; leave it."""
+    seal: _SealUse | None = None
+    """The namespace's seal from the last gc, while it may be used."""
+    builder: seals.Builder | None = None
+    """The namespace's new seal, built while its records are judged (not in a dry run)."""
+    met_seal_head: bool = False
+    """The chain walked from today's head met the seal's head as committed."""
+
+    def region_start(self, parsed: Sequence[Any]) -> int:
+        """Where in a page of ``c/`` the sealed range starts: every key from there on is at or below the seal's
+        ``top`` (ids only decrease), so the rest of the listing is in it too."""
+        if self.seal is None:
+            return len(parsed)
+        if self.seal.usable is not None:
+            return 0
+        for i, p in enumerate(parsed):
+            if p is not None and p.checkpoint_id <= self.seal.part.top:
+                return i
+        return len(parsed)
 
     @property
     def headless(self) -> bool:
@@ -152,6 +177,16 @@ class _Walk:
     @property
     def blobs(self) -> str:
         return Layout.blobs_in(self.prefix)
+
+
+@dataclass
+class _SealUse:
+    """A namespace's seal from the last gc and what decides whether it holds (:mod:`.seals`)."""
+
+    part: seals.Part
+    check: seals.Check
+    usable: bool | None = None
+    """Decided when the walk reaches the sealed range."""
 
 
 @dataclass
@@ -204,6 +239,18 @@ def _age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:
     return old
 
 
+def _sub_page(page: Page, prefix: str) -> Page:
+    """The keys of ``page`` under ``prefix``, with their dates, ETags and sizes."""
+    chosen = [i for i, key in enumerate(page.keys) if key.startswith(prefix)]
+
+    def pick(values: list[Any]) -> list[Any]:
+        return [values[i] for i in chosen] if len(values) == len(page.keys) else []
+
+    return Page(
+        [page.keys[i] for i in chosen], [], None, pick(page.modified), pick(page.etags), pick(page.sizes), page.served
+    )
+
+
 def _size(page: Page, i: int) -> int:
     return page.sizes[i] if i < len(page.sizes) else 0
 
@@ -218,6 +265,11 @@ class _Collector:
         """Keys to delete with their category (``None``: uncounted companion) and size."""
         self.thread_kept = 0
         """Objects of the thread being scanned that stay."""
+        self.seal_cursor = seals.Cursor(self.root)
+        self.old_seal: dict[str, seals.Part] = {}
+        """The seal of the thread being scanned, by namespace segment, as the last gc left it."""
+        self.new_seal: dict[str, seals.Part] = {}
+        self.seen_entries = _SeenEntries()
 
     # -- deciding and deleting ------------------------------------------------------------------------
     def doom(
@@ -317,6 +369,9 @@ class _Collector:
                     yield from self.foreign_folder(thread_prefix)
 
         yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
+        _, passed = yield from self.seal_cursor.upto(None)
+        yield from self.remove_seals(passed)
+        self.report.foreign += self.seal_cursor.foreign
         yield from self.global_runs()
 
         probes = f"{self.root}_setup/probe-"
@@ -348,6 +403,8 @@ class _Collector:
 
     def thread(self, prefix: str) -> Plan[None]:
         self.thread_kept = 0
+        segment = prefix[len(f"{self.root}threads/") : -1]
+        yield from self.read_seal(segment)
         namespaces = yield from self.namespaces(prefix)
         yield from self.run_entries(prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
@@ -357,6 +414,76 @@ class _Collector:
         # "name" sort before "ns/" and "r/").
         yield from self.thread_keys(prefix, unsettled=any(info.unsettled for info in namespaces.values()))
         yield from self.flush()
+        yield from self.write_seal(segment)
+
+    # -- seals (seals.py) ------------------------------------------------------------------------------
+    def read_seal(self, segment: str) -> Plan[None]:
+        """The thread's seal, if the listing of seals shows one; seals of threads passed without one go."""
+        found, passed = yield from self.seal_cursor.upto(segment)
+        yield from self.remove_seals(passed)
+        self.new_seal = {}
+        self.old_seal = {}
+        if found:
+            key = seals.key_of(self.root, segment)
+            obj = yield from one(Get(key))
+            self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
+
+    def remove_seals(self, keys: list[str]) -> Plan[None]:
+        """Delete the seals of threads that are gone (nothing depends on a seal: it only saves reads)."""
+        if keys and not self.report.dry_run:
+            yield deletes(keys)
+
+    def write_seal(self, segment: str) -> Plan[None]:
+        """Write the thread's seal when it changed (never in a dry run)."""
+        if self.report.dry_run or self.new_seal == self.old_seal:
+            return
+        key = seals.key_of(self.root, segment)
+        if self.new_seal:
+            yield [Put(key, seals.encode(self.codec, self.new_seal), expires=False)]
+        else:
+            yield deletes([key])
+
+    def seal_for(self, segment: str, walk: _Walk) -> _SealUse | None:
+        """The namespace's seal, if the head has not gone back below the head it was made at."""
+        part = self.old_seal.get(segment)
+        head_id = walk.chain.head_id
+        if part is None or head_id is None or head_id < part.head:
+            return None
+        walk.met_seal_head = head_id == part.head
+        return _SealUse(part, seals.Check(part, walk.records))
+
+    def seal_namespace(self, segment: str, walk: _Walk) -> None:
+        """The namespace's part of the thread's new seal: the records it found committed, or the last gc's if
+        it still held and no new one can be made (a young record below the new top); none without a head."""
+        if walk.headless or walk.aborted:
+            return
+        head_id = walk.chain.head_id
+        assert head_id is not None
+        part = None
+        if walk.builder is not None and walk.chain_sure and walk.refs_known:
+            part = walk.builder.part(head_id)
+        if part is None and walk.seal is not None and walk.seal.usable:
+            part = walk.seal.part
+        if part is not None:
+            self.new_seal[segment] = part
+
+    def enter_sealed_range(self, walk: _Walk, first_id: str) -> None:
+        """Decide, at the first key at or below the seal's ``top``, whether the seal holds (module docstring of
+        :mod:`.seals`); if it does, the sealed records' large values and runs are known from it."""
+        use = walk.seal
+        assert use is not None
+        connected = walk.met_seal_head or (
+            first_id == use.part.head and walk.chain.decided(first_id) is Standing.COMMITTED
+        )
+        use.usable = use.check.valid and walk.chain_sure and connected
+        if not use.usable:
+            return
+        walk.referenced.update(f"{walk.prefix}{ref}" for ref in use.part.refs)
+        if walk.runs is not None:
+            walk.runs.update(use.part.runs)
+        if walk.builder is not None:
+            walk.builder.refs.update(use.part.refs)
+            walk.builder.runs.update(use.part.runs)
 
     def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
         """Scan each namespace of a thread; what was found in each, by namespace segment."""
@@ -370,7 +497,7 @@ class _Collector:
             for ns_prefix in page.prefixes:
                 segment = ns_prefix[len(ns_root) : -1]
                 if is_own_segment(segment):
-                    namespaces[segment] = yield from self.namespace(ns_prefix)
+                    namespaces[segment] = yield from self.namespace(ns_prefix, segment)
                 else:
                     yield from self.foreign_folder(ns_prefix)
 
@@ -390,6 +517,7 @@ class _Collector:
                     self.foreign()
                     continue
                 run_segment, ns_segment = key[len(entries_root) :].split("/")
+                self.seen_entries.add(run_segment, thread_segment, ns_segment)
                 if _dangling(namespaces.get(ns_segment), run_segment):
                     twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
                     self.doom(page, i, "dangling_run_entry", old, also=twin)
@@ -425,25 +553,48 @@ class _Collector:
 
         yield from for_each_emitted(pages(prefix, delimiter="/"), top_page)
 
-    def namespace(self, prefix: str) -> Plan[_Namespace]:
+    def start_walk(self, prefix: str, segment: str) -> Plan[_Walk | None]:
+        """Read a namespace's head and start walking its chain from it; ``None`` when the head cannot be read
+        (what it commits cannot be judged: the namespace is left as it is)."""
         head_key = Layout.head_in(prefix)
         head = yield from one(Get(head_key))
         if head is None:
             # Nothing is committed here. Flush first, so that everything queued while this namespace is
             # scanned is its own and can be dropped if a head appears meanwhile.
             yield from self.flush()
-            walk = _Walk(prefix, Chain(None, None))
-        else:
-            try:
-                head_id, head_previous = self.codec.peek_chain(head_key, head.body)
-                metadata, _, refs = self.codec.peek_record(head_key, head.body)
-            except CorruptObjectError:
-                self.report.unreadable.append(head_key)
-                self.keep()
-                return _Namespace(committed=True, run_segments=None)
-            walk = _Walk(prefix, Chain.from_head(head_id, head_previous))
-            self.references(walk, metadata, refs)
+            return _Walk(prefix, Chain(None, None))
+        try:
+            head_id, head_previous = self.codec.peek_chain(head_key, head.body)
+            metadata, _, refs = self.codec.peek_record(head_key, head.body)
+        except CorruptObjectError:
+            self.report.unreadable.append(head_key)
+            self.keep()
+            if segment in self.old_seal:
+                self.new_seal[segment] = self.old_seal[segment]
+            return None
+        walk = _Walk(prefix, Chain.from_head(head_id, head_previous))
+        self.references(walk, metadata, refs)
+        walk.seal = self.seal_for(segment, walk)
+        return walk
+
+    def namespace(self, prefix: str, segment: str) -> Plan[_Namespace]:
+        walk = yield from self.start_walk(prefix, segment)
+        if walk is None:
+            return _Namespace(committed=True, run_segments=None)
         guard = walk if walk.headless else None
+        yield from self.scan(walk, guard)
+        if guard is not None:
+            yield from self.flush(guard)
+            if walk.aborted:
+                return _Namespace(committed=True, run_segments=None)
+            return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
+        self.seal_namespace(segment, walk)
+        known = walk.runs if walk.chain_sure and walk.refs_known else None
+        return _Namespace(committed=True, run_segments=known)
+
+    def scan(self, walk: _Walk, guard: _Walk | None) -> Plan[None]:
+        """Judge a namespace's keys: its records (``c/``) first, newest first, then the rest (large values, the
+        head, its ``name``, a marker), which the records' references decide."""
 
         def records_page(page: Page) -> Plan[bool]:
             yield from self.records_page(walk, page)
@@ -452,78 +603,159 @@ class _Collector:
             yield from self.flush_if_full(guard)
             return not walk.aborted
 
-        yield from for_each_emitted(pages(walk.records), records_page)
-
         def rest_page(page: Page) -> Plan[bool]:
             if not walk.aborted:
                 self.rest_page(walk, page)
                 yield from self.flush_if_full(guard)
             return not walk.aborted
 
+        first = yield from one(ListKeys(walk.prefix))
+        if first.token is None:
+            # The whole namespace in one page (the common case): its records, then the rest, from it.
+            records = _sub_page(first, walk.records)
+            if walk.seal is not None:
+                walk.seal.check.page(records)
+            if (yield from records_page(records)):
+                yield from rest_page(first)
+            return
+        if walk.seal is not None:
+            yield from self.check_seal(walk.seal, walk.records)
+        yield from for_each_emitted(pages(walk.records), records_page)
         if not walk.aborted:
-            yield from for_each_emitted(_skipping(prefix, walk.records), rest_page)
-        if guard is not None:
-            yield from self.flush(guard)
-            if walk.aborted:
-                return _Namespace(committed=True, run_segments=None)
-            return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
-        known = walk.runs if walk.chain_sure and walk.refs_known else None
-        return _Namespace(committed=True, run_segments=known)
+            yield from for_each_emitted(_skipping(walk.prefix, walk.records), rest_page)
 
-    def references(self, walk: _Walk, metadata: Any, refs: dict[str, str]) -> None:
-        """Note the blobs and the run of a committed record (or the head)."""
-        walk.referenced.update(f"{walk.blobs}{escape(ch)}/{escape(version)}" for ch, version in refs.items())
+    def check_seal(self, use: _SealUse, records: str) -> Plan[None]:
+        """Compare the sealed range with a listing of ``c/`` (keys only) before judging a namespace of more
+        than one page."""
+
+        def check_page(page: Page) -> Plan[None]:
+            use.check.page(page)
+            yield from ()
+
+        yield from for_each_emitted(pages(records), check_page)
+
+    def references(self, walk: _Walk, metadata: Any, refs: dict[str, str]) -> tuple[list[str], str | None]:
+        """Note the blobs and the run of a committed record (or the head); returns them (blob keys relative to
+        the namespace, the escaped run id)."""
+        relative = [f"b/{escape(ch)}/{escape(version)}" for ch, version in refs.items()]
+        walk.referenced.update(f"{walk.prefix}{ref}" for ref in relative)
         run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
-        if run_id is not None and walk.runs is not None:
-            walk.runs.add(escape(str(run_id)))
+        run = None if run_id is None else escape(str(run_id))
+        if run is not None and walk.runs is not None:
+            walk.runs.add(run)
+        return relative, run
 
     def records_page(self, walk: _Walk, page: Page) -> Plan[None]:
         """Judge one page of a namespace's ``c/`` listing (newest first) by the chain's rule, reading the
-        records that only their link can place (at or below the head) ``READ_BATCH`` at a time."""
+        records that only their link can place (at or below the head) ``READ_BATCH`` at a time, except those a
+        seal that holds says are committed."""
         self.report.scanned += len(page.keys)
+        if walk.builder is None and walk.chain.head_id is not None and not self.report.dry_run and page.served:
+            cutoff = page.served.timestamp() - max(self.grace, seals.MARGIN_SECONDS)
+            walk.builder = seals.Builder(walk.records, cutoff)
+        parsed = [Layout.parse_checkpoint_key(walk.records, key) for key in page.keys]
+        split = walk.region_start(parsed)
+        yield from self.judge_keys(walk, page, parsed, range(split))
+        if split < len(parsed):
+            first = parsed[split]
+            assert walk.seal is not None and first is not None
+            if walk.seal.usable is None:
+                self.enter_sealed_range(walk, first.checkpoint_id)
+            if walk.seal.usable:
+                self.judge_sealed(walk, page, parsed, range(split, len(parsed)))
+            else:
+                yield from self.judge_keys(walk, page, parsed, range(split, len(parsed)))
+
+    def judge_keys(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> Plan[None]:
+        """Judge keys of a ``c/`` page by the chain's rule, reading records at or below the head."""
         old = _age_cutoff(page, self.grace)
         chain = walk.chain
-        parsed = [Layout.parse_checkpoint_key(walk.records, key) for key in page.keys]
         reads = _BatchedReads(
             page.keys,
             [
                 i
-                for i, p in enumerate(parsed)
-                if p is not None and p.is_record and chain.decided(p.checkpoint_id) is not Standing.PENDING
+                for i in indices
+                if (p := parsed[i]) is not None
+                and p.is_record
+                and chain.decided(p.checkpoint_id) is not Standing.PENDING
             ],
         )
-        for i, p in enumerate(parsed):
+        for i in indices:
+            p = parsed[i]
             if p is None:
                 self.foreign()
                 continue
             cid = p.checkpoint_id
             reason: str | None
+            accounted = False
+            """Whether the record went into the new seal or goes now: otherwise it stays unsealed."""
             if not p.is_record:
                 reason = _writes_reason(walk, cid)
             elif chain.decided(cid) is Standing.PENDING:
                 reason = walk.pending_reason  # newer than the head, or no head: may still commit, goes by age
             else:
-                reason = self.judge_record(walk, page.keys[i], cid, (yield from reads.body(i)))
+                obj = yield from reads.body(i)
+                reason, accounted = self.judge_record(walk, page, i, cid, obj)
             if p.is_record:
                 walk.current = (cid, reason)
             if reason is None:
                 self.keep(walk)
             else:
+                accounted = self.doom(page, i, reason, old, walk)
+            if p.is_record and not accounted and walk.builder is not None:
+                walk.builder.stays(cid)
+
+    def judge_sealed(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> None:
+        """Judge keys of a ``c/`` page in the range of a seal that holds: its records are committed, unread."""
+        use = walk.seal
+        assert use is not None
+        old = _age_cutoff(page, self.grace)
+        for i in indices:
+            p = parsed[i]
+            if p is None:
+                self.foreign()
+                continue
+            cid = p.checkpoint_id
+            reason: str | None = None
+            if not p.is_record:
+                reason = _writes_reason(walk, cid)
+            else:
+                walk.current = (cid, None)
+                modified = page.modified[i] if i < len(page.modified) else None
+                etag = page.etags[i] if i < len(page.etags) else None
+                if modified is not None and etag is not None and modified.timestamp() < use.part.cutoff:
+                    self.report.records_sealed += 1
+                    if walk.builder is not None:
+                        walk.builder.committed(page.keys[i], etag, modified, cid)
+                else:
+                    # Written into the sealed range after the seal was checked (a fork, a restore): not judged,
+                    # and what it references is unknown, so no large value of the namespace goes.
+                    walk.chain_sure = walk.refs_known = False
+                    if walk.builder is not None:
+                        walk.builder.stays(cid)
+            if reason is None:
+                self.keep(walk)
+            else:
                 self.doom(page, i, reason, old, walk)
 
-    def judge_record(self, walk: _Walk, key: str, cid: str, obj: StoredObject | None) -> str | None:
-        """The category of a record at or below the head (``None``: it stays), by the chain's rule."""
+    def judge_record(
+        self, walk: _Walk, page: Page, i: int, cid: str, obj: StoredObject | None
+    ) -> tuple[str | None, bool]:
+        """The category of the ``i``-th key of ``page``, a record at or below the head (``None``: it stays), by
+        the chain's rule; and whether it went into the namespace's new seal."""
+        key = page.keys[i]
         if obj is None:
             # Deleted since the listing (a concurrent prune, delete_for_runs or delete_thread): it may
             # have been a link, so ORPHAN verdicts below it, and blob references, are no longer safe.
             walk.chain_sure = walk.refs_known = False
-            return None
+            return None, False
+        self.report.records_read += 1
         try:
             previous, detached = self.codec.peek_link(key, obj.body)
         except CorruptObjectError:
             self.report.unreadable.append(key)
             walk.chain_sure = walk.refs_known = False
-            return None
+            return None, False
         standing = walk.chain.standing(cid, previous, detached)
         if standing is Standing.COMMITTED:
             try:
@@ -531,12 +763,21 @@ class _Collector:
             except CorruptObjectError:
                 self.report.unreadable.append(key)
                 walk.refs_known = False
-                return None
-            self.references(walk, metadata, refs)
-            return None
+                return None, False
+            relative, run = self.references(walk, metadata, refs)
+            if walk.seal is not None and cid == walk.seal.part.head:
+                walk.met_seal_head = True
+            sealed = False
+            if walk.builder is not None:
+                etag = page.etags[i] if i < len(page.etags) else None
+                modified = page.modified[i] if i < len(page.modified) else None
+                sealed = walk.builder.committed(key, etag, modified, cid, relative)
+                if sealed and run is not None:
+                    walk.builder.runs.add(run)
+            return None, sealed
         if standing is Standing.ORPHAN:
-            return "orphan_record" if walk.chain_sure else None
-        return "uncommitted_record"
+            return ("orphan_record" if walk.chain_sure else None), False
+        return "uncommitted_record", False
 
     def rest_page(self, walk: _Walk, page: Page) -> None:
         """Judge the keys of a namespace outside ``c/``: blobs, the head, the ``name`` object."""
@@ -574,6 +815,8 @@ class _Collector:
                     self.foreign()
                     continue
                 run_segment, thread_segment, ns_segment = parts
+                if self.seen_entries.may_hold(run_segment, thread_segment, ns_segment):
+                    continue  # its twin was listed by the thread pass (the thread pass judged both)
                 ours.append((i, f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
             for start in range(0, len(ours), READ_BATCH):
                 chunk = ours[start : start + READ_BATCH]
@@ -585,6 +828,30 @@ class _Collector:
 
         yield from for_each_emitted(pages(runs_root), runs_page)
         yield from self.flush()
+
+
+class _SeenEntries:
+    """The per-thread run-index entries the thread pass listed, in fixed memory (a Bloom filter, 1 MiB): the
+    global pass reads the twin of a global entry only when the filter says it was not listed. A false "listed"
+    (about 2% at a million entries) only keeps a dangling entry until a later gc (each run salts its hashes)."""
+
+    BITS = 1 << 23
+    HASHES = 5
+
+    def __init__(self) -> None:
+        self.bits = bytearray(self.BITS // 8)
+        self.salt = uuid.uuid4().bytes
+
+    def _positions(self, run: str, thread: str, ns: str) -> list[int]:
+        digest = hashlib.blake2b(f"{run}/{thread}/{ns}".encode(), digest_size=4 * self.HASHES, key=self.salt).digest()
+        return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") % self.BITS for k in range(self.HASHES)]
+
+    def add(self, run: str, thread: str, ns: str) -> None:
+        for bit in self._positions(run, thread, ns):
+            self.bits[bit >> 3] |= 1 << (bit & 7)
+
+    def may_hold(self, run: str, thread: str, ns: str) -> bool:
+        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(run, thread, ns))
 
 
 _MARKER_REASON = {DELETING: "unfinished_delete", COPYING: "unfinished_copy"}

@@ -50,6 +50,7 @@ from sim import (
 )
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver, TargetThreadExistsError
+from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.repair import repair_plan
 from langgraph_s3_checkpoint.requests import Put
 
@@ -474,6 +475,91 @@ def test_gc_faults() -> None:
     assert_clean(sc.name, runs, failures)
 
 
+def _sealed_then(change: str) -> Callable[[World], dict[str, Any]]:
+    """Four hours ago a history (r1, r1, r2), sealed by a gc two hours later (gc.py, seals.py); then ``change``,
+    and leftovers of crashed puts: one overtaken (an orphan below the head), one on top (newer than the head)."""
+
+    def setup(w: World) -> dict[str, Any]:
+        start = datetime.now(timezone.utc) - timedelta(hours=4)
+        w.bucket.now = lambda: start
+        ctx = history(w, runs=("r1", "r1", "r2"))
+        w.bucket.now = lambda: start + timedelta(hours=2)
+        run_plan(w.saver(), _gc_plan(w.saver()))
+        assert w.bucket.keys("_gc/"), "the first gc sealed the thread"
+        if change == "rollback":
+            run_plan(w.saver(), w.saver()._core.delete_for_runs(["r2"]))
+            w.oracle.delete_for_runs(["r2"])
+        elif change == "prune":
+            run_plan(w.saver(), w.saver()._core.prune(["t"], "keep_latest"))
+            w.oracle.prune(["t"])
+        elif change == "crashed rollback":
+            # delete_for_runs(r2) dies once the head is back on c20, before deleting c30: the next commit
+            # leaves c30 an orphan inside the sealed range, which the seal's digest alone still matches.
+            s = w.saver()
+            op = Op("delete_for_runs", s, s._core.delete_for_runs(["r2"]))
+            while op.running and not any(isinstance(r, Put) and r.key.endswith("/head") for r, _ in op.applied):
+                op.step()
+            if op.running:
+                op.step(Crash(len(op.batches) - 1, ()))
+            w.oracle.delete_for_runs(["r2"])
+        w.crash_before_head(w.saver(), w.spec("t", w.latest(w.saver(), "t"), run="r3", big=True))
+        op = w.continue_thread(w.saver(), "t", run="r3", big=False)
+        w.crash_before_head(w.saver(), w.spec("t", int(op.label.split("c")[-1]), run="r4", big=True))
+        w.bucket.now = lambda: datetime.now(timezone.utc)
+        return ctx
+
+    return setup
+
+
+@pytest.mark.parametrize("change", ["none", "rollback", "prune", "crashed rollback"])
+def test_gc_faults_over_a_sealed_history(change: str) -> None:
+    """gc over a history an earlier gc sealed, changed since (a rollback or a prune that deletes sealed records:
+    the seal no longer holds), with aged leftovers: at every fault, reads are unchanged."""
+    sc = _maintenance(
+        f"gc over a sealed history ({change}) and aged leftovers",
+        _sealed_then(change),
+        lambda s, ctx: _gc_plan(s),
+        lambda o, ctx: None,
+    )
+    runs, failures = explore(sc)
+    assert_clean(sc.name, runs, failures)
+
+
+def test_gc_trusts_a_seal_only_while_it_holds() -> None:
+    """Over a sealed history (c10, c20, c30) with two leftovers and a commit since (c40 orphan, c50, c60 on top):
+    the second gc reads only c50 and c40; after a rollback or a prune deleted sealed records, or a rollback that
+    died left c30 an orphan (the chain from the head no longer reaches the sealed head), it reads the namespace
+    again. Either way it deletes what a gc that never saw a seal deletes, and a third gc reads nothing."""
+    for change in ("none", "rollback", "prune", "crashed rollback"):
+        w = World()
+        _sealed_then(change)(w)
+        twin = _without_seals(w.bucket)
+        report = run_plan(w.saver(), _gc_plan(w.saver()))[0]
+        fresh = run_plan(S3Saver(bucket="sim", client=twin), _gc_plan(S3Saver(bucket="sim", client=twin)))[0]
+        orphans = 3 if change == "crashed rollback" else 1  # and c30 with its writes
+        assert report.deleted == fresh.deleted and report.deleted["orphan_record"] == orphans, (change, report, fresh)
+        assert _saver_keys(w.bucket) == _saver_keys(twin), change
+        if change == "none":
+            assert (report.records_read, report.records_sealed, fresh.records_read) == (2, 3, 5)
+        else:
+            assert (report.records_read, report.records_sealed) == (fresh.records_read, 0), (change, report)
+        assert w.check({"fresh saver": w.saver()}) == []
+        again = run_plan(w.saver(), _gc_plan(w.saver()))[0]
+        assert (again.total, again.records_read) == (0, 0) and again.records_sealed > 0, (change, again)
+
+
+def _without_seals(bucket: Any) -> Any:
+    """A copy of the bucket (dates included) without gc's seals: what a gc that never sealed anything finds."""
+    twin = MemoryBucket(now=bucket.now, keep_log=True)
+    twin._objects = {key: obj for key, obj in bucket._objects.items() if not key.startswith("_gc/")}
+    twin._sorted = [key for key in bucket._sorted if not key.startswith(b"_gc/")]
+    return twin
+
+
+def _saver_keys(bucket: Any) -> list[str]:
+    return [key for key in bucket.keys("") if not key.startswith("_gc/")]
+
+
 # ------------------------------------------------------------------------------------------------
 # Operation sequences that must behave like InMemorySaver (no fault needed)
 # ------------------------------------------------------------------------------------------------
@@ -756,6 +842,16 @@ def _writes_and(operation: str) -> Callable[[World], tuple[list[Actor], bool]]:
     return build
 
 
+def _put_and_gc_over_a_seal(w: World) -> tuple[list[Actor], bool]:
+    """A worker continues a thread whose history a gc sealed, while gc runs over it with the seal."""
+    _sealed_then("none")(w)
+    s = w.saver()
+    head = w.latest(s, "t")
+    spec = w.spec("t", head, big=True, run="r5")
+    m = w.saver()
+    return [Actor(w.put_op(s, spec), spec=spec), Actor(Op("gc", m, _gc_plan(m)), effect=lambda o: None)], False
+
+
 INTERLEAVINGS: dict[str, Callable[[World], tuple[list[Actor], bool]]] = {
     "put/put, two fenced workers continue one head": _fenced_pair(big=False),
     "put/put, two fenced workers with changed large values": _fenced_pair(big=True),
@@ -765,6 +861,7 @@ INTERLEAVINGS: dict[str, Callable[[World], tuple[list[Actor], bool]]] = {
     "put / prune": _put_and("prune"),
     "put / copy_thread": _put_and("copy_thread"),
     "put / gc (grace 1 h)": _put_and("gc"),
+    "put / gc over a sealed history (grace 1 h)": _put_and_gc_over_a_seal,
     "put_writes(c20) / prune": _writes_and("prune"),
     "put_writes(c20) / delete_for_runs([r1])": _writes_and("delete_for_runs"),
 }
@@ -947,6 +1044,62 @@ class Protocol(RuleBasedStateMachine):
         problems = self.w.failures + self.w.check({"fresh saver": self.w.saver()}, paging=False, light=light)
         _count("stateful steps", 1)
         assert not problems, summarize("random history", [f"step => {p}" for p in problems], 1)
+
+
+class ProtocolWithGc(Protocol):
+    """The random histories above with time passing and gc running over them (faults anywhere), leaving seals
+    that later gcs use. Reads must match the oracle after every step (the invariant), and each gc that runs
+    without a fault must leave exactly the objects that a gc without seals leaves on a copy of the bucket:
+    seals save reads, never change what goes."""
+
+    @initialize()
+    def start(self) -> None:
+        super().start()
+        self.clock = [datetime(2030, 1, 1, tzinfo=timezone.utc)]
+        self.w.bucket.now = lambda: self.clock[0]
+
+    @rule(hours=st.sampled_from([0.5, 2]))
+    def time_passes(self, hours: float) -> None:
+        self.clock[0] += timedelta(hours=hours)
+
+    @rule(fault=faults, hours=st.sampled_from([0, 2, 2]))
+    def gc(self, fault: tuple[str, int, int, int], hours: float) -> None:
+        """``hours`` pass first: what gc judges (and seals) must be older than its grace of an hour."""
+        self.clock[0] += timedelta(hours=hours)
+        twin = _without_seals(self.w.bucket)
+        s = self.w.saver()
+        op = self._drive(Op("gc", s, _gc_plan(s)), fault)
+        if op.status != "returned":
+            Op("gc", s, _gc_plan(self.w.saver())).finish()
+            return
+        fresh = S3Saver(bucket="sim", client=twin)
+        Op("gc", fresh, _gc_plan(fresh)).finish()
+        ours, theirs = _saver_keys(self.w.bucket), _saver_keys(twin)
+        if ours != theirs:
+            self.w.failures.append(
+                f"gc with seals kept {sorted(set(ours) - set(theirs))} and deleted {sorted(set(theirs) - set(ours))}"
+                " unlike a gc without them"
+            )
+        _count("gc runs compared with a gc without seals", 1)
+        _count("gc runs that used a seal", int(op.result.records_sealed > 0))
+
+
+def test_random_histories_with_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random histories with gc and seals (``LGS3_SIM_GC_EXAMPLES`` histories of ``LGS3_SIM_STEPS`` steps)."""
+    engine = importlib.import_module("hypothesis.internal.conjecture.engine")
+    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", int(os.environ.get("LGS3_SIM_SHRINK_SECONDS", "45")))
+    run_state_machine_as_test(
+        ProtocolWithGc,
+        settings=settings(
+            max_examples=int(os.environ.get("LGS3_SIM_GC_EXAMPLES", "200")),
+            stateful_step_count=int(os.environ.get("LGS3_SIM_STEPS", "25")),
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
 
 
 def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
