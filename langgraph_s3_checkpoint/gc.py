@@ -462,8 +462,9 @@ class _Collector:
         part = None
         if walk.builder is not None and walk.chain_sure and walk.refs_known:
             part = walk.builder.part(head_id)
-        if part is None and walk.seal is not None and walk.seal.usable:
-            part = walk.seal.part
+        use = walk.seal
+        if use is not None and use.usable and (part is None or part.same_records(use.part)):
+            part = use.part  # it still holds and nothing new is sealed: no need to write it again
         if part is not None:
             self.new_seal[segment] = part
 

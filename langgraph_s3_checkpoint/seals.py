@@ -89,6 +89,10 @@ class Part:
     runs: frozenset[str]
     """Escaped run ids."""
 
+    def same_records(self, other: Part) -> bool:
+        """Whether two seals say the same of a namespace (made at different times: their cutoffs differ)."""
+        return (self.head, self.top, self.count, self.digest) == (other.head, other.top, other.count, other.digest)
+
     def to_frame(self) -> dict[str, Any]:
         return {
             "head": self.head,

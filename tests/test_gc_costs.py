@@ -1,0 +1,114 @@
+"""What gc costs, on both servers: the threads and the listing pages, not the history (gc.py, seals.py).
+
+The first gc reads every record once, to place it on its namespace's commit chain, and seals what it found. A
+later gc reads only the records committed since: over 4 threads of 30 or of 90 checkpoints each, with
+nothing new it sends exactly the same requests (a LIST of each thread's namespaces, of each namespace, of its
+run entries and of its own keys, a GET of each head and of each thread's seal, and the four listings of the
+prefix), so its cost does not grow with the history. With k leftovers and k commits since, it reads those 2k
+records and deletes the k, again the same at both sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from helpers import RequestCounter
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.gc import gc
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.requests import Put
+
+THREADS = 4
+SEALED_AFTER = 3.0
+"""Seconds before records are sealed by a gc with ``grace_seconds=0``: LastModified counts whole seconds."""
+
+
+class History:
+    """Checkpoints written straight through the saver, with increasing ids and a new run every 4 steps."""
+
+    def __init__(self, saver: S3Saver) -> None:
+        self.saver = saver
+        self.n = 0
+        self.configs: dict[str, Any] = {}
+
+    def _checkpoint(self) -> Any:
+        self.n += 1
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"1f0{self.n:029d}"
+        checkpoint["channel_values"] = {"messages": f"turn {self.n}"}
+        checkpoint["channel_versions"] = {"messages": f"{self.n:032}.0"}
+        return checkpoint
+
+    def _args(self, thread: str, run: str | None) -> tuple[Any, Any, Any, Any]:
+        config = self.configs.get(thread) or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        checkpoint = self._checkpoint()
+        metadata = {"source": "loop", "step": self.n, "run_id": run or f"{thread}-run{self.n // 4}"}
+        return config, checkpoint, metadata, dict(checkpoint["channel_versions"])
+
+    def put(self, thread: str, run: str | None = None) -> None:
+        self.configs[thread] = self.saver.put(*self._args(thread, run))
+
+    def put_dying_before_its_head(self, thread: str, run: str) -> None:
+        """A put whose process dies after its record landed, before its head: a leftover record."""
+        plan = self.saver._core.put(*self._args(thread, run))
+        io = self.saver.bucket_io
+        reply: Any = None
+        while True:
+            step = plan.send(reply)
+            if any(isinstance(r, Put) and r.key.endswith("/head") for r in step):
+                for request in step:
+                    if not (isinstance(request, Put) and request.key.endswith("/head")):
+                        io.execute(request)
+                plan.close()
+                return
+            reply = [io.execute(request) for request in step]
+
+
+@pytest.mark.parametrize("records", [30, 90])
+def test_gc_costs_the_threads_and_what_changed_not_the_history(
+    s3_server: LocalS3Server,
+    bucket: str,
+    prefix: str,
+    count_requests: Callable[[Any], RequestCounter],
+    records: int,
+) -> None:
+    client = s3_server.client()
+    with S3Saver(bucket=bucket, prefix=prefix, client=client) as saver:
+        history = History(saver)
+        threads = [f"thread-{t}" for t in range(THREADS)]
+        for thread in threads:
+            for _ in range(records):
+                history.put(thread)
+        time.sleep(SEALED_AFTER)
+        counter = count_requests(client)
+        first = gc(saver, grace_seconds=0)
+        assert (first.total, first.records_read, first.records_sealed) == (0, THREADS * records, 0)
+        assert counter.calls["PutObject"] == THREADS, "one seal per thread"
+
+        counter.reset()
+        second = gc(saver, grace_seconds=0)
+        assert (second.total, second.records_read, second.records_sealed) == (0, 0, THREADS * records)
+        # Per thread: LIST ns/, LIST the namespace, LIST r/, LIST its own keys; GET the head, GET the seal. Then
+        # the listings of threads/, _gc/ (the seals, in step with the threads), runs/ and _setup/.
+        assert counter.snapshot() == {"ListObjectsV2": 4 * THREADS + 4, "GetObject": 2 * THREADS}
+
+        k = 3
+        for thread in threads[:k]:
+            history.put_dying_before_its_head(thread, run="late")
+            history.put(thread, run="late")  # overtakes it: the leftover is an orphan, below the head, off the chain
+        time.sleep(SEALED_AFTER)
+        counter.reset()
+        third = gc(saver, grace_seconds=0)
+        assert third.deleted == {"orphan_record": k}
+        assert (third.records_read, third.records_sealed) == (2 * k, THREADS * records)
+        assert counter.snapshot() == {
+            "ListObjectsV2": 4 * THREADS + 4,
+            "GetObject": 2 * THREADS + 2 * k,  # + the k orphans and the k commits since
+            "DeleteObjects": k,  # each thread's garbage in one request
+            "PutObject": k,  # their seals, now covering the new commits
+        }
