@@ -4,12 +4,15 @@
     python benchmarks/store_ttl.py --items 1000 5000 --server moto
     python benchmarks/store_ttl.py --index                  # with a vector index (shard updates too)
 
-For each N, on a fresh prefix: N items are put in batches of 200, one namespace per 100 items; even
-items get a TTL short enough to have passed when the sweep starts, odd ones a TTL of an hour. Then:
+For each N, on a fresh prefix set up first (``setup()`` files an empty store: its sweeps read only the items
+whose expiry marker came due): N items are put in batches of 200, one namespace per 100 items; even items get a
+TTL short enough to have passed when the sweep starts, odd ones a TTL of an hour. Then:
 
 * ``sweep, half expired``: deletes the N/2 expired items;
 * ``sweep, none expired``: the N/2 survivors again, nothing to delete;
-* ``sweep, none expired (N)``: a second prefix of N items with the hour-long TTL only.
+* ``sweep, none expired (N)``: a second prefix of N items with the hour-long TTL only;
+* ``sweep full=True (N)``: the same N items read one by one, as every sweep did before expiry markers (and each
+  filed again: a PUT per item).
 
 Requests are counted with botocore's ``before-send`` hook (one per HTTP attempt). Embeddings (with
 ``--index``) are a deterministic hash, so the numbers are the store's own cost.
@@ -53,11 +56,11 @@ def load(store: S3Store, items: int, expiring: bool) -> float:
     return time.perf_counter() - started
 
 
-def sweep(store: S3Store, counter: Counter, label: str, items: int) -> dict[str, Any]:
+def sweep(store: S3Store, counter: Counter, label: str, items: int, full: bool = False) -> dict[str, Any]:
     """One timed ``sweep_ttl()`` over ``items`` stored items; prints and returns its row."""
     counter.reset()
     started = time.perf_counter()
-    deleted = store.sweep_ttl()
+    deleted = store.sweep_ttl(full=full)
     elapsed = time.perf_counter() - started
     requests = counter.snapshot()
     total = sum(requests.values())
@@ -79,14 +82,17 @@ def run(client: Any, counter: Counter, bucket: str, items: int, index: Any) -> l
     rows = []
     tag = f"{items}-{int(time.time())}"
     with closing(S3Store(bucket=bucket, prefix=f"ttl-{tag}", client=client, index=index)) as store:
+        store.setup()
         seconds = load(store, items, expiring=True)
         print(json.dumps({"op": f"put {items} items (batches of {BATCH})", "seconds": round(seconds, 2)}))
         time.sleep(SHORT_TTL_MINUTES * 60 + 0.5)
         rows.append(sweep(store, counter, "sweep, half expired", items))
         rows.append(sweep(store, counter, "sweep, none expired", items - rows[-1]["deleted"]))
     with closing(S3Store(bucket=bucket, prefix=f"live-{tag}", client=client, index=index)) as store:
+        store.setup()
         load(store, items, expiring=False)
         rows.append(sweep(store, counter, f"sweep, none expired ({items})", items))
+        rows.append(sweep(store, counter, f"sweep full=True ({items})", items, full=True))
     return rows
 
 

@@ -296,9 +296,13 @@ def _settle(core: StoreCore, dues: list[_Due], now: datetime) -> Plan[int]:
     for attempt in range(ATTEMPTS):
         objs = yield [Get(due.item) for due in pending]
         deletions = [(due, e) for due, obj in zip(pending, objs, strict=True) if (e := settling.judge(due, obj))]
+        filings = settling.take_files()
         if not deletions:
+            if filings:
+                yield filings
             break
-        replies = yield [DeleteIfMatch(e.key, e.etag) for _, e in deletions]
+        # The deletes travel with the markers filed so far (items filed again, in the same round trip).
+        replies = (yield [*(DeleteIfMatch(e.key, e.etag) for _, e in deletions), *filings])[: len(deletions)]
         pending = []
         for (due, expired), reply in zip(deletions, replies, strict=True):
             if reply is PRECONDITION_FAILED:
@@ -313,9 +317,10 @@ def _settle(core: StoreCore, dues: list[_Due], now: datetime) -> Plan[int]:
             # Still changing: filed for the next minute, so that the next sweep looks again.
             for due in pending:
                 settling.refile(due, minute_of(now.timestamp()) + 1, random_nonce())
-    if settling.files:
-        yield list[Request](settling.files.values())
+    if filings := settling.take_files():
+        yield filings
     if settling.drop:
+        # Only now: each marker goes once its item is gone or the marker filing it again has landed.
         yield deletes(sorted(set(settling.drop)))
     yield from core.forget_vectors(settling.gone)
     return len(settling.gone)
@@ -358,6 +363,12 @@ class _Settlement:
         else:
             self.refile(due, minute, filed_nonce(due.item, expiry.etag))
         return None
+
+    def take_files(self) -> list[Request]:
+        """The markers to file decided so far (each once)."""
+        filings: list[Request] = list(self.files.values())
+        self.files.clear()
+        return filings
 
     def refile(self, due: _Due, minute: int, nonce: str) -> None:
         """File ``due``'s item under ``minute``; its markers go once that one is written (unless it is one)."""

@@ -38,7 +38,12 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
 
 Which records are committed is decided by :class:`~langgraph_s3_checkpoint.chain.Chain`, as for every
 reader: each namespace's ``c/`` listing is walked newest first and the records at or below the head are
-read (``READ_BATCH`` at a time) for their chain link. Writes objects share their record's standing.
+read (``READ_BATCH`` at a time) for their chain link. Writes objects share their record's standing. A
+record's link is in its body only, so the first gc reads every record; it then writes down what it found (a
+*seal* per thread, :mod:`.seals`), and a later gc reads only the records committed since, while the sealed
+ones are unchanged. So with nothing new, gc costs per thread a LIST of its namespaces, of each namespace (one
+page holds up to 1,000 keys), of its run entries and of its own keys, and a GET of each head and of its seal;
+not a GET per record. Seals only ever make gc keep more (see :mod:`.seals`).
 
 Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastModified against the
 server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
@@ -52,8 +57,10 @@ left alone: what the damaged record committed cannot be judged.
 
 gc is a plan (see :mod:`langgraph_s3_checkpoint.core`), so it runs through the saver's own I/O shell
 (boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. It
-streams every listing page by page: its memory is one page, up to ``READ_BATCH`` record bodies, and,
-for the namespace being scanned, the blob references and run ids of its committed records.
+streams every listing page by page: its memory is one page, up to ``READ_BATCH`` record bodies, for the
+namespace being scanned the blob references and run ids of its committed records (and of its seal), and a
+fixed 1 MiB of the run-index entries the thread pass listed, so that the global pass reads a global entry's
+twin only when the thread pass did not see it.
 """
 
 from __future__ import annotations
