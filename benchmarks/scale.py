@@ -90,12 +90,20 @@ def loop_graph(steps: int) -> Any:
 
 
 def _client_options(s3: dict[str, Any]) -> dict[str, Any]:
+    """The client of every saver and store here. ``read_timeout`` 60 s (the default is 10): on the shared 2-core
+    machine SeaweedFS, the 4 writers and other people's work, a request's answer was seen to stall past 10 s."""
     return {
         "endpoint_url": s3["endpoint_url"],
         "aws_access_key_id": s3["access_key"],
         "aws_secret_access_key": s3["secret_key"],
         "region_name": s3["region"],
+        "read_timeout": 60,
     }
+
+
+PATIENT = {"operation_timeout": 600}
+"""Saver option for the same reason: a call may wait out a stalled answer (3 attempts of up to 60 s each)."""
+LOAD_ATTEMPTS = 3
 
 
 def _cpu() -> float:
@@ -109,25 +117,37 @@ async def _wait_until(start_at: float) -> None:
 
 def load_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One of the processes that write the threads: one chat turn each, ``concurrency`` at a time."""
-    from langgraph_s3_checkpoint import AsyncS3Saver
+    from langgraph_s3_checkpoint import AsyncS3Saver, S3RequestError
 
     async def main() -> dict[str, Any]:
-        saver = AsyncS3Saver(bucket=BUCKET, prefix=spec["prefix"], **_client_options(spec["s3"]))
+        saver = AsyncS3Saver(bucket=BUCKET, prefix=spec["prefix"], **_client_options(spec["s3"]), **PATIENT)
         graph = chat_graph().compile(checkpointer=saver)
         gate = asyncio.Semaphore(spec["concurrency"])
+        retried = 0
 
         async def one(thread: str) -> None:
+            nonlocal retried
             async with gate:
-                await graph.ainvoke(
-                    {"messages": [("user", f"Remember that {thread} prefers short answers.")]},
-                    {"configurable": {"thread_id": thread}},
-                    durability="sync",
-                )
+                for attempt in range(LOAD_ATTEMPTS):
+                    try:
+                        await graph.ainvoke(
+                            {"messages": [("user", f"Remember that {thread} prefers short answers.")]},
+                            {"configurable": {"thread_id": thread}},
+                            durability="sync",
+                        )
+                        return
+                    except S3RequestError:
+                        # The server did not answer in time; the turn runs again (the thread may keep a
+                        # checkpoint of the first attempt: a longer history, still one thread).
+                        if attempt == LOAD_ATTEMPTS - 1:
+                            raise
+                        retried += 1
 
         await _wait_until(spec["start_at"])
         started, cpu = time.perf_counter(), _cpu()
         await asyncio.gather(*(one(t) for t in spec["threads"]))
         result = {"seconds": time.perf_counter() - started, "cpu": _cpu() - cpu, "threads": len(spec["threads"])}
+        result["retried"] = retried
         saver.close()
         return result
 
@@ -163,9 +183,9 @@ class NullSaver(BaseCheckpointSaver[str]):
 
 class FloorSaver(NullSaver):
     """The floor of a superstep on this machine: LangGraph's own work (:class:`NullSaver`) plus the requests our
-    saver sends for it, sent bare by the same sender: per checkpoint the record (``If-None-Match``) and the head
-    (``If-Match`` on its last ETag) together, per ``put_writes`` one PUT (``If-None-Match``). Nothing is
-    serialized and nothing read."""
+    saver sends for it, with the same conditions, sent bare by the same sender: per checkpoint the record
+    (unconditional) and the head (``If-Match`` on its last ETag, ``If-None-Match`` for the first) together, per
+    ``put_writes`` one PUT (``If-None-Match``). Nothing is serialized and nothing read."""
 
     BODY = b"x" * 700
 
@@ -186,7 +206,7 @@ class FloorSaver(NullSaver):
         head_key = f"{self.prefix}floor/{thread}/head"
         etag = self.heads.get(thread)
         head = Put(head_key, self.BODY, if_match=etag) if etag else Put(head_key, self.BODY, if_none_match=True)
-        record = Put(f"{self.prefix}floor/{thread}/c/{checkpoint['id']}", self.BODY, if_none_match=True)
+        record = Put(f"{self.prefix}floor/{thread}/c/{checkpoint['id']}", self.BODY)
         replies = await self.io.arun(self._batch([record, head]))
         self.heads[thread] = replies[1].etag
         return await super().aput(config, checkpoint, metadata, new_versions)
@@ -246,7 +266,7 @@ def list_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     from langgraph_s3_checkpoint import S3Saver
 
-    saver = S3Saver(bucket=BUCKET, prefix=spec["prefix"], **_client_options(spec["s3"]))
+    saver = S3Saver(bucket=BUCKET, prefix=spec["prefix"], **_client_options(spec["s3"]), **PATIENT)
     counter = Counter()
     counter.attach_saver(saver)
     rss_start = peak = _rss_mb()
@@ -326,14 +346,18 @@ def one_size(s3: dict[str, Any], n: int, args: argparse.Namespace) -> dict[str, 
     ]
     loaded = in_processes(load_worker, specs)
     seconds = max(r["seconds"] for r in loaded)
-    row["load"] = {"seconds": round(seconds, 1), "threads_per_second": round(n / seconds, 1)}
+    row["load"] = {
+        "seconds": round(seconds, 1),
+        "threads_per_second": round(n / seconds, 1),
+        "turns_retried": sum(r["retried"] for r in loaded),
+    }
     print(f"[{n}] load {row['load']}", flush=True)
 
     listed = in_processes(list_worker, [{"s3": s3, "prefix": prefix}])[0]
     row["list_none"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in listed.items()}
     print(f"[{n}] list(None) {row['list_none']}", flush=True)
 
-    saver = S3Saver(bucket=BUCKET, prefix=prefix, **_client_options(s3))
+    saver = S3Saver(bucket=BUCKET, prefix=prefix, **_client_options(s3), **PATIENT)
     counter = Counter()
     counter.attach_saver(saver)
 
@@ -439,9 +463,13 @@ def report(meta: dict[str, Any], tp: dict[str, Any] | None, rows: list[dict[str,
         " threads (and as many store items).",
         "",
     ]
+    for n, when in meta.get("appended", {}).items():
+        lines += [f"The {int(n):,} point was measured {when} with the same code, in a run of its own.", ""]
     if tp:
         lines += [
             f"## Throughput: {meta['workers']} processes x {meta['concurrency']} threads x {meta['steps']} supersteps",
+            "",
+            f"Measured {meta.get('throughput_run', meta['date'])}.",
             "",
             "| | supersteps/s | client CPU ms / superstep |",
             "|---|---:|---:|",
@@ -509,6 +537,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--steps", type=int, default=10, help="supersteps per thread in the throughput run")
     parser.add_argument("--no-throughput", action="store_true")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the sizes (and throughput) of the existing scale.json and add these sizes to them",
+    )
+    parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="run the throughput section again and put it into the existing scale.json/scale.md",
+    )
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -534,12 +572,27 @@ def main() -> None:
             "steps": args.steps,
             "sizes": sizes,
         }
-        tp = None if args.no_throughput else throughput(s3, args)
-        rows = []
+        out = Path(args.out)
+        if args.throughput_only:
+            previous = json.loads((out / "scale.json").read_text())
+            meta, rows = previous["meta"], previous["sizes"]
+            meta["throughput_run"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            tp = throughput(s3, args)
+            (out / "scale.json").write_text(json.dumps({"meta": meta, "throughput": tp, "sizes": rows}, indent=1))
+            (out / "scale.md").write_text(report(meta, tp, rows))
+            return
+        if args.append:
+            previous = json.loads((out / "scale.json").read_text())
+            meta, tp = previous["meta"], previous["throughput"]
+            rows = [r for r in previous["sizes"] if r["threads"] not in sizes]
+            meta["appended"] = {str(n): datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") for n in sizes}
+        else:
+            tp = None if args.no_throughput else throughput(s3, args)
+            rows = []
         for n in sizes:
             rows.append(one_size(s3, n, args))
+            rows.sort(key=lambda r: r["threads"])
             meta["load_average_after"] = os.getloadavg()[0]
-            out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             (out / "scale.json").write_text(json.dumps({"meta": meta, "throughput": tp, "sizes": rows}, indent=1))
             (out / "scale.md").write_text(report(meta, tp, rows))
