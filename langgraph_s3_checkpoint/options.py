@@ -20,6 +20,7 @@ _RANGES: dict[str, tuple[int, int | None, str]] = {
     "inline_threshold": (0, None, " bytes"),
     "compress_threshold": (0, None, " bytes (None turns compression off)"),
     "cache_bytes": (0, None, " (0 turns the cache off)"),
+    "memory_bytes": (0, None, " (0: remember no head, every put reads it first)"),
     "ttl_days": (1, None, " days (None: nothing expires)"),
     "vector_shards": (1, 256, ""),
 }

@@ -35,6 +35,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .codec import Codec
 from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
+from .fencing import DEFAULT_MEMORY_BYTES, SaverMemory
 from .keys import Layout
 from .memory import MemoryBucket
 from .native import NativeTransport
@@ -86,6 +87,7 @@ _OPTION_TYPES: dict[str, str] = {
     "max_concurrency": "count",
     "ttl_days": "count",
     "cache_bytes": "int",
+    "memory_bytes": "int",
     "create_bucket": "bool",
     "require_conditional_writes": "bool",
     "server_side_encryption": "str",
@@ -353,6 +355,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         ttl_days: int | None = None,
         transport: str = "auto",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
         connect_timeout: float | None = None,
         read_timeout: float | None = None,
         max_attempts: int | None = None,
@@ -366,6 +369,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             inline_threshold=inline_threshold,
             max_concurrency=max_concurrency,
             cache_bytes=cache_bytes,
+            memory_bytes=memory_bytes,
             compress_threshold=compress_threshold,
             ttl_days=ttl_days,
         )
@@ -412,6 +416,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             codec=Codec(self.serde, compress_threshold=compress_threshold),
             inline_threshold=inline_threshold,
             ttl=timedelta(days=ttl_days) if ttl_days else None,
+            memory=SaverMemory(memory_bytes, track_blob_ages=bool(ttl_days)),
         )
 
     @property

@@ -114,6 +114,11 @@ class BodyCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes of bodies kept now (at most ``max_bytes``)."""
+        return self._bytes
+
     def get(self, key: str, etag: str) -> StoredObject | None:
         with self._lock:
             obj = self._entries.get(key)

@@ -97,7 +97,7 @@ DEFAULT_VECTOR_SHARDS = 16
 READ_CHUNK = 128
 """Items read in parallel at once by a scan (bounds the bodies held in memory)."""
 MAX_SHARD_ATTEMPTS = 20
-SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "ttl_days", "operation_timeout")
+SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "memory_bytes", "ttl_days", "operation_timeout")
 """URL options of the saver that do not apply to the store (``from_conn_string`` ignores them)."""
 
 Vectors = dict[str, list[float]]

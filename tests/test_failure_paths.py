@@ -108,7 +108,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
     url = (
         "s3://b/p?endpoint_url=http://127.0.0.1:9&region=eu-west-1&addressing_style=path"
         "&connect_timeout=1.5&read_timeout=2&operation_timeout=30&max_attempts=4&inline_threshold=10"
-        "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&create_bucket=TRUE"
+        "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
         "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
         "&transport=direct"
     )
@@ -127,6 +127,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "max_concurrency": 3,
         "ttl_days": 7,
         "cache_bytes": 0,
+        "memory_bytes": 1024,
         "create_bucket": True,
         "require_conditional_writes": False,
         "server_side_encryption": "AES256",
