@@ -1,6 +1,7 @@
 """LangGraph's own test suites as a gate: every test of the sdist of the installed langgraph (and of
 langgraph-prebuilt) that passes with InMemorySaver must pass with S3Saver (sync tests) and AsyncS3Saver (async
-tests) on SeaweedFS.
+tests) on SeaweedFS, and every one that takes LangGraph's node cache fixture and passes with InMemoryCache must
+pass with S3Cache.
 
 Runs ``tests/langgraph_suite/run.py`` in-process (pytest itself runs in a subprocess, from the
 extracted sdist in ``.langgraph-tests/<version>/``). Never skips: if the sdist cannot be fetched, if
