@@ -18,7 +18,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 
-from run import run_suite
+from fetch import ensure_tests
+from run import cache_test_files, run_suite
 
 
 @pytest.mark.parametrize("package", ["langgraph", "langgraph-prebuilt"])
@@ -27,4 +28,15 @@ def test_s3_savers_pass_every_langgraph_test_that_memory_passes(package: str) ->
     result = run_suite(package=package)
     assert not result.problems, result.render()
     assert result.tests, "no LangGraph test ran"
+    assert not result.regressions, result.render()
+
+
+def test_s3_cache_passes_langgraphs_node_cache_tests_on_moto() -> None:
+    """The node cache tests alone (they are few) on the other server: moto's dates and replies, not SeaweedFS's."""
+    files = cache_test_files(ensure_tests())
+    assert files, "no LangGraph test module takes the cache fixture"
+    result = run_suite(workers=0, pytest_args=["--lgs3-server=moto", "--lgs3-cache-tests", *files])
+    assert not result.problems, result.render()
+    ran = {cache for t in result.tests if t.outcome == "passed" for cache in [t.cache]}
+    assert {"memory", "s3_cache"} <= ran, result.render()
     assert not result.regressions, result.render()

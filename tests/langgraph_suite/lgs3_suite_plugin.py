@@ -13,7 +13,8 @@ Loaded by ``run.py`` with ``-p lgs3_suite_plugin``; nothing in the downloaded fi
   one SeaweedFS server per session (with xdist the controller starts it and the workers share it) and
   one boto3 client per process. Such a test that also takes LangGraph's ``sync_store``/``async_store`` gets
   S3Store/AsyncS3Store on the same bucket.
-* Tests that use none of these fixtures are deselected (``--lgs3-all-tests`` keeps them).
+* Tests that use none of these fixtures are deselected (``--lgs3-all-tests`` keeps them; ``--lgs3-cache-tests``
+  keeps only those that take the node cache fixture).
 * syrupy snapshots of an ``s3``/``s3_aio``/``s3_cache`` test are looked up under the ``memory`` test's name:
   the graph drawn or the state returned must not depend on where checkpoints (or cached writes) live.
 * ``--lgs3-report FILE`` writes one JSON line per test phase (node id, saver, pairing key, outcome,
@@ -62,6 +63,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--lgs3-server", default="seaweedfs", help="local S3 server kind: seaweedfs (default) or moto")
     group.addoption("--lgs3-report", default=None, help="write a JSON-lines report of every test phase here")
+    group.addoption(
+        "--lgs3-cache-tests",
+        action="store_true",
+        help="keep only the tests that take the node cache fixture (a run of S3Cache alone, e.g. on moto)",
+    )
     group.addoption(
         "--lgs3-all-tests",
         action="store_true",
@@ -314,9 +320,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         )
     if config.getoption("lgs3_all_tests"):
         return
+    fixtures = (CACHE_FIXTURE,) if config.getoption("lgs3_cache_tests") else tuple(OURS_BY_FIXTURE)
     keep, drop = [], []
     for item in items:
-        uses = any(name in getattr(item, "fixturenames", ()) for name in OURS_BY_FIXTURE)
+        uses = any(name in getattr(item, "fixturenames", ()) for name in fixtures)
         (keep if uses else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -139,6 +139,13 @@ def checkpointer_test_files(root: Path) -> list[str]:
     return files
 
 
+def cache_test_files(root: Path) -> list[str]:
+    """The sdist test modules that request the node cache fixture (relative to ``root``)."""
+    paths = sorted((root / "tests").glob("test_*.py"))
+    wanted = [p for p in paths if CACHE_FIXTURE.search(p.read_text(encoding="utf-8", errors="replace"))]
+    return [str(p.relative_to(root)) for p in wanted]
+
+
 def _aggregate(report: Path) -> list[TestResult]:
     """One result per test from the per-phase lines (setup, call, teardown)."""
     phases: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
