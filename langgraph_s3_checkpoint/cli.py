@@ -983,14 +983,18 @@ def cmd_cache_ls(ctx: Context, args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    if namespaces:
+    if not namespaces:
+        ctx.out.write(f"no cache entries under {ctx.where}\n")
+    else:
         ctx.out.write(f"{'ENTRIES':>8}  {'SIZE':>10}  {'LAST WRITE (UTC)':<19}  NAMESPACE\n")
     for ns in namespaces:
         when = ns.last_modified.strftime("%Y-%m-%d %H:%M:%S") if ns.last_modified else ""
         name = json.dumps(list(ns.namespace), ensure_ascii=False) if ns.namespace is not None else f"? {ns.segment}"
         ctx.out.write(f"{ns.entries:>8}  {_size(ns.bytes):>10}  {when:<19}  {name}\n")
     total = sum(ns.entries for ns in namespaces)
-    ctx.out.write(f"{total} entries in {len(namespaces)} namespace(s), {_size(sum(ns.bytes for ns in namespaces))}\n")
+    if namespaces:
+        size = _size(sum(ns.bytes for ns in namespaces))
+        ctx.out.write(f"{total} entries in {len(namespaces)} namespace(s), {size}\n")
     if foreign:
         ctx.out.write(f"  left alone: {foreign} object(s) under cache/ that are not the cache's\n")
     return EXIT_OK
