@@ -21,6 +21,8 @@ from typing import Annotated, Any, TypedDict
 import langgraph.cache.memory
 import pytest
 from helpers import RequestCounter
+from hypothesis import given
+from hypothesis import strategies as st
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
@@ -41,6 +43,7 @@ from langgraph_s3_checkpoint import cache as cache_module
 from langgraph_s3_checkpoint.cache import CacheLayout, age_of
 from langgraph_s3_checkpoint.codec import MAGIC
 from langgraph_s3_checkpoint.gc import gc
+from langgraph_s3_checkpoint.keys import is_namespace_segment, namespace_of_segment, namespace_segment
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.requests import StoredObject
@@ -106,6 +109,19 @@ def test_namespaces_and_keys_of_any_string(cache: S3Cache[Any]) -> None:
     # namespaces differing only where an escape could confuse them are distinct folders
     folders = {CacheLayout().folder(ns) for ns in ODD_NAMESPACES}
     assert len(folders) == len(ODD_NAMESPACES)
+
+
+LABELS = st.lists(st.text(st.characters(blacklist_categories=()), max_size=120), max_size=4)
+
+
+@given(LABELS, LABELS)
+def test_namespace_segments_are_one_to_one(a: list[str], b: list[str]) -> None:
+    """Any two namespaces (empty labels, dots, lone surrogates, long ones digested) get distinct folders, each of
+    which the cache's readers take for its own, and a verbatim one reads back as its namespace."""
+    first, second = namespace_segment(a), namespace_segment(b)
+    assert is_namespace_segment(first) and "/" not in first and ".." not in first
+    assert (first == second) == (a == b)
+    assert namespace_of_segment(first) in (None, tuple(a))
 
 
 def test_clear_clears_the_namespaces_it_names_and_nothing_else(cache: S3Cache[Any]) -> None:
