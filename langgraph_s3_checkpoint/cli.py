@@ -987,13 +987,11 @@ def cmd_cache_ls(ctx: Context, args: argparse.Namespace) -> int:
         ctx.out.write(f"no cache entries under {ctx.where}\n")
     else:
         ctx.out.write(f"{'ENTRIES':>8}  {'SIZE':>10}  {'LAST WRITE (UTC)':<19}  NAMESPACE\n")
-    for ns in namespaces:
-        when = ns.last_modified.strftime("%Y-%m-%d %H:%M:%S") if ns.last_modified else ""
-        name = json.dumps(list(ns.namespace), ensure_ascii=False) if ns.namespace is not None else f"? {ns.segment}"
-        ctx.out.write(f"{ns.entries:>8}  {_size(ns.bytes):>10}  {when:<19}  {name}\n")
-    total = sum(ns.entries for ns in namespaces)
-    if namespaces:
-        size = _size(sum(ns.bytes for ns in namespaces))
+        for ns in namespaces:
+            when = ns.last_modified.strftime("%Y-%m-%d %H:%M:%S") if ns.last_modified else ""
+            name = json.dumps(list(ns.namespace), ensure_ascii=False) if ns.namespace is not None else f"? {ns.segment}"
+            ctx.out.write(f"{ns.entries:>8}  {_size(ns.bytes):>10}  {when:<19}  {name}\n")
+        total, size = sum(ns.entries for ns in namespaces), _size(sum(ns.bytes for ns in namespaces))
         ctx.out.write(f"{total} entries in {len(namespaces)} namespace(s), {size}\n")
     if foreign:
         ctx.out.write(f"  left alone: {foreign} object(s) under cache/ that are not the cache's\n")
@@ -1020,8 +1018,8 @@ def cmd_cache_sweep(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.as_json:
         ctx.emit_json({"ok": not report.unreadable, **dataclasses.asdict(report)})
     else:
-        verb = "would delete" if report.dry_run else "deleted"
-        ctx.out.write(f"scanned {report.scanned} entries; {verb} {report.expired} expired\n")
+        done = f"would delete {report.expired}" if report.dry_run else f"deleted {report.deleted}"
+        ctx.out.write(f"scanned {report.scanned} entries; {done} expired\n")
         if report.foreign:
             ctx.out.write(f"  left alone: {report.foreign} object(s) under cache/ that are not the cache's\n")
         for key in report.unreadable:
