@@ -12,9 +12,10 @@ requests, :mod:`.requests`) in :class:`CacheCore`, driven by ``BucketIO.run`` (t
 
     cache/{N}/{K}     one entry: its namespace and key, serde(value), its TTL, the writer's clock
 
-Neither the saver (``threads/``, ``runs/``, ``_setup/``) nor the store (``store/``) reads this folder, and the cache
-reads nothing else. A key under ``cache/`` that is not ``{N}/{K}`` with both segments of the cache's making is
-foreign: never read, never deleted. See docs/design.md, "Node cache".
+Neither the saver (``threads/``, ``runs/``, ``_setup/``) nor the store (``store/``) reads this folder, and the cache's
+plans read nothing else (its optional ``setup`` is the saver's). A key under ``cache/`` that is not ``{N}/{K}`` with
+both segments of the cache's making is foreign: counted by ``langgraph-s3 cache ls``, never decoded, never deleted.
+See docs/design.md, "Node cache".
 """
 
 from __future__ import annotations
