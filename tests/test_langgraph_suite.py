@@ -35,7 +35,7 @@ def test_s3_cache_passes_langgraphs_node_cache_tests_on_moto() -> None:
     """The node cache tests alone (they are few) on the other server: moto's dates and replies, not SeaweedFS's."""
     files = cache_test_files(ensure_tests())
     assert files, "no LangGraph test module takes the cache fixture"
-    result = run_suite(workers=0, pytest_args=["--lgs3-server=moto", "--lgs3-cache-tests", *files])
+    result = run_suite(workers=0, pytest_args=["--lgs3-server=moto", "--lgs3-cache-tests", *files], tag="moto-cache-")
     assert not result.problems, result.render()
     ran = {cache for t in result.tests if t.outcome == "passed" for cache in [t.cache]}
     assert {"memory", "s3_cache"} <= ran, result.render()

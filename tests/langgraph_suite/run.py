@@ -181,10 +181,11 @@ def _aggregate(report: Path) -> list[TestResult]:
     return results
 
 
-def compare(result: SuiteResult, savers: list[str], *, complete: bool = True) -> None:
+def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, with_cache: bool = True) -> None:
     """Fill ``problems``, ``regressions`` and ``baseline_failures`` from ``tests``.
 
-    ``complete``: the whole default selection ran, so each saver and kind must have run tests.
+    ``complete``: the whole default selection ran, so each saver and kind must have run tests, and, ``with_cache``
+    (the selection holds tests taking the node cache fixture), each node cache.
     """
     if result.returncode not in (0, 1):
         result.problems.append(f"pytest exited {result.returncode} (0 or 1 expected; 5 means no test collected)")
@@ -201,7 +202,7 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True) ->
         if not counts[(saver, kind)]:
             result.problems.append(f"no {kind} test ran with {saver}")
     wanted_caches = [c for c, selected in ((BASELINE, BASELINE in savers), (OUR_CACHE, "s3" in savers)) if selected]
-    for cache in wanted_caches if complete else []:
+    for cache in wanted_caches if complete and with_cache else []:
         if not caches[cache]:
             result.problems.append(f"no node cache test ran with {cache}")
     if BASELINE not in savers or "s3" not in savers:
@@ -290,25 +291,27 @@ def run_suite(
     retries: int = 1,
     timeout: float = DEFAULT_TIMEOUT,
     echo: bool = False,
+    tag: str = "",
 ) -> SuiteResult:
     """Fetch (if needed), run and compare; raises if the sdist cannot be fetched.
 
     ``retries``: regressions are run again (with their memory twins) up to this many times; one that
-    passes on a retry is reported as flaky and does not fail the gate.
+    passes on a retry is reported as flaky and does not fail the gate. ``tag`` starts the names of this run's
+    files (``last-{tag}summary.txt`` ...), so that another run in the same folder keeps its own.
     """
     root = ensure_tests(package=package)
-    for stale in root.glob("last-*"):
+    for stale in root.glob(f"last-{tag}*"):
         stale.unlink()
     extra = list(pytest_args or [])
     explicit = any(a.startswith(("tests/", "tests\\")) for a in extra)
     targets = [] if explicit else checkpointer_test_files(root)
     saver_list = [s.strip() for s in savers.split(",") if s.strip()]
     options = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
-    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag="", **options)
+    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag=tag, **options)
     result = SuiteResult(root.name, root, command, returncode, seconds, tests)
     if returncode is None:
         result.problems.append(f"pytest did not finish within {timeout:.0f} s (killed); see {log}")
-    compare(result, saver_list, complete=not extra)
+    compare(result, saver_list, complete=not extra, with_cache=bool(cache_test_files(root)))
     if result.problems and not echo:
         tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
         result.problems.append(f"last lines of {log}:\n{tail}")
@@ -316,7 +319,7 @@ def run_suite(
         if result.problems or not result.regressions:
             break
         ids = list(dict.fromkeys(n for t in result.regressions for n in (t.baseline, t.nodeid) if n))
-        _, code, more, again, _ = _run_pytest(root, ids, tag=f"retry{attempt}-", **options)
+        _, code, more, again, _ = _run_pytest(root, ids, tag=f"{tag}retry{attempt}-", **options)
         result.seconds += more
         retry = SuiteResult(root.name, root, command, code, more, again)
         compare(retry, saver_list, complete=False)
@@ -325,7 +328,7 @@ def run_suite(
         still = {t.nodeid for t in retry.regressions}
         result.flaky += [t for t in result.regressions if t.nodeid not in still]
         result.regressions = [t for t in result.regressions if t.nodeid in still]
-    (root / "last-summary.txt").write_text(result.render() + "\n", encoding="utf-8")
+    (root / f"last-{tag}summary.txt").write_text(result.render() + "\n", encoding="utf-8")
     return result
 
 
