@@ -75,7 +75,7 @@ DATE_RESOLUTION = timedelta(seconds=1)
 """How precisely a server dates objects and replies: HTTP's ``Last-Modified`` and ``Date`` have whole seconds."""
 READ_CHUNK = 128
 """Entries a sweep reads in parallel at once (bounds the bodies held in memory)."""
-URL_OPTIONS_IGNORED = ("inline_threshold", "cache_bytes", "vector_shards")
+URL_OPTIONS_IGNORED = ("inline_threshold", "cache_bytes", "memory_bytes", "vector_shards")
 """Options of the location URL that only the saver or the store use (``from_conn_string`` ignores them)."""
 _LONGEST_ENTRY_KEY = len(CACHE_FOLDER) + MAX_SEGMENT + 1 + MAX_SEGMENT
 """Bytes of the longest key below the prefix: both segments are ASCII and at most ``MAX_SEGMENT`` long."""
