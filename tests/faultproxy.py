@@ -172,7 +172,7 @@ class FaultProxy:
                     if rule.alternate:
                         rule.resting = not rule.resting
                         if not rule.resting:
-                            return None
+                            return None, 0.0
                     rule.remaining -= 1
                     if rule.remaining <= 0:
                         self._rules.remove(rule)
