@@ -98,18 +98,22 @@ class Deadline:
             self._state = _CUT
             connections, self._connections = self._connections, []
         for connection in connections:
-            sock = getattr(connection, "sock", None)
-            if sock is not None:
-                # socket.socket's own shutdown, also for a TLS socket: it wakes a blocked recv with end of
-                # stream, where SSLSocket.shutdown would also drop the TLS object under the reading thread.
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            _shut_down(getattr(connection, "sock", None))
 
     def _end(self) -> None:
         with _CUTTING:
             if self._state is _RUNNING:
                 self._state = _ENDED
             self._connections = []
+
+
+def _shut_down(sock: Any) -> None:
+    """Wake a thread blocked reading ``sock`` with end of stream. For a TLS socket, socket.socket's own shutdown:
+    SSLSocket's would also drop the TLS object under the reading thread. (TLS through an HTTPS proxy is an object of
+    urllib3's around a socket, not a socket: such a connection is left to the client's timeouts.)"""
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 _RUNNING, _ENDED, _CUT = object(), object(), object()
@@ -241,9 +245,11 @@ def follow_connections(client: Any) -> bool:
     by the client's own timeouts only. Calls without a deadline (and other users of the client) are unaffected."""
     try:
         session = client._endpoint.http_session
-        classes: dict[str, Any] = session._pool_classes_by_scheme
+        classes = session._pool_classes_by_scheme
         managers = [session._manager, *session._proxy_managers.values()]
-    except AttributeError:
+    except (AttributeError, TypeError):
+        return False
+    if not isinstance(classes, dict):
         return False
     followed = _followed_pool_classes()
     if all(cls in followed.values() for cls in classes.values()):

@@ -560,8 +560,8 @@ class BucketIO:
         return _fill(replies, self._settled(missing, outcomes))
 
     def _settled(self, requests: list[Request], outcomes: list[Any]) -> list[Any]:
-        """The replies of a batch every request of which has ended, or the error to raise: the first failure in
-        the batch's order, else (every failure being the deadline's) the deadline error."""
+        """The replies of a batch every request of which has ended, or the error to raise: the first failure other
+        than the deadline's, in the batch's order, else the deadline error (naming the writes it cut)."""
         failures = [(r, o) for r, o in zip(requests, outcomes, strict=True) if isinstance(o, BaseException)]
         if not failures:
             return outcomes

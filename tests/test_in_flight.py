@@ -289,3 +289,17 @@ def test_a_write_whose_answer_trickles_in_ends_a_read_timeout_after_the_deadline
         took, raised = _ended_by(*WRITES[what], endpoint, transport)
     assert took < 3, f"{what} took {took:.1f} s against a deadline of 1 s and a read timeout of 1 s"
     assert "had no answer 1 s after the deadline and were cut off" in raised and "No request" in raised, raised
+
+
+def test_the_watchdog_of_boto3_requests_keeps_only_those_running(seaweedfs_server: LocalS3Server) -> None:
+    """Every boto3 request of a bounded call is watched until its cut; those that ended are dropped from the
+    watchdog as more are watched, so that a busy process does not hold one entry per request of the last minute."""
+    from langgraph_s3_checkpoint import deadline
+
+    seaweedfs_server.create_bucket(BUCKET)
+    with S3Saver(
+        bucket=BUCKET, prefix=f"t/{uuid4().hex[:12]}", client=seaweedfs_server.client(), transport="boto3"
+    ) as saver:
+        for _ in range(300):
+            assert saver.get_tuple(cfg("t")) is None
+        assert len(deadline._WATCHDOG._due) <= 65
