@@ -64,10 +64,11 @@ DEFAULT_MAX_ATTEMPTS = 3
 """Attempts per request (standard retry mode: 5xx, throttling, resets, timeouts). Three absorb the
 transient failures S3 documents; more only make a dead endpoint take longer to report."""
 DEFAULT_OPERATION_TIMEOUT = 60.0
-"""Deadline in seconds for one saver call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
-item it yields). No new request starts after it, and a parallel batch is abandoned when it passes. A
-single request is bounded by ``max_attempts x (connect_timeout + read_timeout)`` plus backoff (about 46 s
-with the defaults), so the deadline also caps calls made of many sequential requests."""
+"""Deadline in seconds for one saver or store call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
+item it yields). No attempt of a request starts after it, a read still unanswered is cut at it, and a write still
+unanswered gets the read timeout more to answer (:mod:`.deadline`); the call ends only once all of them have. It caps
+calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the last
+byte received)."""
 
 TRANSPORTS = ("auto", "boto3", "direct")
 """Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the

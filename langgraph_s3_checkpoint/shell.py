@@ -5,7 +5,9 @@ reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`
 Independent requests of one batch run in parallel on a bounded thread pool: the sync driver waits for
 them, the async driver awaits them, and that is the only difference between the two. One exception: with
 the direct transport and the async saver, GET, PUT and LIST are sent from the event loop itself
-(:mod:`.native`), gathered under the same deadline; the rest of its requests keep the thread pool.
+(:mod:`.native`); the rest of its requests keep the thread pool. Either driver waits for every request of a
+batch before it returns or raises, and each request ends by the operation's deadline on its own
+(:mod:`.deadline`), so a call never ends with a request of it still in flight.
 
 Which transport sends a GET, PUT or LIST is decided per request: with the default (``transport="auto"``) the
 direct one unless something other than botocore takes part in the client's requests (:mod:`.watch`) or S3
@@ -19,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -40,6 +41,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
+from .deadline import Deadline, DeadlinePassed, cut_at_deadline, follow_connections
 from .errors import (
     NotS3EndpointError,
     S3AccessError,
@@ -236,6 +238,14 @@ class BucketIO:
     """What the user holds, a saver or a store: named when a call comes after ``close()``."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
+    _write_grace: float = field(default=0.0, init=False, repr=False)
+    """Seconds a write still unanswered at the deadline is given to answer: the client's read timeout."""
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            config = getattr(getattr(self.client, "meta", None), "config", None)
+            self._write_grace = float(getattr(config, "read_timeout", None) or 0.0)
+            follow_connections(self.client)  # so that a boto3 request can be cut at its deadline
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -262,9 +272,11 @@ class BucketIO:
             )
 
     # -- one request ----------------------------------------------------------------------------
-    def execute(self, request: Request) -> Any:
+    def execute(self, request: Request, deadline: Deadline | None = None) -> Any:
+        """The reply to ``request``; with a ``deadline`` it ends on time (:mod:`.deadline`), raising
+        :class:`DeadlinePassed` when cut."""
         cached = self._cached(request)
-        return self._fetch(request) if cached is _MISS else cached
+        return self._fetch(request, deadline) if cached is _MISS else cached
 
     def _cached(self, request: Request) -> Any:
         """The cached reply to a listed :class:`Get`, or ``_MISS``."""
@@ -274,28 +286,32 @@ class BucketIO:
                 return obj
         return _MISS
 
-    def _fetch(self, request: Request) -> Any:
-        return self._remember(request, self._send(request))
+    def _fetch(self, request: Request, deadline: Deadline | None = None) -> Any:
+        return self._remember(request, self._send(request, deadline))
 
     def _remember(self, request: Request, reply: Any) -> Any:
         if self.cache is not None and isinstance(request, Get) and request.etag and reply is not None:
             self.cache.offer(request.key, request.etag, reply)
         return reply
 
-    def _afetch(self, request: Request, loop: asyncio.AbstractEventLoop) -> Awaitable[Any]:
+    def _afetch(self, request: Request, loop: asyncio.AbstractEventLoop, deadline: Deadline | None) -> Awaitable[Any]:
         """The async driver's request: on the loop itself when the native sender takes it, else on the pool."""
         if self.native is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
-            return self._afetch_native(self.native, request, loop)
-        return loop.run_in_executor(self.pool, self._fetch, request)
+            return self._afetch_native(self.native, request, loop, deadline)
+        return loop.run_in_executor(self.pool, self._fetch, request, deadline)
 
     async def _afetch_native(
-        self, native: NativeTransport, request: Get | Put | ListKeys, loop: asyncio.AbstractEventLoop
+        self,
+        native: NativeTransport,
+        request: Get | Put | ListKeys,
+        loop: asyncio.AbstractEventLoop,
+        deadline: Deadline | None,
     ) -> Any:
         try:
-            return self._remember(request, await native.execute(request))
+            return self._remember(request, await native.execute(request, deadline))
         except WrongRegionError as redirected:
             self._follow_redirects(redirected)
-        return await loop.run_in_executor(self.pool, self._fetch, request)
+        return await loop.run_in_executor(self.pool, self._fetch, request, deadline)
 
     def _goes_direct(self, request: Get | Put | ListKeys) -> bool:
         return self.watch is None or not self.watch.watched(S3_OPERATION[type(request)])
@@ -308,17 +324,23 @@ class BucketIO:
             raise redirected
         self.watch.send_through_boto3()
 
-    def _send(self, request: Request) -> Any:
+    def _send(self, request: Request, deadline: Deadline | None) -> Any:
         if self.backend is not None:
             return self.backend.execute(request)
         if self.direct is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
             try:
-                return self.direct.execute(request)
+                return self.direct.execute(request, deadline)
             except WrongRegionError as redirected:
                 self._follow_redirects(redirected)
-        return self._send_through_boto3(request)
+        return self._send_through_boto3(request, deadline)
 
-    def _send_through_boto3(self, request: Request) -> Any:
+    def _send_through_boto3(self, request: Request, deadline: Deadline | None = None) -> Any:
+        if deadline is None:
+            return self._call_boto3(request)
+        with cut_at_deadline(deadline):
+            return self._call_boto3(request)
+
+    def _call_boto3(self, request: Request) -> Any:
         try:
             return self._execute(request)
         except ClientError as exc:
@@ -483,50 +505,78 @@ class BucketIO:
         self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
 
     # -- drivers --------------------------------------------------------------------------------
-    def _remaining(self, started: float | None) -> float | None:
-        """Seconds left before the operation's deadline; raises once it has passed."""
+    def _ends(self, started: float | None) -> float | None:
+        """The instant (``time.monotonic``) the operation must end by; raises once it has passed."""
         if self.deadline is None or started is None:
             return None
-        left = self.deadline - (time.monotonic() - started)
-        if left <= 0:
-            raise self._deadline_error()
-        return left
+        ends = started + self.deadline
+        if time.monotonic() >= ends:
+            raise self._deadline_error([])
+        return ends
 
-    def _deadline_error(self) -> S3RequestError:
-        return S3RequestError(
+    def _deadline_of(self, request: Request, ends: float | None) -> Deadline | None:
+        """What ``request`` carries of the operation's deadline: no attempt after it, and a write still unanswered
+        then is given the client's read timeout to answer (its answer says whether it was applied)."""
+        if ends is None:
+            return None
+        return Deadline(ends, ends if isinstance(request, _READS) else ends + self._write_grace)
+
+    def _deadline_error(self, cut: list[Request]) -> S3RequestError:
+        """The operation passed its deadline; ``cut``: the requests it ended, sent and unanswered."""
+        message = (
             f"The S3 operation did not finish within {self.deadline:g} s (operation_timeout; endpoint "
             f"{self.endpoint}). The server is slow or not answering; raise operation_timeout if it is "
             "expected to be this slow."
         )
+        writes = [r for r in cut if not isinstance(r, _READS)]
+        if writes:
+            message += (
+                f" {len(writes)} write(s) had no answer {self._write_grace:g} s after the deadline and were cut off "
+                f"(e.g. {named_in_errors(writes[0], self.bucket)}): the server may or may not have applied them. "
+                "No request of this call is still in flight: read what it wrote to see which (get_tuple after a "
+                "put, get after a store put)."
+            )
+        return S3RequestError(message)
 
     def _batch(self, requests: list[Request], started: float | None) -> list[Any]:
         replies, missing = self._split(requests)
-        left = self._remaining(started)
+        ends = self._ends(started)
+        deadlines = [self._deadline_of(r, ends) for r in missing]
         if len(missing) == 1:
-            # Bounded by the client's attempts and timeouts; the deadline is checked before the next step.
-            return _fill(replies, [self._fetch(missing[0])])
-        futures = [self.pool.submit(self._fetch, r) for r in missing]
-        _, pending = concurrent.futures.wait(futures, timeout=left)
-        if pending:
-            for future in pending:
-                future.cancel()
-            raise self._deadline_error()
-        return _fill(replies, [f.result() for f in futures])
+            try:
+                outcomes: list[Any] = [self._fetch(missing[0], deadlines[0])]
+            except Exception as failed:
+                outcomes = [failed]
+        else:
+            futures = [self.pool.submit(self._fetch, r, d) for r, d in zip(missing, deadlines, strict=True)]
+            concurrent.futures.wait(futures)  # every request ends by its own deadline
+            outcomes = [f.exception() or f.result() for f in futures]
+        return _fill(replies, self._settled(missing, outcomes))
 
     async def _abatch(self, requests: list[Request], started: float | None) -> list[Any]:
         replies, missing = self._split(requests)
-        left = self._remaining(started)
+        ends = self._ends(started)
         loop = asyncio.get_running_loop()
-        fetching = [self._afetch(r, loop) for r in missing]
-        work = _within(fetching[0] if len(fetching) == 1 else asyncio.gather(*fetching), left)
-        try:
-            if any(not isinstance(r, _READS) for r in missing):
-                fetched = await _settled_if_cancelled(work)
-            else:
-                fetched = await work  # reads: a cancelled caller abandons them at once
-        except asyncio.TimeoutError:
-            raise self._deadline_error() from None
-        return _fill(replies, fetched if len(fetching) != 1 else [fetched])
+        fetching = [self._afetch(r, loop, self._deadline_of(r, ends)) for r in missing]
+        if any(not isinstance(r, _READS) for r in missing):
+            outcomes = await _settled_if_cancelled(_all_settled(fetching))
+        else:
+            outcomes = await _all_settled(fetching)  # reads: a cancelled caller abandons them at once
+        return _fill(replies, self._settled(missing, outcomes))
+
+    def _settled(self, requests: list[Request], outcomes: list[Any]) -> list[Any]:
+        """The replies of a batch every request of which has ended, or the error to raise: the first failure other
+        than the deadline's, in the batch's order, else the deadline error (naming the writes it cut)."""
+        failures = [(r, o) for r, o in zip(requests, outcomes, strict=True) if isinstance(o, BaseException)]
+        if not failures:
+            return outcomes
+        cut: list[Request] = []
+        for request, failure in failures:
+            if not isinstance(failure, DeadlinePassed):
+                raise failure
+            if failure.sent:
+                cut.append(request)
+        raise self._deadline_error(cut) from None
 
     def _split(self, requests: list[Request]) -> tuple[list[Any], list[Request]]:
         """Replies answered from the cache (``_MISS`` elsewhere), and the requests still to send."""
@@ -586,21 +636,19 @@ _DONE = object()
 _MISS = object()
 
 
-if sys.version_info >= (3, 11):
-
-    async def _within(work: Awaitable[T], seconds: float | None) -> T:
-        """``work``'s result, cancelled after ``seconds`` (``None``: no limit); cheaper than ``wait_for``."""
-        async with asyncio.timeout(seconds):
-            return await work
-
-else:
-
-    async def _within(work: Awaitable[T], seconds: float | None) -> T:
-        return await asyncio.wait_for(work, timeout=seconds)
-
-
 _READS = (Get, ListKeys, BucketExists)
 """Requests that change nothing: abandoning one changes nothing either."""
+
+
+async def _all_settled(fetching: list[Awaitable[Any]]) -> list[Any]:
+    """Each request's reply or error, once every one has ended: a failed request does not leave the others of
+    its batch running (each ends by its own deadline)."""
+    if len(fetching) == 1:
+        try:
+            return [await fetching[0]]
+        except Exception as failed:
+            return [failed]
+    return await asyncio.gather(*fetching, return_exceptions=True)
 
 
 async def _settled_if_cancelled(work: Awaitable[T]) -> T:
@@ -610,8 +658,9 @@ async def _settled_if_cancelled(work: Awaitable[T]) -> T:
     Why: a batch abandoned in flight is not undone (a PUT already sent is applied; one on the thread pool runs
     on regardless). Its head PUT could then commit after the caller saw the cancellation and began the next
     run on the thread, whose own put would be refused as another writer's (LangGraph's Agent Server cancels a
-    run and starts the next at once). The wait is bounded by the operation's deadline (for maintenance calls,
-    which have none, by the client's timeouts of each request in the batch); a second cancellation stops it."""
+    run and starts the next at once). The wait is bounded by each request's deadline, a write's grace included
+    (for maintenance calls, which have none, by the client's timeouts of each request in the batch); a second
+    cancellation stops it."""
     batch = asyncio.ensure_future(work)
     try:
         return await asyncio.shield(batch)

@@ -45,6 +45,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from botocore.httpsession import get_cert_path
 
 from .blocking import BlockingPool, tls_context
+from .deadline import Deadline, DeadlinePassed
 from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, error_for_code, unreachable
 from .http1 import Exchange, Failure, Response
 from .requests import (
@@ -194,17 +195,30 @@ class DirectTransport:
         self._connections.close()
 
     # -- the sync sender: blocking sockets and time.sleep ---------------------------------------
-    def execute(self, request: Get | Put | ListKeys) -> Any:
+    def execute(self, request: Get | Put | ListKeys, deadline: Deadline | None = None) -> Any:
+        """Send ``request``; with a ``deadline`` (:mod:`.deadline`) no attempt or wait between attempts starts
+        after its ``last_start``, and an attempt in flight ends by its ``cut_at`` (:class:`DeadlinePassed`)."""
         steps = self.exchanges(request)
         answer: Response | Failure | None = None
+        sent = False
         while True:
             try:
                 step = steps.send(answer)
             except StopIteration as done:
                 return done.value
             if isinstance(step, Exchange):
-                answer = self._connections.send(step)
+                if deadline is None:
+                    answer = self._connections.send(step)
+                    continue
+                deadline.check_start(sent=sent)
+                earlier, sent = sent, True
+                try:
+                    answer = self._connections.send(step, deadline)
+                except DeadlinePassed as late:  # its connection came after its time was up, or it was cut
+                    raise DeadlinePassed(sent=late.sent or earlier) from None
             else:
+                if deadline is not None and step >= deadline.start_left():
+                    raise DeadlinePassed(sent=sent)
                 time.sleep(step)
                 answer = None
 

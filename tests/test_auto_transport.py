@@ -47,16 +47,16 @@ class DirectCount:
 
         if asyncio.iscoroutinefunction(original):
 
-            async def counted_async(request: Any) -> Any:
+            async def counted_async(request: Any, *deadline: Any) -> Any:
                 self.by_type[type(request).__name__] += 1
-                return await original(request)
+                return await original(request, *deadline)
 
             sender.execute = counted_async
         else:
 
-            def counted(request: Any) -> Any:
+            def counted(request: Any, *deadline: Any) -> Any:
                 self.by_type[type(request).__name__] += 1
-                return original(request)
+                return original(request, *deadline)
 
             sender.execute = counted
 

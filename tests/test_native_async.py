@@ -56,7 +56,7 @@ def _native(saver: AsyncS3Saver) -> NativeTransport:
 
 
 def _no_blocking_sender(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(self: BlockingPool, exchange: Any) -> Any:
+    def refuse(self: BlockingPool, exchange: Any, *deadline: Any) -> Any:
         raise AssertionError("a request went through the blocking sender")
 
     monkeypatch.setattr(BlockingPool, "send", refuse)

@@ -41,9 +41,9 @@ def main(text: str) -> None:
         io = cache.bucket_io
         send = io._send
 
-        def counted(request: Any) -> Any:
+        def counted(request: Any, deadline: Any) -> Any:
             sent[type(request).__name__] += 1
-            return send(request)
+            return send(request, deadline)
 
         io._send = counted  # type: ignore[method-assign]
         output = builder.compile(cache=cache).invoke({"text": text})
