@@ -16,9 +16,11 @@ authenticates them as before.
 ``if_match_creates``     MinIO before its August 2025 fix: a PUT with ``If-Match`` on a missing key is applied as
                          a plain PUT (the key is created).
 ``strict_integrity``     Backblaze B2, older MinIO and GCS: a request with flexible checksums (``x-amz-checksum-*``,
-                         ``x-amz-sdk-checksum-algorithm``, aws-chunked bodies) is answered ``400``, and so is a
-                         DeleteObjects without ``Content-MD5``.
+                         ``x-amz-sdk-checksum-algorithm``) or an aws-chunked body (what botocore >= 1.36 sends over
+                         https) is answered ``400``, and so is a DeleteObjects without ``Content-MD5``.
 ``drops_lifecycle_tags`` Garage: lifecycle rules come back without their tag filters.
+``tls``                  the proxy speaks https (a self-signed certificate: clients pass ``verify=False``), as
+                         every provider does; botocore sends PutObject bodies aws-chunked only over https.
 ``consistent_header``    Tigris: conditions are checked (on the leader) only for requests carrying this header
                          with the value ``true``; the others are applied as if the headers were absent (every
                          request without it is counted, conditional or not).
@@ -65,6 +67,7 @@ class Dialect:
     strict_integrity: bool = False
     drops_lifecycle_tags: bool = False
     consistent_header: str | None = None
+    tls: bool = False
 
 
 class DialectProxy(FaultProxy):
@@ -81,6 +84,49 @@ class DialectProxy(FaultProxy):
         self._dialect_lock = threading.Lock()
         self._conflicts: dict[tuple[str, str, str], int] = {}
         self._last_write: dict[str, float] = {}
+        if dialect.tls:
+            self._serve_tls()
+
+    @property
+    def url(self) -> str:
+        return super().url.replace("http://", "https://") if self.dialect.tls else super().url
+
+    def _serve_tls(self) -> None:
+        """Wrap the listening socket in TLS with a certificate made here for 127.0.0.1."""
+        import datetime
+        import ipaddress
+        import ssl
+        import tempfile
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256())
+        )
+        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as pem:
+            pem.write(cert.public_bytes(serialization.Encoding.PEM))
+            pem.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
+            )
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pem.name)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
 
     def _count(self, what: str) -> None:
         with self._dialect_lock:
@@ -121,9 +167,9 @@ class DialectProxy(FaultProxy):
 
     @staticmethod
     def _integrity_refusal(method: str, path: str, named: dict[str, str]) -> str | None:
-        if any(name.startswith("x-amz-checksum-") or name == "x-amz-sdk-checksum-algorithm" for name in named):
-            return "rejected checksum"
         if "aws-chunked" in named.get("content-encoding", "") or named.get("x-amz-trailer"):
+            return "rejected aws-chunked"
+        if any(name.startswith("x-amz-checksum-") or name == "x-amz-sdk-checksum-algorithm" for name in named):
             return "rejected checksum"
         if method == "POST" and re.search(r"[?&]delete(=|&|$)", path) and "content-md5" not in named:
             return "rejected no Content-MD5"

@@ -244,14 +244,13 @@ class FaultProxy:
                     while True:
                         size_line = self.rfile.readline()
                         size = int(size_line.split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
                         if size == 0:
-                            # Trailers end with an empty line.
+                            # The last chunk has no data: trailers follow, ended by an empty line.
                             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                                 pass
                             break
-                        chunks.append(chunk)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
                     return b"".join(chunks)
                 length = int(self.headers.get("Content-Length", "0") or 0)
                 return self.rfile.read(length) if length else b""

@@ -14,6 +14,7 @@ bucket) is this dialect's and not another test's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -61,8 +62,8 @@ from langgraph_s3_checkpoint.saver import parse_url
 from langgraph_s3_checkpoint.transport import DirectTransport
 
 BUCKET = "lgs3-providers"
-PROBE_REQUESTS = 16
-"""What the probe costs on a server that passes it: 9 PUT, 4 GET, 2 DELETE and 1 DeleteObjects."""
+PROBE_REQUESTS = 18
+"""What the probe costs on a server that passes it: 11 PUT, 4 GET, 2 DELETE and 1 DeleteObjects."""
 
 
 # -- the probe, without a server --------------------------------------------------------------------
@@ -79,13 +80,13 @@ def _drive(plan: Any, bucket: MemoryBucket) -> tuple[Any, list[list[Request]]]:
         reply = [bucket.execute(request) for request in step]
 
 
-def test_the_probe_is_five_round_trips_of_sixteen_requests_and_leaves_nothing() -> None:
+def test_the_probe_is_four_round_trips_of_eighteen_requests_and_leaves_nothing() -> None:
     bucket = MemoryBucket()
     found, batches = _drive(probe("p/_setup/probe-x"), bucket)
     assert found is None
-    assert [len(batch) for batch in batches] == [6, 5, 2, 2, 1] and sum(map(len, batches)) == PROBE_REQUESTS
+    assert [len(batch) for batch in batches] == [8, 7, 2, 1] and sum(map(len, batches)) == PROBE_REQUESTS
     kinds = [type(request).__name__ for batch in batches for request in batch]
-    assert {kind: kinds.count(kind) for kind in set(kinds)} == {"Put": 9, "Get": 4, "DeleteIfMatch": 2, "Delete": 1}
+    assert {kind: kinds.count(kind) for kind in set(kinds)} == {"Put": 11, "Get": 4, "DeleteIfMatch": 2, "Delete": 1}
     assert all(request.key.startswith("p/_setup/probe-x") for batch in batches[:-1] for request in batch)  # type: ignore[attr-defined]
     assert bucket.keys() == []
 
@@ -251,6 +252,30 @@ def _race(server: LocalS3Server, proxy: DialectProxy, **options: Any) -> tuple[l
     return outcomes, opened["prefix"]
 
 
+def _refused_race(server: LocalS3Server, proxy: DialectProxy, **options: Any) -> ConditionalWritesUnsupportedError:
+    """Two writers start the same thread at the same moment, as the first writes of the process: both are
+    refused, and nothing is stored. Returns one of the errors."""
+    opened = _options(server, proxy, **options)
+    writers = [S3Saver(**opened) for _ in range(2)]
+    barrier = threading.Barrier(2)
+
+    def commit(writer: S3Saver) -> Any:
+        barrier.wait()
+        try:
+            return writer.put(cfg("race"), empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+        except Exception as error:  # the outcome under test
+            return error
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(commit, writers))
+    for writer in writers:
+        writer.close()
+    assert all(isinstance(o, ConditionalWritesUnsupportedError) for o in outcomes), outcomes
+    assert _stored(server, opened["prefix"]) == []
+    refused: ConditionalWritesUnsupportedError = outcomes[0]
+    return refused
+
+
 def _probe_requests(proxy: DialectProxy) -> int:
     """Requests the proxy saw for the probe's keys (its final DeleteObjects is not by key)."""
     return sum("/_setup/probe-" in key for _, key, _ in proxy.log)
@@ -312,7 +337,7 @@ def test_the_probe_cost_counted_by_botocore(server: LocalS3Server, through: Call
     saver.setup()
     assert counter.snapshot() == {
         "HeadBucket": 1,
-        "PutObject": 9,
+        "PutObject": 11,
         "GetObject": 4,
         "DeleteObject": 2,
         "DeleteObjects": 1,
@@ -329,12 +354,13 @@ def test_ignored_conditions_are_refused_at_the_first_write_before_anything_is_st
     server: LocalS3Server, through: Callable[..., DialectProxy]
 ) -> None:
     proxy = through(ignores_conditions=True)
+    refused = _refused_race(server, proxy)  # two first writers, no setup(): both refused, no fork
+    assert refused.check == "create again" and "replaced" in refused.answer
+    assert BUCKET in str(refused) and "require_conditional_writes=False" in str(refused)
     options = _options(server, proxy)
     saver = S3Saver(**options)
-    with pytest.raises(ConditionalWritesUnsupportedError) as raised:
-        saver.put(cfg("t"), empty_checkpoint(), {}, {})  # no setup()
-    assert raised.value.check == "create again" and "replaced" in raised.value.answer
-    assert BUCKET in str(raised.value) and "require_conditional_writes=False" in str(raised.value)
+    with pytest.raises(ConditionalWritesUnsupportedError):
+        saver.put(cfg("t"), empty_checkpoint(), {}, {})
     assert _stored(server, options["prefix"]) == []
     with pytest.raises(ConditionalWritesUnsupportedError):
         saver.setup()  # the verdict is kept: refused again, without probing again
@@ -394,7 +420,7 @@ def test_single_writer_without_conditions_passes_the_conformance_suite(
     asyncio.run(
         assert_conformance("ignored-conditions", "sync", lambda: {**kwargs, "prefix": f"providers/{uuid4().hex[:12]}"})
     )
-    assert proxy.seen["stripped"] == 9  # the probe's conditional PUTs, and nothing since
+    assert proxy.seen["stripped"] == 13  # the probe's conditional PUTs and DELETEs, and nothing since
 
 
 # -- servers that refuse conditions with 501: Backblaze B2 -------------------------------------------
@@ -402,13 +428,8 @@ def test_refused_conditions_are_named_at_the_first_write(
     server: LocalS3Server, through: Callable[..., DialectProxy]
 ) -> None:
     proxy = through(refuses_conditions=True)
-    options = _options(server, proxy, transport="boto3")
-    saver = S3Saver(**options)
-    with pytest.raises(ConditionalWritesUnsupportedError) as raised:
-        saver.put(cfg("t"), empty_checkpoint(), {}, {})
-    assert raised.value.check == "conditional requests" and "501" in raised.value.answer
-    assert _stored(server, options["prefix"]) == []
-    saver.close()
+    refused = _refused_race(server, proxy, transport="boto3")
+    assert refused.check == "conditional requests" and "501" in refused.answer
 
 
 def test_require_conditional_writes_false_works_where_they_are_refused(
@@ -421,7 +442,7 @@ def test_require_conditional_writes_false_works_where_they_are_refused(
     kwargs = {"bucket": BUCKET, "client": client, "require_conditional_writes": False}
     asyncio.run(assert_conformance("b2", "async", lambda: {**kwargs, "prefix": f"providers/{uuid4().hex[:12]}"}))
     refused = proxy.seen["501"]
-    assert 1 <= refused <= 6  # the probe's first batch
+    assert 1 <= refused <= 8  # the probe's first batch
     with S3Store(prefix=f"providers/{uuid4().hex[:12]}", **kwargs) as store:
         store.put(("users",), "u", {"v": 1})
         assert store.get(("users",), "u").value == {"v": 1}  # type: ignore[union-attr]
@@ -441,7 +462,7 @@ def test_conflict_bursts_are_retried_never_a_conflict(
     config = {"configurable": {"thread_id": "bursts"}}
     graph.invoke({"pending": "one"}, config, durability="sync")
     assert graph.get_state(config).values["steps"] == ["one"]
-    assert proxy.seen["409"] > 2 * 11  # two for each conditional request: the probe's 11, and the graph's
+    assert proxy.seen["409"] > 2 * 13  # two for each conditional request: the probe's 13, and the graph's
     outcomes, _ = _race(server, proxy, transport=transport)
     assert sum(isinstance(o, CheckpointConflictError) for o in outcomes) == 1
     saver.close()
@@ -517,11 +538,13 @@ def test_if_match_creating_a_missing_key_is_refused_at_first_use(
     server: LocalS3Server, through: Callable[..., DialectProxy]
 ) -> None:
     proxy = through(if_match_creates=True)
+    assert _refused_race(server, proxy).check == "If-Match on a missing key"
     options = _options(server, proxy)
     saver = S3Saver(**options)
     with pytest.raises(ConditionalWritesUnsupportedError) as raised:
         saver.setup()
     assert raised.value.check == "If-Match on a missing key" and proxy.seen["created on a missing If-Match"] == 1
+    assert "the object was created" in raised.value.answer
     with pytest.raises(ConditionalWritesUnsupportedError):
         saver.put(cfg("t"), empty_checkpoint(), {}, {})
     assert _stored(server, options["prefix"]) == []
@@ -549,21 +572,28 @@ def _tracing_hook(**_: Any) -> None:
     """What an instrumentation registers on a client (it only looks)."""
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the proxy's own certificate
 def test_botocores_default_checksums_are_what_strict_servers_reject(
     server: LocalS3Server, through: Callable[..., DialectProxy]
 ) -> None:
-    """The dialect is real: with request_checksum_calculation='when_supported' (botocore's default) PutObject
-    carries a CRC32 and is refused there, through either transport (the direct one does what the client's setting
-    says); with the saver's default both transports get through."""
-    proxy = through(strict_integrity=True)
+    """The dialect is real, over https as providers serve: with request_checksum_calculation='when_supported'
+    (botocore's default) boto3 sends PutObject aws-chunked with a CRC32 trailer and the direct transport a CRC32
+    header (it does what the client's setting says), and the server refuses both; with the saver's default both
+    transports get through, and two writers still race to one winner."""
+    proxy = through(strict_integrity=True, tls=True)
     for transport in ("boto3", "direct"):
-        options = _options(server, proxy, transport=transport, request_checksum_calculation="when_supported")
-        with S3Saver(**options) as refused, pytest.raises(S3RequestError, match="InvalidArgument"):
+        options = _options(server, proxy, transport=transport, verify=False)
+        refused = S3Saver(**options, request_checksum_calculation="when_supported")
+        with contextlib.closing(refused), pytest.raises(S3RequestError, match="InvalidArgument"):
             refused.put(cfg("t"), empty_checkpoint(), {}, {})
-        with S3Saver(**_options(server, proxy, transport=transport)) as saver:
+        with S3Saver(**options) as saver:
             fence_graph(saver).invoke({"pending": "x"}, {"configurable": {"thread_id": "t"}})
+            assert saver.get_tuple(cfg("t")) is not None
             saver.delete_thread("t")
-    assert proxy.seen["rejected checksum"] >= 2 and proxy.seen["rejected no Content-MD5"] == 0
+        outcomes, _ = _race(server, proxy, transport=transport, verify=False)
+        assert sum(isinstance(o, CheckpointConflictError) for o in outcomes) == 1
+    assert proxy.seen["rejected aws-chunked"] >= 1 and proxy.seen["rejected checksum"] >= 1
+    assert proxy.seen["rejected no Content-MD5"] == 0
 
 
 # -- lifecycle tag filters dropped: Garage --------------------------------------------------------------
@@ -590,11 +620,8 @@ def test_extra_headers_reach_every_request_of_both_transports(
     server: LocalS3Server, through: Callable[..., DialectProxy], transport: str
 ) -> None:
     proxy = through(consistent_header="X-Tigris-Consistent")
-    without = S3Saver(**_options(server, proxy, transport=transport))
-    with pytest.raises(ConditionalWritesUnsupportedError):
-        without.put(cfg("t"), empty_checkpoint(), {}, {})
+    _refused_race(server, proxy, transport=transport)  # without the header: refused, never a fork
     seen = proxy.seen["without consistent header"]
-    without.close()
     headers = {"X-Tigris-Consistent": "true"}
     outcomes, prefix = _race(server, proxy, transport=transport, extra_headers=headers)
     assert sum(isinstance(o, CheckpointConflictError) for o in outcomes) == 1
