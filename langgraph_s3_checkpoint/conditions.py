@@ -271,22 +271,28 @@ class Enforcement(enum.Enum):
     WITHOUT = "no conditional headers (require_conditional_writes=False, single writer)"
 
 
-_VERDICTS: dict[Hashable, concurrent.futures.Future[Any]] = {}
-"""Per endpoint, bucket and extra headers: the probe's verdict (``Failed | None``), or the probe in flight."""
+_VERDICTS: dict[Hashable, tuple[concurrent.futures.Future[Any], int]] = {}
+"""Per endpoint, bucket and extra headers: the probe's verdict (``Failed | None``), or the probe in flight, and the
+thread that runs it."""
 _VERDICTS_LOCK = threading.Lock()
 _TRY_AGAIN = object()
 """A probe abandoned by a cancelled caller: whoever waited for it probes itself."""
 
 
-def _claim(key: Hashable) -> tuple[concurrent.futures.Future[Any], bool]:
-    """The verdict for ``key`` (known or in flight), and whether the caller must probe for it."""
+def _claim(key: Hashable, *, blocking: bool) -> tuple[concurrent.futures.Future[Any], bool]:
+    """The verdict for ``key`` (known or in flight), and whether the caller must probe for it. A ``blocking`` caller
+    also probes, without sharing what it finds, when the probe in flight runs on its own thread: an async probe on
+    the event loop, which a blocking call of the async store (allowed there) would wait for while blocking it."""
     with _VERDICTS_LOCK:
-        verdict = _VERDICTS.get(key)
-        if verdict is not None:
-            return verdict, False
+        found = _VERDICTS.get(key)
+        if found is not None:
+            verdict, prober = found
+            if not blocking or prober != threading.get_ident() or verdict.done():
+                return verdict, False
+            return concurrent.futures.Future(), True
         verdict = concurrent.futures.Future()
         verdict.set_running_or_notify_cancel()  # so that a waiter's cancellation cannot cancel it
-        _VERDICTS[key] = verdict
+        _VERDICTS[key] = (verdict, threading.get_ident())
         return verdict, True
 
 
@@ -294,7 +300,7 @@ def _abandon(key: Hashable, verdict: concurrent.futures.Future[Any], error: Base
     """The probe ended without a verdict: forget it (the next write probes again); waiters get the same error,
     or try themselves if the prober was cancelled."""
     with _VERDICTS_LOCK:
-        if _VERDICTS.get(key) is verdict:
+        if _VERDICTS.get(key, (None,))[0] is verdict:
             del _VERDICTS[key]
     if isinstance(error, Exception):
         verdict.set_exception(error)
@@ -327,7 +333,7 @@ class ConditionalWrites:
         Raises :class:`ConditionalWritesUnsupportedError` when required and refused; waiting for another caller's
         probe longer than ``timeout`` raises ``concurrent.futures.TimeoutError``."""
         while self.enforcement is None:
-            verdict, mine = _claim(self._key)
+            verdict, mine = _claim(self._key, blocking=True)
             if mine:
                 try:
                     found = self._judged(run)
@@ -345,7 +351,7 @@ class ConditionalWrites:
     async def asettle(self, run: Callable[[Plan[Any]], Awaitable[Any]], timeout: float | None) -> Enforcement:
         """:meth:`settle` for the async driver (``run`` awaits a plan); a probe in flight elsewhere is awaited."""
         while self.enforcement is None:
-            verdict, mine = _claim(self._key)
+            verdict, mine = _claim(self._key, blocking=False)
             if mine:
                 try:
                     found = await self._ajudged(run)

@@ -329,6 +329,8 @@ def make_bucket_io(
     direct: DirectTransport | None = None
     watch: ClientWatch | None = None
     contention = deadline or DEFAULT_OPERATION_TIMEOUT
+    if not memory:
+        speak_like_the_saver(client)  # before the watch looks at the client's handlers
     if not memory and transport != "boto3":
         try:
             direct = DirectTransport(
@@ -349,17 +351,6 @@ def make_bucket_io(
                 direct.close()
                 direct = None
             explain_boto3(client, "every request", f"the direct transport cannot imitate this client ({refused})")
-    conditions: ConditionalWrites | None = None
-    if not memory:
-        speak_like_the_saver(client)
-        layout = Layout(prefix)
-        conditions = ConditionalWrites(
-            endpoint=str(getattr(client.meta, "endpoint_url", "") or "(default)"),
-            bucket=bucket,
-            probe_key=lambda: layout.probe(uuid.uuid4().hex),
-            required=require_conditional_writes,
-            extra_headers=tuple(sorted((name.lower(), value) for name, value in extra_headers)),
-        )
     return BucketIO(
         client,
         bucket,
@@ -375,9 +366,24 @@ def make_bucket_io(
         backend=client if memory else None,
         deadline=deadline,
         serves=serves,
-        conditions=conditions,
+        conditions=None if memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
         extra_headers=extra_headers,
         contention_seconds=contention,
+    )
+
+
+def _gate(
+    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...]
+) -> ConditionalWrites:
+    """The conditional-write probe's gate (:mod:`.conditions`): its verdict is the process's for this endpoint,
+    bucket and extra headers; its objects go under the saver's prefix (IAM policies may allow no other)."""
+    layout = Layout(prefix)
+    return ConditionalWrites(
+        endpoint=str(getattr(client.meta, "endpoint_url", "") or "(default)"),
+        bucket=bucket,
+        probe_key=lambda: layout.probe(uuid.uuid4().hex),
+        required=required,
+        extra_headers=tuple(sorted((name.lower(), value) for name, value in extra_headers)),
     )
 
 

@@ -34,6 +34,7 @@ from workers.common import fence_graph
 
 from langgraph_s3_checkpoint import (
     AsyncS3Saver,
+    AsyncS3Store,
     CheckpointConflictError,
     ConditionalRequestConflictError,
     ConditionalWritesUnsupportedError,
@@ -326,6 +327,40 @@ def test_concurrent_first_writes_wait_for_one_probe(
 
     asyncio.run(first_writes())
     assert _probe_requests(async_proxy) == PROBE_REQUESTS - 1
+
+
+def test_a_blocking_store_call_on_the_loop_does_not_wait_for_the_loops_own_probe(
+    server: LocalS3Server, through: Callable[..., DialectProxy]
+) -> None:
+    """AsyncS3Store's blocking methods work on the event loop's thread (as InMemoryStore's). One made while that
+    loop's own first write is probing cannot wait for that probe (the loop is blocked): it probes by itself."""
+    proxy = through(conflicts=2)  # each conditional request waits for two 409s: the async probe is slow
+
+    async def scenario() -> None:
+        store = AsyncS3Store(bucket=BUCKET, prefix=f"providers/{uuid4().hex[:12]}", **client_options(server, proxy.url))
+        first = asyncio.ensure_future(store.aput(("a",), "k", {"v": 1}))
+        while not _probe_requests(proxy):
+            await asyncio.sleep(0.005)  # until the loop's probe is under way
+        assert not first.done()
+        store.put(("b",), "k", {"v": 2})  # blocking, on the loop's thread
+        await first
+        assert (await store.aget(("a",), "k")) is not None and store.get(("b",), "k") is not None
+        store.close()
+
+    finished = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(scenario())
+        except BaseException as error:  # reported below
+            errors.append(error)
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert finished.wait(60), "the blocking call waited for the probe of the loop it blocks"
+    assert not errors, errors
 
 
 def test_the_probe_cost_counted_by_botocore(server: LocalS3Server, through: Callable[..., DialectProxy]) -> None:
