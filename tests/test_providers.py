@@ -622,11 +622,12 @@ def test_botocores_default_checksums_are_what_strict_servers_reject(
         with contextlib.closing(refused), pytest.raises(S3RequestError, match="InvalidArgument"):
             refused.put(cfg("t"), empty_checkpoint(), {}, {})
         with S3Saver(**options) as saver:
-            fence_graph(saver).invoke({"pending": "x"}, {"configurable": {"thread_id": "t"}})
-            assert saver.get_tuple(cfg("t")) is not None
-            saver.delete_thread("t")
-        outcomes, _ = _race(server, proxy, transport=transport, verify=False)
-        assert sum(isinstance(o, CheckpointConflictError) for o in outcomes) == 1
+            stored = saver.put(cfg("t"), empty_checkpoint(), {}, {})
+            assert saver.get_tuple(cfg("t")).config == stored  # type: ignore[union-attr]
+            saver.delete_thread("t")  # DeleteObjects, with Content-MD5
+            assert saver.get_tuple(cfg("t")) is None
+    outcomes, _ = _race(server, proxy, verify=False)
+    assert sum(isinstance(o, CheckpointConflictError) for o in outcomes) == 1
     assert proxy.seen["rejected aws-chunked"] >= 1 and proxy.seen["rejected checksum"] >= 1
     assert proxy.seen["rejected no Content-MD5"] == 0
 
