@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -40,6 +39,7 @@ from .errors import (
     NewerFormatError,
 )
 from .keys import (
+    EXPIRY_TAG,
     MAX_KEY_BYTES,
     MAX_SEGMENT,
     Layout,
@@ -50,13 +50,19 @@ from .keys import (
     namespace_of_segment,
     namespace_segment,
 )
-from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
+from .options import (
+    check_encryption,
+    check_extra_headers,
+    check_flags,
+    check_location,
+    check_serde,
+    check_whole_numbers,
+)
 from .plans import all_of, chunks, deletes, one
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 from .saver import (
     DEFAULT_COMPRESS_THRESHOLD,
     DEFAULT_OPERATION_TIMEOUT,
-    EXPIRY_TAG,
     _seconds,
     make_bucket_io,
     make_client,
@@ -438,6 +444,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         ttl_days: int | None = None,
         transport: str = "auto",
         operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
+        extra_headers: Mapping[str, str] | str | None = None,
         now: Callable[[], datetime] | None = None,
         **client_options: Any,
     ) -> None:
@@ -472,6 +479,9 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         self._io = make_bucket_io(
             client,
             bucket,
+            prefix=prefix,
+            require_conditional_writes=require_conditional_writes,
+            extra_headers=check_extra_headers(extra_headers),
             max_concurrency=max_concurrency,
             server_side_encryption=server_side_encryption,
             sse_kms_key_id=sse_kms_key_id,
@@ -528,12 +538,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             codec=self._codec,
             ttl=timedelta(days=self.ttl_days) if self.ttl_days else None,
         )
-        return core.setup(
-            create_bucket=self.create_bucket,
-            require_conditional_writes=self.require_conditional_writes,
-            bucket=self.bucket,
-            token=uuid.uuid4().hex,
-        )
+        return core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
 
     # -- BaseCache ------------------------------------------------------------------------------------------
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:

@@ -1259,7 +1259,8 @@ def _open(args: argparse.Namespace) -> Context:
         options["region_name"] = args.region
     if args.serde:
         options["serde"] = _load_serde(args.serde)
-    # The CLI never creates buckets and needs no write probe: it reads what savers wrote.
+    # The CLI never creates buckets; its writing commands (delete, prune, gc, import ...) probe conditional writes at
+    # their first write, as savers do.
     options.pop("create_bucket", None)
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
     store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}

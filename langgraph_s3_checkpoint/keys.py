@@ -64,6 +64,11 @@ def has_lone_surrogate(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
+EXPIRY_TAG = "langgraph-s3-ttl=1"
+"""Object tag (``key=value``) matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
+RULE_PREFIX = "langgraph-s3-ttl:"
+"""The expiry rule's id is this and the saver's prefix: one rule per prefix, replaced by each ``setup()``."""
+
 DELETING = "deleting"
 """Name of a delete-in-progress marker (:meth:`Layout.deleting`, :meth:`Layout.deleting_in`)."""
 COPYING = "copying"

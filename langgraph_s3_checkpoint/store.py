@@ -67,7 +67,14 @@ from .errors import (
     StoreConflictError,
 )
 from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes, made_by
-from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
+from .options import (
+    check_encryption,
+    check_extra_headers,
+    check_flags,
+    check_location,
+    check_serde,
+    check_whole_numbers,
+)
 from .plans import all_pages, chunks, one
 from .requests import (
     PRECONDITION_FAILED,
@@ -1381,6 +1388,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         transport: str = "auto",
         vector_shards: int = DEFAULT_VECTOR_SHARDS,
         operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
+        extra_headers: Mapping[str, str] | str | None = None,
         **client_options: Any,
     ) -> None:
         prefix = check_location(bucket, prefix)
@@ -1392,6 +1400,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         check_encryption(server_side_encryption, sse_kms_key_id, sse_customer_key)
         _check_ttl(ttl)
         _check_index(index)
+        headers = check_extra_headers(extra_headers)
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options)
@@ -1421,6 +1430,9 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         self._io = make_bucket_io(
             client,
             bucket,
+            prefix=self.prefix,
+            require_conditional_writes=require_conditional_writes,
+            extra_headers=headers,
             max_concurrency=max_concurrency,
             server_side_encryption=server_side_encryption,
             sse_kms_key_id=sse_kms_key_id,
@@ -1466,12 +1478,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     def _setup_plan(self) -> Plan[None]:
         core = Core(layout=Layout(self.prefix), codec=self._codec)
-        return core.setup(
-            create_bucket=self.create_bucket,
-            require_conditional_writes=self.require_conditional_writes,
-            bucket=self.bucket,
-            token=uuid.uuid4().hex,
-        )
+        return core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:

@@ -20,6 +20,10 @@ still verify upstream. Before or after forwarding, the proxy may instead:
 Faults are drawn at random (``rate``) or queued for specific requests with :meth:`FaultProxy.inject`.
 ``max_consecutive`` caps how many random faults in a row hit the same method and path, so a test at a
 high fault rate never exhausts the client's retry budget by bad luck; queued faults ignore the cap.
+
+Subclasses change what the server seems to be (``dialectproxy.py``) through :meth:`FaultProxy.intercept` (answer
+a request instead of the server, or change it before it is forwarded) and :meth:`FaultProxy.rewrite` (change
+the server's answer).
 """
 
 from __future__ import annotations
@@ -148,6 +152,20 @@ class FaultProxy:
         self._thread.start()
         return self
 
+    # -- hooks for subclasses -------------------------------------------------------------------------
+    def intercept(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[list[tuple[str, str]], bytes] | tuple[int, str, list[tuple[str, str]], bytes]:
+        """The request to forward (headers, body), or an answer given instead of the server's (status, reason,
+        headers, body). Called for every request no fault took."""
+        return headers, body
+
+    def rewrite(
+        self, method: str, path: str, answer: tuple[int, str, list[tuple[str, str]], bytes]
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """The server's answer (status, reason, headers, body) as the client gets it."""
+        return answer
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -234,14 +252,13 @@ class FaultProxy:
                     while True:
                         size_line = self.rfile.readline()
                         size = int(size_line.split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
                         if size == 0:
-                            # Trailers end with an empty line.
+                            # The last chunk has no data: trailers follow, ended by an empty line.
                             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                                 pass
                             break
-                        chunks.append(chunk)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
                     return b"".join(chunks)
                 length = int(self.headers.get("Content-Length", "0") or 0)
                 return self.rfile.read(length) if length else b""
@@ -296,7 +313,14 @@ class FaultProxy:
                 headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
                     headers.append(("Content-Length", str(len(body))))
-                status, reason, reply_headers, data = proxy._forward(self.command, self.path, headers, body)
+                request = proxy.intercept(self.command, self.path, headers, body)
+                if len(request) == 4:
+                    proxy.log.append((self.command, key, f"{request[0]} from the proxy"))
+                    self._reply(*request)
+                    return
+                headers, body = request
+                answer = proxy._forward(self.command, self.path, headers, body)
+                status, reason, reply_headers, data = proxy.rewrite(self.command, self.path, answer)
                 proxy.log.append((self.command, key, f"{status} then {fault}" if fault else str(status)))
                 if fault == "lost":
                     self._reset()
