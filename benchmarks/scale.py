@@ -457,7 +457,7 @@ def exponent(rows: list[dict[str, Any]], op: str, what: str) -> str:
 def report(meta: dict[str, Any], tp: dict[str, Any] | None, rows: list[dict[str, Any]]) -> str:
     sizes = [r["threads"] for r in rows]
     lines = [
-        "# Scale: maintenance and listing from 1,000 to 100,000 threads",
+        f"# Scale: maintenance and listing at {', '.join(f'{s:,}' for s in sizes)} threads",
         "",
         f"Run of {meta['date']} on {meta['machine']}; {meta['server']}. Sizes: {', '.join(f'{s:,}' for s in sizes)}"
         " threads (and as many store items).",
