@@ -23,7 +23,9 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     that died before committing, or a thread whose very first put never committed.
 ``dangling_run_entry``
     A run-index entry (``runs/{run}/...`` or ``threads/{T}/r/...``) whose namespace holds no committed
-    checkpoint of that run.
+    checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
+    another run's checkpoint, resuming it, is indexed there: its entry stays while that checkpoint does, for
+    ``delete_for_runs`` to take those writes out).
 ``setup_probe``
     The probe object of an interrupted ``setup()``.
 ``orphan_name``
@@ -123,6 +125,11 @@ class _Namespace:
     """Escaped run ids of its committed records; ``None`` if unknown (then no run entry of it goes)."""
     unsettled: bool = False
     """Whether objects of it stay without a head (young ones): what a marker of the thread protects."""
+    prefix: str = ""
+    """The namespace's folder (``threads/{T}/ns/{N}/``)."""
+    head_id: str | None = None
+    doomed_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records this gc deletes (or, in a dry run, would)."""
 
 
 @dataclass
@@ -151,6 +158,8 @@ class _Walk:
     """The namespace's new seal, built while its records are judged (not in a dry run)."""
     met_seal_head: bool = False
     """The chain walked from today's head met the seal's head as committed."""
+    doomed_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records queued for deletion (the garbage: bounded by what gc deletes)."""
 
     def region_start(self, parsed: Sequence[Any]) -> int:
         """Where in a page of ``c/`` the sealed range starts: every key from there on is at or below the seal's
@@ -520,20 +529,63 @@ class _Collector:
         def entries_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             old = _age_cutoff(page, self.grace)
+            unproven: list[tuple[int, _Namespace]] = []
             for i, key in enumerate(page.keys):
                 if classify(key[len(prefix) :]) is not KeyKind.RUN_ENTRY:
                     self.foreign()
                     continue
                 run_segment, ns_segment = key[len(entries_root) :].split("/")
                 self.seen_entries.add(run_segment, thread_segment, ns_segment)
-                if _dangling(namespaces.get(ns_segment), run_segment):
-                    twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
-                    self.doom(page, i, "dangling_run_entry", old, also=twin)
-                else:
+                info = namespaces.get(ns_segment)
+                if info is None or not info.committed:
+                    self.doom_entry(page, i, old, thread_segment)
+                elif info.run_segments is None or run_segment in info.run_segments:
                     self.keep()
+                else:
+                    unproven.append((i, info))
+            yield from self.judge_unproven_entries(page, unproven, old, thread_segment)
             yield from self.flush_if_full()
 
         yield from for_each_emitted(pages(entries_root), entries_page)
+
+    def judge_unproven_entries(
+        self, page: Page, unproven: list[tuple[int, _Namespace]], old: Callable[[int], bool], thread_segment: str
+    ) -> Plan[None]:
+        """Judge the entries of runs that no committed record of their namespace names. Such a run may have
+        written only pending writes, to a checkpoint of another run (it resumed that one's interrupt and
+        committed nothing of its own): its entry names that checkpoint, and ``delete_for_runs`` needs it to
+        take those writes out. So an entry stays while the checkpoint it names is there and not garbage this
+        gc deletes (or it is the head, whose record a latest read restores), and goes otherwise: the entry
+        of a put that died or lost names that put's own record, which is garbage or gone. An entry whose
+        body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a GET of each
+        such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed records of
+        their own, the usual case, cost nothing."""
+        for start in range(0, len(unproven), READ_BATCH):
+            chunk = unproven[start : start + READ_BATCH]
+            bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+            named: list[tuple[int, str]] = []
+            for (i, info), body in zip(chunk, bodies, strict=True):
+                checkpoint_id = _named_checkpoint(body)
+                if body is None:
+                    continue  # deleted since the listing (a rollback of the run finished)
+                if checkpoint_id is None or checkpoint_id == info.head_id:
+                    self.keep()
+                elif checkpoint_id in info.doomed_records:
+                    self.doom_entry(page, i, old, thread_segment)
+                else:
+                    named.append((i, Layout.record_in(info.prefix, checkpoint_id)))
+            listings = yield from all_of([ListKeys(record, max_keys=1) for _, record in named])
+            for (i, record), listing in zip(named, listings, strict=True):
+                if record in listing.keys:
+                    self.keep()
+                else:
+                    self.doom_entry(page, i, old, thread_segment)
+
+    def doom_entry(self, page: Page, i: int, old: Callable[[int], bool], thread_segment: str) -> None:
+        """Queue a dangling per-thread run-index entry and its global twin."""
+        run_segment, ns_segment = page.keys[i].rsplit("/", 2)[1:]
+        twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
+        self.doom(page, i, "dangling_run_entry", old, also=twin)
 
     def thread_keys(self, prefix: str, *, unsettled: bool) -> Plan[None]:
         """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
@@ -598,7 +650,13 @@ class _Collector:
             return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
         self.seal_namespace(segment, walk)
         known = walk.runs if walk.chain_sure and walk.refs_known else None
-        return _Namespace(committed=True, run_segments=known)
+        return _Namespace(
+            committed=True,
+            run_segments=known,
+            prefix=prefix,
+            head_id=walk.chain.head_id,
+            doomed_records=walk.doomed_records,
+        )
 
     def scan(self, walk: _Walk, guard: _Walk | None) -> Plan[None]:
         """Judge a namespace's keys: its records (``c/``) first, newest first, then the rest (large values, the
@@ -710,6 +768,8 @@ class _Collector:
                 self.keep(walk)
             else:
                 accounted = self.doom(page, i, reason, old, walk)
+                if accounted and p.is_record:
+                    walk.doomed_records.add(cid)
             if p.is_record and not accounted and walk.builder is not None:
                 walk.builder.stays(cid)
 
@@ -866,12 +926,15 @@ _MARKER_REASON = {DELETING: "unfinished_delete", COPYING: "unfinished_copy"}
 """The category of a thread's marker, by its name."""
 
 
-def _dangling(info: _Namespace | None, run_segment: str) -> bool:
-    """Whether a run-index entry points at no committed checkpoint of its run: its namespace is gone or
-    has no head, or the run is not among its committed records' (when those are known)."""
-    return (
-        info is None or not info.committed or (info.run_segments is not None and run_segment not in info.run_segments)
-    )
+def _named_checkpoint(entry: StoredObject | None) -> str | None:
+    """The checkpoint id a run-index entry names; ``None`` when it is missing or cannot be read."""
+    if entry is None:
+        return None
+    try:
+        checkpoint_id = entry.body.decode()
+    except UnicodeDecodeError:
+        return None
+    return checkpoint_id or None
 
 
 def _writes_reason(walk: _Walk, cid: str) -> str | None:

@@ -16,7 +16,9 @@ A *seal* is one small object per thread, ``{prefix}_gc/{T}/sealed``, holding for
     (the server's clock, at least the grace period before the listing). gc found each of them committed and
     deleted every other record in that range. ``digest`` is a SHA-256 of their keys and ETags in listing order.
 ``refs``, ``runs``
-    The large values (``b/...`` below the namespace) and the run ids the sealed records reference.
+    The large values (``b/...`` below the namespace) and the run ids the sealed records reference (their
+    metadata's ``run_id``). A run that only wrote pending writes to a sealed checkpoint is not among them: gc
+    keeps its run-index entry by the checkpoint the entry names, seal or not (``gc._Collector.run_entries``).
 
 A later gc uses a namespace's seal only if (1) the head has not gone back below ``head``; (2) the records at
 or below ``top`` are exactly the sealed ones, unchanged (same count and digest, no younger record among them:

@@ -112,3 +112,47 @@ def test_gc_costs_the_threads_and_what_changed_not_the_history(
             "DeleteObjects": k,  # each thread's garbage in one request
             "PutObject": k,  # their seals, now covering the new commits
         }
+
+
+def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> None:
+    """A run that resumed another run's checkpoint and committed nothing of its own is indexed by entries naming
+    that checkpoint (its writes are there, for ``delete_for_runs`` to take out), and no committed record names
+    the run: gc keeps such entries while the checkpoint they name is there, sealed or not, and still deletes an
+    entry naming a checkpoint that is gone. Each such entry costs a GET and a 1-key LIST per gc; entries of runs
+    with committed records of their own cost nothing."""
+    client = s3_server.client()
+    with S3Saver(bucket=bucket, prefix=prefix, client=client) as saver:
+        history = History(saver)
+        for _ in range(8):
+            history.put("t")
+        layout = saver._core.layout
+        resumed = f"1f0{3:029d}"  # committed, by run t-run0
+        entries = {
+            run: (layout.run_entry(run, "t", ""), layout.thread_run_entry(run, "t", ""), named.encode())
+            for run, named in [("resumer", resumed), ("ghost", f"1f0{0:029d}")]  # no checkpoint has that id
+        }
+        for global_entry, thread_entry, body in entries.values():
+            for key in (global_entry, thread_entry):
+                client.put_object(Bucket=bucket, Key=key, Body=body)
+        time.sleep(SEALED_AFTER)
+        first = gc(saver, grace_seconds=0)
+        assert first.deleted == {"dangling_run_entry": 1}
+
+        def exists(key: str) -> bool:
+            return bool(client.list_objects_v2(Bucket=bucket, Prefix=key).get("KeyCount"))
+
+        assert all(exists(key) for key in entries["resumer"][:2]), "the resumer's entries stay"
+        assert not any(exists(key) for key in entries["ghost"][:2]), "an entry naming no checkpoint goes"
+
+        counter = count_requests(client)
+        second = gc(saver, grace_seconds=0)
+        assert (second.total, second.records_read, second.records_sealed) == (0, 0, 8)
+        # The sealed thread's requests (test above), + the resumer's entry and a 1-key LIST of what it names.
+        assert counter.snapshot() == {"ListObjectsV2": 4 + 4 + 1, "GetObject": 2 + 1}
+        assert all(exists(key) for key in entries["resumer"][:2])
+
+        saver.delete_thread("t")
+        gc(saver, grace_seconds=0)
+        assert not any(exists(key) for key in entries["resumer"][:2]), "gone with its namespace"
