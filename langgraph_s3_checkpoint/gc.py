@@ -128,8 +128,8 @@ class _Namespace:
     prefix: str = ""
     """The namespace's folder (``threads/{T}/ns/{N}/``)."""
     head_id: str | None = None
-    doomed_records: set[str] = field(default_factory=set)
-    """Checkpoint ids of the records this gc deletes (or, in a dry run, would)."""
+    garbage_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records gc found garbage (deleted now, or once past the grace)."""
 
 
 @dataclass
@@ -158,8 +158,8 @@ class _Walk:
     """The namespace's new seal, built while its records are judged (not in a dry run)."""
     met_seal_head: bool = False
     """The chain walked from today's head met the seal's head as committed."""
-    doomed_records: set[str] = field(default_factory=set)
-    """Checkpoint ids of the records queued for deletion (the garbage: bounded by what gc deletes)."""
+    garbage_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records found garbage, deleted now or once past the grace (bounded by the garbage)."""
 
     def region_start(self, parsed: Sequence[Any]) -> int:
         """Where in a page of ``c/`` the sealed range starts: every key from there on is at or below the seal's
@@ -554,12 +554,12 @@ class _Collector:
         """Judge the entries of runs that no committed record of their namespace names. Such a run may have
         written only pending writes, to a checkpoint of another run (it resumed that one's interrupt and
         committed nothing of its own): its entry names that checkpoint, and ``delete_for_runs`` needs it to
-        take those writes out. So an entry stays while the checkpoint it names is there and not garbage this
-        gc deletes (or it is the head, whose record a latest read restores), and goes otherwise: the entry
-        of a put that died or lost names that put's own record, which is garbage or gone. An entry whose
-        body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a GET of each
-        such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed records of
-        their own, the usual case, cost nothing."""
+        take those writes out. So an entry stays while the checkpoint it names is there and not garbage (or it
+        is the head, whose record a latest read restores), and is garbage otherwise, going once past the grace
+        as every garbage: the entry of a put that died or lost names that put's own record, garbage or gone.
+        An entry whose body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a
+        GET of each such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed
+        records of their own, the usual case, cost nothing."""
         for start in range(0, len(unproven), READ_BATCH):
             chunk = unproven[start : start + READ_BATCH]
             bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
@@ -570,11 +570,11 @@ class _Collector:
                     continue  # deleted since the listing (a rollback of the run finished)
                 if checkpoint_id is None or checkpoint_id == info.head_id:
                     self.keep()
-                elif checkpoint_id in info.doomed_records:
+                elif checkpoint_id in info.garbage_records:
                     self.doom_entry(page, i, old, thread_segment)
                 else:
                     named.append((i, Layout.record_in(info.prefix, checkpoint_id)))
-            listings = yield from all_of([ListKeys(record, max_keys=1) for _, record in named])
+            listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
             for (i, record), listing in zip(named, listings, strict=True):
                 if record in listing.keys:
                     self.keep()
@@ -655,7 +655,7 @@ class _Collector:
             run_segments=known,
             prefix=prefix,
             head_id=walk.chain.head_id,
-            doomed_records=walk.doomed_records,
+            garbage_records=walk.garbage_records,
         )
 
     def scan(self, walk: _Walk, guard: _Walk | None) -> Plan[None]:
@@ -768,8 +768,8 @@ class _Collector:
                 self.keep(walk)
             else:
                 accounted = self.doom(page, i, reason, old, walk)
-                if accounted and p.is_record:
-                    walk.doomed_records.add(cid)
+                if p.is_record:
+                    walk.garbage_records.add(cid)
             if p.is_record and not accounted and walk.builder is not None:
                 walk.builder.stays(cid)
 
