@@ -22,7 +22,7 @@ committed checkpoint whose record, if it did not land, is restored from the head
 
 from __future__ import annotations
 
-from .committing import Committing, Outcome, merge_task_writes, refused_outcome
+from .committing import Committing, Outcome, refused_outcome
 from .fencing import Fence, Fenced, HeadSeen, Join, NewThread, SaverMemory
 from .maintenance import Maintenance
 from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
@@ -50,7 +50,6 @@ __all__ = [
     "SaverMemory",
     "checkpoint_config",
     "matches",
-    "merge_task_writes",
     "merge_writes",
     "parse_config",
     "refused_outcome",

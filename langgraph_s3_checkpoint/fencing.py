@@ -137,6 +137,15 @@ class SaverMemory:
                 return NewThread() if observed[1] is None else Fenced(observed[1])
             return Join(fork=parent_id is not None and (thread_id, ns, parent_id) in self._forks)
 
+    def head_written_by(self, thread_id: str, ns: str) -> tuple[str, str | None] | None:
+        """The checkpoint id of the head this saver last saw in the namespace and the run that wrote it
+        (``None``: it saw no head there, or remembers nothing). Only asked, never changed, by ``put_writes``."""
+        with self._lock:
+            observed = self._heads.get((thread_id, ns))
+        if observed is None or observed[1] is None:
+            return None
+        return observed[0], observed[1].run_id
+
     def read_explicitly(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """A checkpoint was read by id or below a bound: how LangGraph starts a replay or a fork.
 

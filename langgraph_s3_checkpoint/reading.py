@@ -711,14 +711,16 @@ def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bo
 
 
 def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
-    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order.
+    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order, each write by
+    its own ``task_path`` (as InMemorySaver orders them).
 
-    A standalone special write (an error, interrupt or resume value) replaces the same index from a
-    combined call; otherwise the first stored write for an index is the one that counts.
+    A task's object already holds one write per index. Earlier releases stored one object per call
+    (``w/{task}/{idx}``): there a standalone special write (an error, interrupt or resume value) replaces
+    the same index from a combined call.
     """
     chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
     for batch in sorted(batches, key=lambda b: len(b.writes) == 1 and b.writes[0][0] < 0):
-        for idx, channel, value in batch.writes:
-            chosen[(batch.task_id, idx)] = (batch.task_path, channel, value)
+        for idx, channel, value, path in batch.writes:
+            chosen[(batch.task_id, idx)] = (path, channel, value)
     ordered = sorted(chosen.items(), key=lambda kv: writes_sort_key(kv[1][0], kv[0][0], kv[0][1]))
     return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]

@@ -111,7 +111,7 @@ class SkippingCodec(Codec):
             raise
         except CorruptObjectError as exc:
             self.report(exc)
-            return WriteBatch(task_id="", task_path="", writes=[])
+            return WriteBatch(task_id="", writes=[])
 
 
 # ------------------------------------------------------------------------------------------------
