@@ -539,8 +539,6 @@ class Maintenance(Committing):
         for chunk in chunks(keys, READ_BATCH):
             pending = list(chunk)
             for _ in range(WRITE_ATTEMPTS):
-                if not pending:
-                    break
                 objs = yield from all_of([Get(key) for key in pending])
                 changes: list[Put | DeleteIfMatch] = []
                 for key, obj in zip(pending, objs, strict=True):
@@ -553,6 +551,8 @@ class Maintenance(Committing):
                         )
                 replies = (yield from all_of(changes)) if changes else []
                 pending = [c.key for c, reply in zip(changes, replies, strict=True) if reply is PRECONDITION_FAILED]
+                if not pending:
+                    break
             else:
                 raise CheckpointConflictError(
                     thread_id, ns, f" while run {run_id!r} was being deleted (its writes objects kept changing)"
@@ -761,7 +761,7 @@ class _RunRecords:
     others: set[str] = field(default_factory=set)
     """Committed records of other runs met by the walk (the run may have written to them)."""
     listed_writes: dict[str, list[str]] = field(default_factory=dict)
-    """The writes keys of other runs' checkpoints whose folder the walk listed to its end."""
+    """The writes keys of the checkpoints :meth:`started_from` may name whose folder the walk listed to its end."""
     _writes_of: dict[str, list[str]] = field(default_factory=dict)
     """Writes keys of a checkpoint whose folder may continue on the next page."""
     survivor: StoredObject | None = None
@@ -782,6 +782,7 @@ class _RunRecords:
         checkpoint's keys are listed together, so every folder of the page but its last is complete, and the
         last too at the end of the listing (``complete``)."""
         last: str | None = None
+        wanted = self.others | self.parents | {self.first_id}
         for key, p in parsed:
             if p is None:
                 continue
@@ -789,7 +790,7 @@ class _RunRecords:
             verdict = self._verdict(p.checkpoint_id)
             if verdict is not None:
                 verdict.append(key)
-            else:
+            elif p.checkpoint_id in wanted:
                 self._writes_of.setdefault(p.checkpoint_id, []).extend([] if p.is_record else [key])
         for cid in [c for c in self._writes_of if complete or c != last]:
             self.listed_writes[cid] = self._writes_of.pop(cid)
