@@ -280,7 +280,8 @@ def repair_needed(layout: Layout, codec: Codec, thread_id: str) -> Plan[list[tup
         found.append((layout.thread_name(thread_id), f"{command} write it again: it is missing or holds another id"))
     for ns, prefix in zip(report.namespaces, report.prefixes, strict=True):
         if ns.status == WOULD_REPAIR:
-            found.append((Layout.head_in(prefix), f"{ns.reason}; {command} make checkpoint {ns.head_id!r} the head"))
+            reason = ns.reason.rstrip(".")
+            found.append((Layout.head_in(prefix), f"{reason}; {command} make checkpoint {ns.head_id!r} the head"))
     return found
 
 
