@@ -10,16 +10,20 @@ from its parent down to the nearest seed: ``D`` ancestors, each one record and `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
 from helpers import RequestCounter
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.graph import START, StateGraph
+from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 SNAPSHOT = 8
 TASKS = 2
@@ -119,3 +123,31 @@ def test_the_walk_remembers_nothing_a_put_is_fenced_by(make: Callable[[int], tup
     late["id"] = str(uuid6())
     with pytest.raises(CheckpointConflictError):
         saver.put(head, late, {"source": "loop", "step": 3, "parents": {}}, {})
+
+
+def _concat(state: list[str] | None, writes: Any) -> list[str]:
+    return [*(state or []), *(w for batch in writes for w in batch)]
+
+
+class _Chat(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+    notes: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=2)]
+
+
+def test_every_checkpoint_matches_the_default_walk() -> None:
+    """For every checkpoint of a graph's thread (and the latest, asked without an id), with two DeltaChannels
+    whose seeds are an inline value and a large value: what LangGraph's default walk over ``get_tuple`` finds."""
+    saver = S3Saver(bucket="b", client=MemoryBucket(), inline_threshold=64)
+    builder = StateGraph(_Chat)
+    builder.add_node("reply", lambda s: {"log": [f"reply {len(s['log'])}"], "notes": ["n" * 100]})
+    builder.add_edge(START, "reply")
+    graph = builder.compile(checkpointer=saver)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    for turn in range(7):
+        graph.invoke({"log": [f"turn {turn}"], "notes": []}, config)
+    targets = [config, *(t.config for t in saver.list(config))]
+    assert len(targets) > 7 * 2  # at least an input and a step checkpoint per turn
+    for target in targets:
+        ours = saver.get_delta_channel_history(config=target, channels=["log", "notes"])
+        assert ours == BaseCheckpointSaver.get_delta_channel_history(saver, config=target, channels=["log", "notes"])
+    assert len(graph.get_state(config).values["notes"]) == 7
