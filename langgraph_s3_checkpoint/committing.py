@@ -7,8 +7,7 @@ import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import Enum
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -24,11 +23,22 @@ from .errors import (
     CheckpointConflictError,
     ClockSkewError,
     InvalidConfigError,
+    ParentNotCommittedError,
 )
-from .fencing import Fence, Fenced, HeadSeen, Join, head_seen
+from .fencing import (
+    SUPERSEDED,
+    HeadNow,
+    HeadSeen,
+    Refusal,
+    Rule,
+    Step,
+    head_seen,
+    rule_for,
+    settle,
+)
 from .keys import MAX_KEY_BYTES, escape, has_lone_surrogate, is_digest, key_bytes
 from .plans import all_of, one
-from .reading import Reading, checkpoint_config, parse_config
+from .reading import Reading, checkpoint_config, parse_config, seen_in
 from .requests import (
     Delete,
     Get,
@@ -36,15 +46,14 @@ from .requests import (
     Put,
     StoredObject,
     Written,
+    same_etag,
 )
 from .writes import TaskWrites
 
 WRITE_ATTEMPTS = 8
 """How often ``put_writes`` merges into a task's writes object that another call changed meanwhile."""
 JOIN_ATTEMPTS = 5
-"""How often an unfenced ``put`` re-reads a head that moved under it before giving up."""
-SUPERSEDED = "<superseded>"
-"""ETag of a head this saver committed that another writer has already continued: its next put loses."""
+"""How often a forking ``put`` re-reads a head that moved under it before giving up."""
 
 
 class Committing(Reading):
@@ -59,56 +68,50 @@ class Committing(Reading):
     ) -> Plan[RunnableConfig]:
         """Commit one checkpoint.
 
-        1. *Prerequisites*, in parallel: large values the new record references that are not known
-           to exist, run-index entries on a run's first put in the namespace, ``name`` objects for
-           ids too long to be key segments, and — for a :class:`Join` — a GET of the head.
-        2. *Commit*: the record ``c/{R}/checkpoint`` and the head are sent together. The head is a full
-           copy of the record, replaced conditionally (the :data:`Fence`): ``If-Match`` on the ETag
-           this saver observed at the parent, ``If-None-Match: *`` for a new thread, or ``If-Match`` on
-           the ETag just read for a join. That conditional PUT is the commit and the point where a
-           second writer loses. The record names the head it replaces (``previous_head``), which is
-           what makes the committed records a chain (see :mod:`langgraph_s3_checkpoint.chain`).
-        3. *Outcome* of a refused head PUT (:func:`refused_outcome`): the saver reads the head, and if
-           this checkpoint is the head or on its chain, an earlier attempt was applied and only its
-           answer was lost — committed. Otherwise a join retries on the new head, and a fenced put
-           deletes its record (provably never committed) and raises :class:`CheckpointConflictError`.
+        0. *Rule*: how the caller read the parent and the put's ``source`` pick a :class:`~.fencing.Rule` from
+           :data:`~.fencing.FENCING_TABLE`: continue the parent (commit only if the head still holds it),
+           create the namespace, or fork (commit on top of whatever the head is).
+        1. *Prerequisites*, in parallel: large values the new record references that are not known to exist,
+           run-index entries on a run's first put in the namespace, ``name`` objects for ids too long to be
+           key segments, and, unless the saver remembers the head the put continues, a GET of the head.
+        2. *Commit*: the record ``c/{R}/checkpoint`` and the head are sent together. The head is a full copy
+           of the record, replaced conditionally: ``If-Match`` on the ETag of the head that holds the parent (or
+           of the head just read, for a fork), ``If-None-Match: *`` when there is none. That conditional PUT is
+           the commit and the point where a second writer loses. The record names the head it replaces
+           (``previous_head``), which is what makes the committed records a chain (:mod:`.chain`).
+        3. *Outcome* of a refused head PUT: the saver reads the head and settles the rule again on what it holds
+           (:func:`~.fencing.settle`): this checkpoint or one on top of it means an earlier attempt was applied
+           and only its answer was lost (committed); a fork commits on the new head; otherwise the record is
+           deleted (provably never committed) and the put raises the refusal's error.
         """
         t = parse_config(config)
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
-        checkpoint_id = checkpoint["id"]
-        if not isinstance(checkpoint_id, str) or not checkpoint_id or has_lone_surrogate(checkpoint_id):
-            # "" would be filed where no reader finds it, and LangGraph reads an empty id as "the latest"
-            raise InvalidConfigError(
-                "checkpoint['id'] must be a non-empty string of valid Unicode (LangGraph makes uuid6 ids), "
-                f"got {checkpoint_id!r}"
-            )
+        checkpoint_id = _checked_id(checkpoint["id"])
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = run_of(stored_metadata)
-        fence = self.memory.fence(thread_id, ns, parent_id)
-        if (
-            parent_id is not None
-            and checkpoint_id <= parent_id
-            and (isinstance(fence, Fenced) or (_carries_time(checkpoint_id) and _carries_time(parent_id)))
-        ):
+        read, read_etag = self.memory.callers.of(thread_id, ns, parent_id)
+        rule = rule_for(parent_id, read, stored_metadata.get("source"))
+        if parent_id is not None and checkpoint_id <= parent_id and _carries_time(checkpoint_id, parent_id):
             raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
-        if isinstance(fence, Fenced) and fence.seen.etag == SUPERSEDED:
-            raise CheckpointConflictError(thread_id, ns)
-        now = datetime.now(timezone.utc)
-        values = self._split_values(thread_id, ns, checkpoint, new_versions, fence, now)
-        prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, fence)]
-        names = [] if isinstance(fence, Fenced) else self._names(thread_id, ns)  # a fenced parent's head proves them
-        prerequisites += names
         head_key = self.layout.head(thread_id, ns)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
+        c = _Commit(thread_id, ns, checkpoint_id, parent_id, rule, head_key, record_key)
+        basis = yield from self._basis(c, read_etag)
+        if basis.parent is not None and parent_id is not None and checkpoint_id <= parent_id:
+            # It would continue the head with an id that sorts before it, where no reader looks for the latest.
+            raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
+        now = datetime.now(timezone.utc)
+        values = self._split_values(thread_id, ns, checkpoint, new_versions, basis.parent, now)
+        names = [] if basis.parent is not None else self._names(thread_id, ns)  # its head proves them
+        prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, basis.parent), *names]
         # Before anything is sent: S3 refusing the record's key while the head sent with it lands would leave a
         # head whose record can never be restored.
         _refuse_long_keys(f"checkpoint {reprlib.repr(checkpoint_id)}", [record_key, *(p.key for p in prerequisites)])
-        joining = isinstance(fence, Join)
-        head_now: StoredObject | None = None
-        if prerequisites or joining:
-            # Heterogeneous: the prerequisites' replies (ignored), then the head's when joining.
-            replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if joining else [])]
-            head_now = replies[-1] if joining else None
+        if prerequisites or basis.unread:
+            # Heterogeneous: the prerequisites' replies (ignored), then the head's when it is still to be read.
+            replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if basis.unread else [])]
+            if basis.unread:
+                basis = _Basis(head=replies[-1])
 
         def record(previous_head: str | None, detached: bool) -> bytes:
             return self.codec.encode_record(
@@ -121,8 +124,19 @@ class Committing(Reading):
                 detached=detached,
             )
 
-        commit = _Commit(thread_id, ns, checkpoint_id, parent_id, stored_metadata.get("source"), head_key, record_key)
-        committed_etag = yield from self._commit(commit, fence, head_now, record)
+        def unsent_blobs() -> list[Put]:
+            """The large values the record references without sending them (the parent's head vouched for them),
+            offered create-only before a put that was to continue the parent commits as a fork instead: the thread
+            has moved past the parent, whose values a prune may have removed since."""
+            sent = {put.key for put in values.puts}
+            live = checkpoint["channel_values"]
+            return [
+                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), if_none_match=True)
+                for channel, version in values.blobs.items()
+                if (key := self.layout.blob(thread_id, ns, channel, version)) not in sent and channel in live
+            ]
+
+        committed_etag = yield from self._commit(c, basis, record, unsent_blobs)
         if names:
             # Offered again once committed: gc may have deleted a name it found alone (a thread or namespace left
             # with nothing else) after the first offer was refused as existing, and before the commit. gc puts
@@ -130,18 +144,98 @@ class Committing(Reading):
             # other (docs/design.md, "name objects").
             yield [*names]
         if committed_etag is not None:
-            seen = head_seen(committed_etag, values.blobs, run_id, checkpoint["channel_versions"], values.inline)
-            self.memory.saw_head(thread_id, ns, checkpoint_id, seen)
+            versions = checkpoint["channel_versions"]
+            seen = head_seen(checkpoint_id, committed_etag, values.blobs, run_id, versions, values.inline)
+            self.memory.saw_head(thread_id, ns, seen)
         self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
         return checkpoint_config(thread_id, ns, checkpoint_id)
 
+    def _basis(self, c: _Commit, read_etag: str | None) -> Plan[_Basis]:
+        """What the first commit attempt stands on, read only when nothing known settles it.
+
+        A continuing put whose head the saver remembers (it read or committed it) sends no GET, and none is
+        sent to create a namespace the caller found empty. Otherwise the head is read: first and alone when the
+        put would continue it (the values it carries over come from the head's record), together with the
+        prerequisites for a fork. A head that does not hold the parent settles the rule at once, so a refused put
+        writes nothing.
+        """
+        if c.rule is Rule.CREATE:
+            return _Basis()
+        if c.rule is Rule.FORK:
+            return _Basis(unread=True)
+        assert c.parent_id is not None
+        known = self.memory.head(c.thread_id, c.ns, c.parent_id)
+        if known is not None and read_etag is not None and not same_etag(known.etag, read_etag):
+            known = None  # the caller read another version of this head than the one remembered: look
+        if known is not None and known.etag != SUPERSEDED:
+            return _Basis(parent=known)
+        if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD):
+            self._refuse(c, Refusal.MOVED)
+        head = yield from one(Get(c.head_key))
+        holding = self._holding(c, head, read_etag)
+        if holding is not None:
+            step = settle(c.rule, HeadNow.PARENT)
+        else:
+            step = yield from self._settle(c, head)
+        if step.refused is not None:
+            self._refuse(c, step.refused)
+        return _Basis(parent=holding) if step.on_parent else _Basis(head=head)
+
+    def _holding(self, c: _Commit, head: StoredObject | None, read_etag: str | None) -> HeadSeen | None:
+        """The head as a :class:`HeadSeen`, if it holds the parent (in the version the caller read, if it read
+        the parent as the latest)."""
+        if head is None or c.parent_id is None or self.codec.peek_head_id(c.head_key, head.body) != c.parent_id:
+            return None
+        if read_etag is not None and not same_etag(head.etag, read_etag):
+            return None  # rewritten since the caller read it (a rollback, a repair): not what it continues
+        seen = seen_in(head, self.codec.decode_record(c.head_key, head.body))
+        self.memory.saw_head(c.thread_id, c.ns, seen)
+        return seen
+
+    def _settle(self, c: _Commit, head: StoredObject | None, mine: bytes | None = None) -> Plan[Step]:
+        """:func:`~.fencing.settle` on a head that does not hold the parent as the put knows it (``_holding``): a
+        head rewritten while holding it (a rollback, a repair; after a refused attempt, maybe a rollback of this
+        very put) counts as moved. After a refused attempt (``mine``: the record it sent) this checkpoint counts
+        as committed when it is on the head's chain: the attempt was applied and its answer lost."""
+        if head is None:
+            return settle(c.rule, HeadNow.NONE)
+        if self.codec.peek_head_id(c.head_key, head.body) == c.checkpoint_id:
+            return settle(c.rule, HeadNow.THIS)
+        if mine is not None:
+            ours = yield from self._standing(c.thread_id, c.ns, self.codec.decode_record(c.record_key, mine), head)
+            if ours is Standing.COMMITTED:
+                return settle(c.rule, HeadNow.THIS)
+        step = settle(c.rule, HeadNow.OTHER)
+        if step.refused is Refusal.MOVED and c.parent_id is not None:
+            parent = yield from self._parent_standing(c, head)
+            step = settle(c.rule, HeadNow.OTHER, parent_committed=parent is Standing.COMMITTED)
+        return step
+
+    def _parent_standing(self, c: _Commit, head: StoredObject) -> Plan[Standing]:
+        """Whether the parent is a committed checkpoint (only to say why a put is refused)."""
+        assert c.parent_id is not None
+        stored = yield from one(Get(self.layout.record(c.thread_id, c.ns, c.parent_id)))
+        if stored is None:
+            return Standing.ORPHAN
+        parent = self.codec.decode_record(self.layout.record(c.thread_id, c.ns, c.parent_id), stored.body)
+        return (yield from self._standing(c.thread_id, c.ns, parent, head))
+
+    def _refuse(self, c: _Commit, refusal: Refusal) -> NoReturn:
+        self.memory.forget_namespace(c.thread_id, c.ns)
+        raise refusal_error(refusal, c.thread_id, c.ns, c.parent_id)
+
     def _commit(
-        self, c: _Commit, fence: Fence, head_now: StoredObject | None, record: Callable[[str | None, bool], bytes]
+        self,
+        c: _Commit,
+        basis: _Basis,
+        record: Callable[[str | None, bool], bytes],
+        unsent_blobs: Callable[[], list[Put]],
     ) -> Plan[str | None]:
-        """Send the record and the head until one of :class:`Outcome` settles it; the committed head's
-        ETag (``None`` for a detached commit, :data:`SUPERSEDED` if another writer already continued it)."""
+        """Send the record and the head until the head PUT lands or :func:`~.fencing.settle` says otherwise; the
+        committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
+        already continued it)."""
         for _ in range(JOIN_ATTEMPTS):
-            attempt = self._attempt(c, fence, head_now)
+            attempt = self._attempt(c, basis)
             if isinstance(attempt, str):
                 return attempt  # this very put already committed (a retry through a new saver)
             if attempt is None:
@@ -157,54 +251,42 @@ class Committing(Reading):
             if isinstance(head_reply, Written):
                 return head_reply.etag
             head_now = yield from one(Get(c.head_key))
-            ours = Standing.PENDING
-            if head_now is not None:
-                mine = self.codec.decode_record(c.record_key, body)
-                ours = yield from self._standing(c.thread_id, c.ns, mine, head_now)
-            outcome = refused_outcome(fence, head_now, c.checkpoint_id, ours, self.codec.peek_head_id, c.head_key)
-            if outcome is Outcome.COMMITTED:
-                if head_now is not None and self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id:
+            step = yield from self._settle(c, head_now, mine=body)
+            if step.done:
+                assert head_now is not None
+                if self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id:
                     return head_now.etag
                 return SUPERSEDED
-            if outcome is Outcome.CONFLICT:
-                break
-        yield [Delete((c.record_key,))]  # never committed, and never can be
+            if step.refused is not None:
+                yield [Delete((c.record_key,))]  # never committed, and never can be
+                self._refuse(c, step.refused)
+            if basis.parent is not None and (offers := unsent_blobs()):
+                yield [*offers]
+            basis = _Basis(head=head_now)
+        yield [Delete((c.record_key,))]
         self.memory.forget_namespace(c.thread_id, c.ns)
-        detail = "" if not isinstance(fence, Join) else f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
-        raise CheckpointConflictError(c.thread_id, c.ns, detail)
+        raise CheckpointConflictError(c.thread_id, c.ns, f" ({JOIN_ATTEMPTS} attempts to join the moving head)")
 
-    def _attempt(self, c: _Commit, fence: Fence, head_now: StoredObject | None) -> _HeadSwap | str | None:
-        """What one commit attempt sends, decided from the fence and the head just read (no I/O).
-
-        Returns ``(previous_head, head PUT without its body, extra requests)``; the head's ETag if the
-        head already holds this checkpoint; ``None`` for a detached commit. Raises for a straggler and
-        for a clock behind the head's.
-        """
-        if isinstance(fence, Fenced):
-            return c.parent_id, Put(c.head_key, b"", if_match=fence.seen.etag), []
-        if head_now is None:
+    def _attempt(self, c: _Commit, basis: _Basis) -> _HeadSwap | str | None:
+        """What one commit attempt sends (no I/O): ``(previous_head, head PUT without its body, extra requests)``;
+        the head's ETag if the head already holds this checkpoint; ``None`` for a detached commit. Raises for a
+        clock behind the head's."""
+        if basis.parent is not None:
+            return c.parent_id, Put(c.head_key, b"", if_match=basis.parent.etag), []
+        head = basis.head
+        if head is None:
             return None, Put(c.head_key, b"", if_none_match=True), []
-        head_id = self.codec.peek_head_id(c.head_key, head_now.body)
+        head_id = self.codec.peek_head_id(c.head_key, head.body)
         if head_id == c.checkpoint_id:
-            return head_now.etag
-        straggler = isinstance(fence, Join) and not fence.fork and c.source != "fork"
-        if straggler and c.parent_id not in (None, head_id):
-            # LangGraph puts on top of the checkpoint it just read as the latest (a step, an input, an
-            # update), so a parent that is no longer the head means another writer moved the thread
-            # meanwhile: through another saver, through this one (two requests of one conversation), or
-            # before this saver's bounded memory forgot the head. Joining would commit a second child
-            # of that parent and silently drop the other writer's. The forks are exempt: a replay or
-            # update of an older checkpoint read it explicitly (``fence.fork``), and ``__copy__``
-            # (source "fork") puts on top of the latest checkpoint's parent by design.
-            raise CheckpointConflictError(c.thread_id, c.ns)
+            return head.etag
         if c.checkpoint_id < head_id:
             if c.parent_id == head_id:
                 raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
             return None
         # The head may be a head-only commit (its record PUT failed): make sure its record exists
         # before the head moves on, or it would be lost from history.
-        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head_now.body, if_none_match=True)
-        return head_id, Put(c.head_key, b"", if_match=head_now.etag), [repair]
+        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head.body, if_none_match=True)
+        return head_id, Put(c.head_key, b"", if_match=head.etag), [repair]
 
     def _split_values(
         self,
@@ -212,12 +294,13 @@ class Committing(Reading):
         ns: str,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-        fence: Fence,
+        parent: HeadSeen | None,
         now: datetime,
     ) -> _Values:
         """Inline the small channel values; store the large ones once per (channel, version).
 
-        A channel whose version did not move since the fenced parent keeps the value the parent stored at
+        A channel whose version did not move since the parent (``parent``: the head holding it, when the put
+        continues it) keeps the value the parent stored at
         that version, as it was stored (or no value, if the parent had none), as InMemorySaver and
         PostgresSaver keep one value per (channel, version) written when the version moved. Why: LangGraph
         hands over live channel objects, and some change in place (a join's set of nodes seen); with
@@ -232,7 +315,6 @@ class Committing(Reading):
         a value it still references.
         """
         values = checkpoint["channel_values"]
-        parent = fence.seen if isinstance(fence, Fenced) else None
         result = _Values()
         for channel, raw_version in checkpoint["channel_versions"].items():
             version = str(raw_version)
@@ -281,9 +363,11 @@ class Committing(Reading):
             result.puts.append(Put(key, self.codec.encode_blob(typed)))
             result.renewed[channel] = version
 
-    def _run_entries(self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, fence: Fence) -> list[Put]:
-        """Run-index entries (the run's first checkpoint id here), unless the fenced parent is the run's."""
-        if run_id is None or (isinstance(fence, Fenced) and fence.seen.run_id == run_id):
+    def _run_entries(
+        self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, parent: HeadSeen | None
+    ) -> list[Put]:
+        """Run-index entries (the run's first checkpoint id here), unless the parent the put continues is the run's."""
+        if run_id is None or (parent is not None and parent.run_id == run_id):
             return []
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
@@ -377,6 +461,16 @@ class Committing(Reading):
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
 
+def _checked_id(checkpoint_id: Any) -> str:
+    if not isinstance(checkpoint_id, str) or not checkpoint_id or has_lone_surrogate(checkpoint_id):
+        # "" would be filed where no reader finds it, and LangGraph reads an empty id as "the latest"
+        raise InvalidConfigError(
+            "checkpoint['id'] must be a non-empty string of valid Unicode (LangGraph makes uuid6 ids), "
+            f"got {checkpoint_id!r}"
+        )
+    return checkpoint_id
+
+
 def _refuse_long_keys(what: str, keys: Sequence[str]) -> None:
     for key in keys:
         size = key_bytes(key)
@@ -388,42 +482,21 @@ def _refuse_long_keys(what: str, keys: Sequence[str]) -> None:
             )
 
 
-def _carries_time(checkpoint_id: str) -> bool:
-    """Whether an id is a uuid6 like LangGraph's, whose order is the order of the writers' clocks (ids a
-    caller chose itself, such as "2" in tests, say nothing of time)."""
-    return len(checkpoint_id) == 36 and checkpoint_id[14] == "6" and checkpoint_id.count("-") == 4
+def _carries_time(*checkpoint_ids: str) -> bool:
+    """Whether ids are uuid6 like LangGraph's, whose order is the order of the writers' clocks (ids a caller
+    chose itself, such as "2" in tests, say nothing of time)."""
+    return all(len(i) == 36 and i[14] == "6" and i.count("-") == 4 for i in checkpoint_ids)
 
 
-class Outcome(Enum):
-    COMMITTED = "committed"
-    """The checkpoint is the head, or on the head's chain: an earlier attempt landed, its answer was lost."""
-    RETRY = "retry"
-    """A join found a newer head: commit on top of it."""
-    CONFLICT = "conflict"
-    """Another writer moved the head this put was fenced on: it loses."""
-
-
-def refused_outcome(
-    fence: Fence,
-    head_now: StoredObject | None,
-    checkpoint_id: str,
-    ours: Standing,
-    head_id_of: Callable[[str, bytes], str],
-    head_key: str,
-) -> Outcome:
-    """What a refused head PUT means, given the head read right after it and this checkpoint's standing.
-
-    ====================================  ===========  =========
-    head now                              fence        outcome
-    ====================================  ===========  =========
-    this checkpoint, or a descendant      any          COMMITTED
-    another writer's, or gone             Join         RETRY
-    another writer's, or gone             Fenced/New   CONFLICT
-    ====================================  ===========  =========
-    """
-    if head_now is not None and (head_id_of(head_key, head_now.body) == checkpoint_id or ours is Standing.COMMITTED):
-        return Outcome.COMMITTED
-    return Outcome.RETRY if isinstance(fence, Join) else Outcome.CONFLICT
+def refusal_error(refusal: Refusal, thread_id: str, ns: str, parent_id: str | None) -> CheckpointConflictError:
+    """The error a refused put raises: it says what happened, and never blames a writer that does not exist."""
+    if refusal is Refusal.PARENT_NOT_COMMITTED:
+        assert parent_id is not None
+        return ParentNotCommittedError(thread_id, ns, parent_id)
+    if refusal is Refusal.CREATED:
+        return CheckpointConflictError(thread_id, ns, " (it had no checkpoint when this caller read it)")
+    detail = "" if parent_id is None else f" (this checkpoint's parent {parent_id!r} is no longer the latest)"
+    return CheckpointConflictError(thread_id, ns, detail)
 
 
 _HeadSwap = tuple[str | None, Put, list[Put]]
@@ -438,9 +511,20 @@ class _Commit:
     ns: str
     checkpoint_id: str
     parent_id: str | None
-    source: Any
+    rule: Rule
     head_key: str
     record_key: str
+
+
+@dataclass(frozen=True)
+class _Basis:
+    """What a commit attempt stands on: the head that holds the parent (commit on it), or the head as read
+    (commit on top of it; ``None``: there is none), or nothing read yet (``unread``: a fork reads it with the
+    prerequisites)."""
+
+    parent: HeadSeen | None = None
+    head: StoredObject | None = None
+    unread: bool = False
 
 
 @dataclass

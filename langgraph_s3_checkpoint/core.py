@@ -22,8 +22,8 @@ committed checkpoint whose record, if it did not land, is restored from the head
 
 from __future__ import annotations
 
-from .committing import Committing, Outcome, refused_outcome
-from .fencing import Fence, Fenced, HeadSeen, Join, NewThread, SaverMemory
+from .committing import Committing, refusal_error
+from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Rule, SaverMemory, settle
 from .maintenance import Maintenance
 from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
 
@@ -35,22 +35,23 @@ class Core(Maintenance):
 
 
 __all__ = [
+    "FENCING_TABLE",
+    "SETTLE_TABLE",
+    "CallerReads",
     "CheckpointAddress",
     "Committing",
     "Core",
     "CoreState",
-    "Fence",
-    "Fenced",
     "HeadSeen",
-    "Join",
     "Maintenance",
-    "NewThread",
-    "Outcome",
+    "ParentRead",
     "Reading",
+    "Rule",
     "SaverMemory",
     "checkpoint_config",
     "matches",
     "merge_writes",
     "parse_config",
-    "refused_outcome",
+    "refusal_error",
+    "settle",
 ]

@@ -43,22 +43,48 @@ class InvalidArgumentTypeError(InvalidConfigError, TypeError):
 
 
 class CheckpointConflictError(S3CheckpointError):
-    """Another writer moved the thread's head since this saver last saw it.
+    """Another writer moved the thread's head since the caller read the checkpoint this put continues.
 
-    Raised by ``put`` when the head object of ``(thread_id, checkpoint_ns)`` no longer has the ETag this
-    saver read or wrote last: a second worker (or a straggler that woke up late) is writing the same
-    thread. The winner's checkpoint is intact; this writer's checkpoint was not committed.
+    Raised by ``put`` when the head of ``(thread_id, checkpoint_ns)`` no longer holds the checkpoint the caller
+    read as the latest (a second worker, or a straggler that woke up late, is writing the same thread), or when
+    two callers that both found the namespace empty create it. The winner's checkpoint is intact; this writer's
+    checkpoint was not committed. docs/safety.md has the whole fencing table.
     """
 
     def __init__(self, thread_id: str, checkpoint_ns: str, detail: str = "") -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
-        where = f"thread {thread_id!r}" + (f", namespace {checkpoint_ns!r}" if checkpoint_ns else "")
         super().__init__(
-            f"Another writer committed to {where} since this saver last read it{detail}. "
+            f"Another writer committed to {_where(thread_id, checkpoint_ns)} since this caller read it{detail}. "
             "This checkpoint was not committed. Reload the thread (invoke with only thread_id in the "
             "config to continue from the latest checkpoint) and retry, or give up this run."
         )
+
+
+class ParentNotCommittedError(CheckpointConflictError):
+    """A put continues a checkpoint that is not part of the thread: it was never written, was rolled back
+    (``delete_for_runs``) or deleted, and the caller did not ask for it by id (which would make the put a fork).
+
+    A subclass of :class:`CheckpointConflictError` (the remedy is the same: reload the thread), but no other
+    writer is blamed. Nothing was committed.
+    """
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, parent_id: str) -> None:
+        S3CheckpointError.__init__(
+            self,
+            f"The parent of this checkpoint, {parent_id!r}, is not a committed checkpoint of "
+            f"{_where(thread_id, checkpoint_ns)}: it was never written, or was rolled back or deleted. This "
+            "checkpoint was not committed. Reload the thread to continue from its latest checkpoint; to branch from "
+            "a checkpoint id on purpose, read it by id first (get_tuple / get_state with its checkpoint_id, as "
+            "update_state and replays do).",
+        )
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.parent_id = parent_id
+
+
+def _where(thread_id: str, checkpoint_ns: str) -> str:
+    return f"thread {thread_id!r}" + (f", namespace {checkpoint_ns!r}" if checkpoint_ns else "")
 
 
 class ClockSkewError(S3CheckpointError):
@@ -83,7 +109,17 @@ class ClockSkewError(S3CheckpointError):
 
 
 class ConditionalWritesUnsupportedError(S3CheckpointError):
-    """The S3 server ignores If-None-Match / If-Match, so single-writer guarantees cannot hold."""
+    """The S3 server does not enforce If-None-Match / If-Match as S3 does (it ignores them, refuses them with
+    501, or answers them otherwise), so single-writer guarantees cannot hold.
+
+    Raised at a saver's or store's first write (or ``setup()``) by the conditional-write probe, naming the
+    check that failed (``check``) and what the server answered (``answer``); also when a conditional request
+    is answered 501 Not Implemented."""
+
+    def __init__(self, message: str, *, check: str = "", answer: str = "") -> None:
+        self.check = check
+        self.answer = answer
+        super().__init__(message)
 
 
 class BucketNotFoundError(S3CheckpointError):
@@ -116,6 +152,13 @@ class WrongRegionError(S3RequestError):
     """S3 redirected a request to another region (the bucket is not where the client sends and signs). The
     boto3 transport follows such redirects; the direct transport, which sends where botocore resolved the
     bucket once, raises this, and the default transport then sends through boto3 from that request on."""
+
+
+class ConditionalRequestConflictError(S3RequestError):
+    """The server answered ``409 ConditionalRequestConflict`` (AWS: "a concurrent write raced you, retry") to every
+    attempt of a conditional write within the retry budget. Nothing about the thread is decided by it: the write
+    was not applied, and no other writer is known to have won. Many writers on one key, or a server that answers
+    409 to every conditional write."""
 
 
 class NotS3EndpointError(S3RequestError):

@@ -1,16 +1,47 @@
-"""What a saver remembers between calls, and how that decides the way a ``put`` commits (its :data:`Fence`)."""
+"""How a ``put`` commits: one table (:data:`FENCING_TABLE`) decides it from what the put says and how *its caller*
+read the parent; what a saver keeps between calls only saves requests, never changes that decision.
+
+Why the caller's reads, and not the process's. One process serves several runs of a thread while a UI reads its
+history. A run that read checkpoint P as the thread's latest and then puts a child of P *continues* the thread:
+if anyone moved the head meanwhile it must lose, or the thread forks silently and the latest state drops the
+other run's step. A run that asked for P by id (a replay, ``update_state`` or ``Command`` addressed at an older
+checkpoint) *forks* from P and must never lose. The two puts look alike (same parent, often the same ``source``);
+what tells them apart is how the caller read P. A record of reads kept for the whole process let one caller's
+read decide another caller's put: a UI paging through history, or a run's own ``get_delta_channel_history``
+(which reads P by id), turned a straggling run's put into a fork. So reads are recorded per *call chain*, in a
+:class:`contextvars.ContextVar` (:class:`CallerReads`): LangGraph makes a run's reads and its puts in one chain
+(its puts run on a thread pool or in asyncio tasks with a copy of the run's context), and every other caller
+(another run, a UI request, another thread) has a chain of its own. Reads the saver makes for itself (its
+look-ups while committing, rolling back or repairing; the DeltaChannel walk; pages of history) record nothing.
+
+The decision, as data (``tests/test_fencing_table.py`` walks every row; docs/safety.md shows the table):
+
+1. :data:`FENCING_TABLE`: (has a parent, how the caller read it, does the put continue a run) -> :class:`Rule`.
+2. :func:`settle`: a rule and the head as it is now -> :class:`Step` (what to send, or why the put is refused).
+
+Rejected alternatives, kept here because each was tried: marking fork points process-wide on every read by id
+(any reader could exempt a straggler from the straggler rule); fencing on the head the process last saw (a fork
+from a checkpoint the process had seen as the head raised); tagging the returned config with a read token
+(LangGraph copies ``saved.config`` into ``get_state().config``, which users and LangGraph's tests compare).
+"""
 
 from __future__ import annotations
 
+import itertools
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 ABSENT = "<absent>"
-"""Key of the observation "this saver saw no head for the namespace" (a parentless put's parent)."""
+"""The "checkpoint id" of a namespace without a head: what a parentless put continues."""
+SUPERSEDED = "<superseded>"
+"""ETag of a head this saver committed that another writer has already continued: a put fenced on it loses."""
 
 
 def written_here(modified: datetime | None, served: datetime | None, now: datetime) -> datetime | None:
@@ -27,10 +58,239 @@ def written_here(modified: datetime | None, served: datetime | None, now: dateti
     return now - max(served - modified, timedelta(0))
 
 
+# -- the decision ----------------------------------------------------------------------------------------------
+class ParentRead(Enum):
+    """How the caller of a ``put`` last read its parent (:class:`CallerReads`)."""
+
+    LATEST = "read as the latest"
+    """``get_tuple`` without a checkpoint id (or by id while it was the head): the caller continues the thread."""
+    BY_ID = "read by id"
+    """``get_tuple`` by id while it was not the head, or the one checkpoint ``list(before=..., limit=1)``
+    returned (LangGraph's replay lookup): the caller forks from it."""
+    UNREAD = "not read by this caller"
+
+
+class Rule(Enum):
+    """How a put commits (:data:`FENCING_TABLE`)."""
+
+    CREATE = "create"
+    """Commit only if the namespace still has no head (``If-None-Match: *``)."""
+    CONTINUE = "continue"
+    """Commit only if the head still holds the parent as the caller read it (``If-Match`` that ETag); otherwise
+    refused, also when the namespace has no head any more (the parent was rolled back or deleted)."""
+    CONTINUE_UNREAD = "continue, or create"
+    """A run's step on a parent its caller did not read (its own previous checkpoint, or a direct call): commit
+    only if the head holds the parent; refused if the thread moved past it or the parent is not committed; on a
+    namespace without a head, created (InMemorySaver stores a put whose parent it never saw)."""
+    CONTINUE_OR_FORK = "continue, else fork"
+    """Commit on the parent if the head still holds it; otherwise fork."""
+    FORK = "fork"
+    """Commit on top of whatever the head is now (or create the namespace): never refused for a moved head."""
+
+
+class Source(Enum):
+    """What a put's ``metadata["source"]`` says of its intent."""
+
+    STEP = "a run's step"
+    """``input`` or ``loop``: the checkpoints a run makes as it goes."""
+    FORK = "a fork"
+    """``fork``: a replay's first checkpoint, or an ``update_state(as_node="__copy__")``, which puts on top of the
+    parent of the checkpoint it read: a new branch by design."""
+    UPDATE = "a deliberate write"
+    """``update`` (``update_state``) or none (a direct call): InMemorySaver and PostgresSaver store it whatever the
+    thread did meanwhile."""
+
+
+def source_of(source: Any) -> Source:
+    if source in ("input", "loop"):
+        return Source.STEP
+    return Source.FORK if source == "fork" else Source.UPDATE
+
+
+FENCING_TABLE: Mapping[tuple[bool, ParentRead, Source], Rule] = {
+    # (has a parent, how the caller read it, source): rule
+    (False, ParentRead.LATEST, Source.STEP): Rule.CREATE,  # it found the namespace empty: a second creator loses
+    (False, ParentRead.LATEST, Source.UPDATE): Rule.CREATE,
+    (False, ParentRead.LATEST, Source.FORK): Rule.FORK,  # a __copy__ of a thread's first checkpoint
+    (False, ParentRead.BY_ID, Source.STEP): Rule.FORK,  # a subgraph starting over in a replay: nothing below the point
+    (False, ParentRead.BY_ID, Source.UPDATE): Rule.FORK,
+    (False, ParentRead.BY_ID, Source.FORK): Rule.FORK,
+    (False, ParentRead.UNREAD, Source.STEP): Rule.FORK,  # stored as InMemorySaver stores it: a new root
+    (False, ParentRead.UNREAD, Source.UPDATE): Rule.FORK,
+    (False, ParentRead.UNREAD, Source.FORK): Rule.FORK,
+    (True, ParentRead.LATEST, Source.STEP): Rule.CONTINUE,  # a run's step: a straggler loses
+    (True, ParentRead.LATEST, Source.UPDATE): Rule.CONTINUE,  # update_state on the latest: a second update loses
+    (True, ParentRead.LATEST, Source.FORK): Rule.FORK,
+    (True, ParentRead.BY_ID, Source.STEP): Rule.FORK,  # Command(resume=...) addressed at an older checkpoint
+    (True, ParentRead.BY_ID, Source.UPDATE): Rule.FORK,  # update_state on an older checkpoint
+    (True, ParentRead.BY_ID, Source.FORK): Rule.FORK,  # a replay from an older checkpoint
+    (True, ParentRead.UNREAD, Source.STEP): Rule.CONTINUE_UNREAD,  # a run's next step on its own previous checkpoint
+    (True, ParentRead.UNREAD, Source.UPDATE): Rule.CONTINUE_OR_FORK,  # a direct put: InMemorySaver stores it
+    (True, ParentRead.UNREAD, Source.FORK): Rule.FORK,  # __copy__ puts on the parent of what it read
+}
+
+
+def rule_for(parent_id: str | None, read: ParentRead, source: Any) -> Rule:
+    return FENCING_TABLE[(parent_id is not None, read, source_of(source))]
+
+
+class HeadNow(Enum):
+    """What the namespace's head holds when a put looks, relative to the put (:func:`settle`)."""
+
+    NONE = "no head"
+    PARENT = "the parent"
+    THIS = "this checkpoint, or a descendant of it"
+    """An earlier attempt of this very put committed (its answer was lost)."""
+    OTHER = "another checkpoint"
+    """The thread moved past the parent, or the parent is not committed at all (:func:`settle` tells which)."""
+
+
+class Refusal(Enum):
+    """Why a put is refused: each is an error class that says what happened (``committing.refuse``)."""
+
+    MOVED = "another writer moved the head past the parent"
+    CREATED = "another writer created the namespace"
+    PARENT_NOT_COMMITTED = "the parent is not a committed checkpoint"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a put does next: commit on the head as it is (``If-None-Match`` when there is none, ``If-Match``
+    otherwise), report success (``done``), or raise (``refused``)."""
+
+    commit: bool = False
+    on_parent: bool = False
+    """The commit continues the parent (the record's ``previous_head`` is the parent)."""
+    done: bool = False
+    refused: Refusal | None = None
+
+
+COMMIT_ON_PARENT = Step(commit=True, on_parent=True)
+JOIN = Step(commit=True)
+DONE = Step(done=True)
+
+SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
+    (Rule.CREATE, HeadNow.NONE): JOIN,
+    (Rule.CREATE, HeadNow.THIS): DONE,
+    (Rule.CREATE, HeadNow.OTHER): Step(refused=Refusal.CREATED),
+    (Rule.CONTINUE, HeadNow.PARENT): COMMIT_ON_PARENT,
+    (Rule.CONTINUE, HeadNow.THIS): DONE,
+    (Rule.CONTINUE, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
+    (Rule.CONTINUE, HeadNow.NONE): Step(refused=Refusal.PARENT_NOT_COMMITTED),
+    (Rule.CONTINUE_UNREAD, HeadNow.PARENT): COMMIT_ON_PARENT,
+    (Rule.CONTINUE_UNREAD, HeadNow.THIS): DONE,
+    (Rule.CONTINUE_UNREAD, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
+    (Rule.CONTINUE_UNREAD, HeadNow.NONE): JOIN,
+    (Rule.CONTINUE_OR_FORK, HeadNow.PARENT): COMMIT_ON_PARENT,
+    (Rule.CONTINUE_OR_FORK, HeadNow.THIS): DONE,
+    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER): JOIN,
+    (Rule.CONTINUE_OR_FORK, HeadNow.NONE): JOIN,
+    (Rule.FORK, HeadNow.PARENT): JOIN,
+    (Rule.FORK, HeadNow.THIS): DONE,
+    (Rule.FORK, HeadNow.OTHER): JOIN,
+    (Rule.FORK, HeadNow.NONE): JOIN,
+}
+"""(rule, what the head holds now) -> what the put does. A ``JOIN`` on a head that holds another checkpoint commits
+on top of it (the record names that head as ``previous_head``), or, for an id older than the head's, as a detached
+record (``committing._commit``): "latest" is the newest id for every LangGraph saver."""
+
+
+def settle(rule: Rule, head: HeadNow, parent_committed: bool | None = None) -> Step:
+    """What a put under ``rule`` does, given what the head holds now. ``parent_committed`` tells a moved head from
+    a parent that never committed (rolled back, deleted, never written) when ``rule`` refuses: ``None`` if not
+    looked up (``committing`` looks it up only to word the refusal)."""
+    step = SETTLE_TABLE[(rule, head)]
+    if step.refused is Refusal.MOVED and parent_committed is False:
+        return Step(refused=Refusal.PARENT_NOT_COMMITTED)
+    return step
+
+
+# -- what the caller read ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _NamespaceReads:
+    latest: tuple[str, str | None] | None = None
+    """(checkpoint id or ABSENT, its head's ETag) of the caller's newest latest read."""
+    by_id: tuple[str, ...] = ()
+    """Checkpoints the caller read by id (fork points), newest last."""
+
+
+class CallerReads:
+    """How each call chain read the checkpoints of each namespace: the input of :data:`FENCING_TABLE`.
+
+    One :class:`contextvars.ContextVar` holds, per saver memory, an immutable mapping that every record
+    replaces (copy on write): a chain that copies the context (a put sent to the thread pool, an asyncio task)
+    sees what was read before the copy and adds nothing to its parent's. Bounded: the newest
+    :data:`NAMESPACES_PER_CALLER` namespaces per saver, :data:`FORK_POINTS_PER_NAMESPACE` fork points each, and
+    the :data:`SAVERS_PER_CALLER` savers a chain used last.
+    """
+
+    NAMESPACES_PER_CALLER = 64
+    FORK_POINTS_PER_NAMESPACE = 8
+    SAVERS_PER_CALLER = 8
+    _var: ContextVar[Mapping[int, Mapping[tuple[str, str], _NamespaceReads]] | None] = ContextVar(
+        "langgraph_s3_checkpoint_caller_reads", default=None
+    )
+    _serials = itertools.count()
+
+    def __init__(self) -> None:
+        self._serial = next(self._serials)
+
+    def _get(self) -> Mapping[tuple[str, str], _NamespaceReads]:
+        return (self._var.get() or {}).get(self._serial, {})
+
+    def _set(self, thread_id: str, ns: str, reads: _NamespaceReads) -> None:
+        savers = dict(self._var.get() or {})
+        mine = dict(savers.pop(self._serial, {}))
+        mine.pop((thread_id, ns), None)
+        mine[(thread_id, ns)] = reads  # newest last
+        while len(mine) > self.NAMESPACES_PER_CALLER:
+            del mine[next(iter(mine))]
+        savers[self._serial] = mine
+        while len(savers) > self.SAVERS_PER_CALLER:
+            del savers[next(iter(savers))]
+        self._var.set(savers)
+
+    def read_latest(self, thread_id: str, ns: str, checkpoint_id: str | None, etag: str | None) -> None:
+        """The caller read the namespace's latest checkpoint (``None``: found no head)."""
+        found = checkpoint_id or ABSENT
+        previous = self._get().get((thread_id, ns), _NamespaceReads())
+        self._set(thread_id, ns, _NamespaceReads((found, etag), tuple(c for c in previous.by_id if c != found)))
+
+    def read_by_id(self, thread_id: str, ns: str, checkpoint_id: str | None) -> None:
+        """The caller read a checkpoint by id that was not the head (``None``: found nothing below a bound)."""
+        point = checkpoint_id or ABSENT
+        previous = self._get().get((thread_id, ns), _NamespaceReads())
+        latest = None if previous.latest is not None and previous.latest[0] == point else previous.latest
+        by_id = (*(c for c in previous.by_id if c != point), point)[-self.FORK_POINTS_PER_NAMESPACE :]
+        self._set(thread_id, ns, _NamespaceReads(latest, by_id))
+
+    def saw_a_head(self, thread_id: str, ns: str) -> None:
+        """The caller saw that the namespace has a head (reading another checkpoint by id): it is no longer one
+        that found the namespace empty."""
+        reads = self._get().get((thread_id, ns))
+        if reads is not None and reads.latest is not None and reads.latest[0] == ABSENT:
+            self._set(thread_id, ns, _NamespaceReads(None, reads.by_id))
+
+    def of(self, thread_id: str, ns: str, parent_id: str | None) -> tuple[ParentRead, str | None]:
+        """How the caller last read ``parent_id`` (``None``: the namespace without a head), with the head's ETag
+        it saw when it read it as the latest."""
+        reads = self._get().get((thread_id, ns))
+        point = parent_id or ABSENT
+        if reads is None:
+            return ParentRead.UNREAD, None
+        if point in reads.by_id:
+            return ParentRead.BY_ID, None
+        if reads.latest is not None and reads.latest[0] == point:
+            return ParentRead.LATEST, reads.latest[1]
+        return ParentRead.UNREAD, None
+
+
+# -- what the saver keeps between calls ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class HeadSeen:
-    """What this saver knows of a head it observed: enough to continue it without reading anything."""
+    """A head this saver read or committed: enough to continue it without reading anything."""
 
+    checkpoint_id: str
     etag: str
     blobs: Mapping[str, str]
     """Large values (channel -> version) the head's record references: they exist while it is the head."""
@@ -42,12 +302,29 @@ class HeadSeen:
     """The head's inline values as stored, for a put to carry over the values whose version did not move;
     ``None`` when they were too large to remember (:data:`REMEMBERED_VALUES_BYTES`)."""
 
+    def size(self) -> int:
+        """Bytes this entry keeps alive, roughly: its values, ids and the containers' overhead."""
+        values = sum(len(typed[1]) for typed in (self.inline or {}).values() if _bytes_of(typed) is not None)
+        strings = sum(len(k) + len(v) for k, v in (*self.blobs.items(), *self.versions.items()))
+        entries = len(self.blobs) + len(self.versions) + len(self.inline or {})
+        return ENTRY_OVERHEAD + values + strings + 200 * entries
 
+
+def _bytes_of(typed: list[Any]) -> bytes | None:
+    return typed[1] if len(typed) > 1 and isinstance(typed[1], bytes) else None
+
+
+ENTRY_OVERHEAD = 600
+"""Bytes of one remembered head besides its values (the entry, its key tuple, ids and ETag), measured with
+``sys.getsizeof`` on CPython 3.11 and rounded up."""
 REMEMBERED_VALUES_BYTES = 64 * 1024
-"""The most bytes of inline values remembered per head (:func:`head_seen`): the memory keeps up to 10,000 heads."""
+"""The most bytes of inline values remembered for one head (:func:`head_seen`)."""
+DEFAULT_MEMORY_BYTES = 8 * 1024 * 1024
+"""What a saver keeps of the heads it saw, at most (the ``memory_bytes`` option)."""
 
 
 def head_seen(
+    checkpoint_id: str,
     etag: str,
     blobs: Mapping[str, str],
     run_id: str | None,
@@ -55,8 +332,9 @@ def head_seen(
     inline: Mapping[str, list[Any]],
 ) -> HeadSeen:
     """What to remember of a head just written or read."""
-    size = sum(len(typed[1]) for typed in inline.values() if len(typed) > 1 and isinstance(typed[1], bytes))
+    size = sum(len(b) for typed in inline.values() if (b := _bytes_of(typed)) is not None)
     return HeadSeen(
+        checkpoint_id,
         etag,
         dict(blobs),
         run_id,
@@ -65,120 +343,101 @@ def head_seen(
     )
 
 
-@dataclass(frozen=True)
-class Fenced:
-    """The put continues a head this saver observed: commit only if it still has this ETag."""
-
-    seen: HeadSeen
-
-
-@dataclass(frozen=True)
-class NewThread:
-    """This saver observed that the namespace has no head: commit only if there still is none."""
-
-
-@dataclass(frozen=True)
-class Join:
-    """Read the head and commit on top of it: a fork or replay from a checkpoint this saver read
-    explicitly (``fork``), or a parent this saver knows nothing of (a fresh saver, an evicted memory)."""
-
-    fork: bool = False
-
-
-Fence = Fenced | NewThread | Join
-
-
 class SaverMemory:
-    r"""The head this saver last observed in each namespace (the basis of fencing), and when it last
-    wrote large values.
+    """What a saver keeps between calls, in one byte budget, least recently used first out: the head it last saw
+    in each namespace (:class:`HeadSeen`: its ETag, so a put on it needs no GET, and its values, so a put carries
+    over the ones whose version did not move), and, with a lifecycle TTL, when it last wrote large values.
 
-    ``heads[(thread, ns)]`` is the checkpoint id the head pointed at when this saver last read or
-    wrote it, with the :class:`HeadSeen` of that moment (``None`` for "saw no head"). Only a put whose
-    parent is that very checkpoint is :class:`Fenced`: an older parent means the saver has itself seen
-    the thread move past it, so the put is a fork (LangGraph's ``__copy__`` updates, a subgraph starting
-    over during a replay) and :class:`Join`\ s. Reading a checkpoint explicitly (by id, or below a
-    ``before`` bound) is how LangGraph starts a replay, so it marks that checkpoint as a fork point,
-    which also exempts a step on top of it from the straggler rule (see ``Core.put``). Everything else
-    the saver might remember (that a large value or a ``name`` object exists, that a run is indexed) is
-    derived from the observed head, so it is only trusted while the fence holds: nothing here can
-    outlive what it describes.
+    None of it decides how a put commits (that is :data:`FENCING_TABLE` over :class:`CallerReads`): a remembered
+    head only spares the GET that would find the same head, and a put whose ``If-Match`` on a remembered ETag is
+    refused reads the head and decides again. So forgetting costs requests, never correctness.
     """
 
-    def __init__(self, max_threads: int = 10_000, blobs_per_namespace: int = 256) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MEMORY_BYTES, *, track_blob_ages: bool = False) -> None:
         self._lock = threading.Lock()
-        self._blobs_per_namespace = blobs_per_namespace
-        self._max_threads = max_threads
-        self._heads: OrderedDict[tuple[str, str], tuple[str, HeadSeen | None]] = OrderedDict()
-        self._written: OrderedDict[tuple[str, str], dict[tuple[str, str], datetime]] = OrderedDict()
-        self._forks: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.track_blob_ages = track_blob_ages
+        self.callers = CallerReads()
+        self._entries: OrderedDict[tuple[str, str, str], tuple[Any, int]] = OrderedDict()
+        """(table, thread, ns) -> (value, size): one LRU order for every table."""
+        self._bytes = 0
 
-    def _touch(self, table: OrderedDict[Any, Any], key: Any, default: Any) -> Any:
-        entry = table.get(key)
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes the memory accounts for now (at most ``max_bytes``)."""
+        return self._bytes
+
+    def _store(self, key: tuple[str, str, str], value: Any, size: int) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        if size > self.max_bytes:
+            return
+        self._entries[key] = (value, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self._bytes -= evicted
+
+    def _lookup(self, key: tuple[str, str, str]) -> Any:
+        entry = self._entries.get(key)
         if entry is None:
-            entry = table[key] = default
-            while len(table) > self._max_threads:
-                table.popitem(last=False)
-        else:
-            table.move_to_end(key)
-        return entry
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
 
-    def saw_head(self, thread_id: str, ns: str, checkpoint_id: str | None, seen: HeadSeen | None) -> None:
+    def saw_head(self, thread_id: str, ns: str, seen: HeadSeen) -> None:
+        """A head this saver read or committed."""
         with self._lock:
-            self._heads[(thread_id, ns)] = (checkpoint_id or ABSENT, seen)
-            self._heads.move_to_end((thread_id, ns))
-            while len(self._heads) > self._max_threads:
-                self._heads.popitem(last=False)
+            self._store(("head", thread_id, ns), seen, seen.size())
 
-    def fence(self, thread_id: str, ns: str, parent_id: str | None) -> Fence:
-        """How a put with this parent commits."""
+    def head(self, thread_id: str, ns: str, checkpoint_id: str) -> HeadSeen | None:
+        """The remembered head of the namespace, if it held ``checkpoint_id``."""
         with self._lock:
-            observed = self._heads.get((thread_id, ns))
-            if observed is not None and observed[0] == (parent_id or ABSENT):
-                return NewThread() if observed[1] is None else Fenced(observed[1])
-            return Join(fork=parent_id is not None and (thread_id, ns, parent_id) in self._forks)
+            seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
+        return seen if seen is not None and seen.checkpoint_id == checkpoint_id else None
 
     def head_written_by(self, thread_id: str, ns: str) -> tuple[str, str | None] | None:
         """The checkpoint id of the head this saver last saw in the namespace and the run that wrote it
-        (``None``: it saw no head there, or remembers nothing). Only asked, never changed, by ``put_writes``."""
+        (``None``: it remembers no head there). Only asked, never changed, by ``put_writes``, and only to spare
+        the run-index entries of writes: forgetting costs two create-only PUTs, never correctness."""
         with self._lock:
-            observed = self._heads.get((thread_id, ns))
-        if observed is None or observed[1] is None:
-            return None
-        return observed[0], observed[1].run_id
-
-    def read_explicitly(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """A checkpoint was read by id or below a bound: how LangGraph starts a replay or a fork.
-
-        A put on top of it joins the current head instead of being fenced on an old observation, and
-        is not taken for a straggler when the head has moved on.
-        """
-        with self._lock:
-            self._touch(self._forks, (thread_id, ns, checkpoint_id), None)
+            seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
+        return None if seen is None else (seen.checkpoint_id, seen.run_id)
 
     def forget_namespace(self, thread_id: str, ns: str) -> None:
         """After a surprise (a conflict, a rollback): the next put reads the head again."""
         with self._lock:
-            self._heads.pop((thread_id, ns), None)
+            old = self._entries.pop(("head", thread_id, ns), None)
+            if old is not None:
+                self._bytes -= old[1]
 
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
-            tables: tuple[OrderedDict[Any, Any], ...] = (self._heads, self._written, self._forks)
-            for table in tables:
-                for key in [k for k in table if k[0] == thread_id]:
-                    del table[key]
+            for key in [k for k in self._entries if k[1] == thread_id]:
+                self._bytes -= self._entries.pop(key)[1]
 
     def wrote_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str], when: datetime | None) -> None:
-        """Remember when these (channel -> version) values were written, for lifecycle renewal."""
-        if when is None:
+        """Remember when these (channel -> version) values were written, for lifecycle renewal (only with a TTL:
+        nothing else needs their age)."""
+        if when is None or not refs or not self.track_blob_ages:
             return
         with self._lock:
-            known = self._touch(self._written, (thread_id, ns), {})
+            key = ("blob ages", thread_id, ns)
+            known: dict[tuple[str, str], datetime] = dict(self._lookup(key) or {})
             for ref in refs.items():
                 known.pop(ref, None)
                 known[ref] = when  # re-inserted: the most recently referenced values are kept
-            while len(known) > self._blobs_per_namespace:
+            while len(known) > BLOB_AGES_PER_NAMESPACE:
                 del known[next(iter(known))]
+            size = ENTRY_OVERHEAD + sum(200 + len(c) + len(v) for c, v in known) + sys.getsizeof(known)
+            self._store(key, known, size)
 
     def blob_written(self, thread_id: str, ns: str, channel: str, version: str) -> datetime | None:
         with self._lock:
-            return self._written.get((thread_id, ns), {}).get((channel, version))
+            known: dict[tuple[str, str], datetime] | None = self._lookup(("blob ages", thread_id, ns))
+        return None if known is None else known.get((channel, version))
+
+
+BLOB_AGES_PER_NAMESPACE = 256
+"""The most large values whose write time a saver remembers per namespace (the most recently referenced)."""

@@ -190,20 +190,29 @@ class Reading(CoreState):
     """Plans that read a thread."""
 
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        """LangGraph's ``get_tuple``, as the caller's read: how it read the checkpoint (the latest, or by id) is what
+        a put of this caller on top of it is fenced by (:mod:`.fencing`)."""
+        return (yield from self._read_tuple(config, as_caller=True))
+
+    def _read_tuple(self, config: RunnableConfig, *, as_caller: bool) -> Plan[CheckpointTuple | None]:
+        """``get_tuple``; a read the saver makes for itself (``as_caller=False``) records nothing of the caller."""
         t = parse_config(config)
         if t.checkpoint_id is None:
-            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns))
-        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id))
+            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns, as_caller))
+        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id, as_caller))
 
-    def _get_latest(self, thread_id: str, ns: str) -> Plan[CheckpointTuple | None]:
+    def _get_latest(self, thread_id: str, ns: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
         if head is None:
-            self.memory.saw_head(thread_id, ns, None, None)
+            if as_caller:
+                self.memory.callers.read_latest(thread_id, ns, None, None)
             return None
         record = self.codec.decode_record(head_key, head.body)
         checkpoint_id = record.checkpoint["id"]
-        self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
+        self.memory.saw_head(thread_id, ns, seen_in(head, record))
+        if as_caller:
+            self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
         listing = yield from one(ListKeys(folder))
         key = self.layout.record(thread_id, ns, checkpoint_id)
@@ -214,7 +223,7 @@ class Reading(CoreState):
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
 
-    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str) -> Plan[CheckpointTuple | None]:
+    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
         key = self.layout.record(thread_id, ns, checkpoint_id)
         head_key = self.layout.head(thread_id, ns)
         obj, listing, head = yield from three(
@@ -222,26 +231,32 @@ class Reading(CoreState):
             ListKeys(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)),
             Get(head_key),
         )
+        holds = head is not None and self._head_holds(head_key, head, checkpoint_id)
+        if as_caller and not holds:
+            # Asking for a checkpoint by id that is not the latest is how forks, replays and updates of an older
+            # checkpoint start: this caller's put on top of it forks. Also when it is not there at all:
+            # ``update_state`` on such an id stores a new branch, as InMemorySaver does.
+            self.memory.callers.read_by_id(thread_id, ns, checkpoint_id)
+            if head is not None:
+                self.memory.callers.saw_a_head(thread_id, ns)
         repair: list[Request] = []
         if obj is None:
-            if head is None or self.codec.peek_head_id(head_key, head.body) != checkpoint_id:
+            if not holds:
                 return None
+            assert head is not None
             # A head-only commit (see _get_latest): the head holds the record.
             obj, key = head, head_key
             repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, if_none_match=True))
         record = self.codec.decode_record(key, obj.body)
         if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
             return None  # a put that never committed (or has not yet): not part of the thread
-        if head is not None and self._head_holds(head_key, head, checkpoint_id):
-            # The latest, asked for by id (a UI showing the current state, a run addressed at it): a put on top
-            # of it continues the thread, fenced as after a latest read. Marking it a fork point would exempt a
-            # later put of a run that read it as the latest from the straggler rule, after another run of this
-            # saver had moved the thread on: a silent fork.
-            self.memory.saw_head(thread_id, ns, checkpoint_id, _seen(head, record))
-        else:
-            # Asking for an older checkpoint by id is how forks and replays start, so a put on top of it is a
-            # fork (joins the current head), never a fenced continuation.
-            self.memory.read_explicitly(thread_id, ns, checkpoint_id)
+        if holds:
+            assert head is not None
+            # The latest, asked for by id (a UI showing the current state, a resume addressed at it): a put of
+            # this caller on top of it continues the thread, fenced as after a latest read.
+            self.memory.saw_head(thread_id, ns, seen_in(head, record))
+            if as_caller:
+                self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
@@ -399,8 +414,12 @@ class Reading(CoreState):
         ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
         if t.checkpoint_id is not None:
             yield from self._list_one(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
-        else:
-            yield from self._list_thread(t.thread_id, ns, filter, before_id, budget)
+            return
+        yield from self._list_thread(t.thread_id, ns, filter, before_id, budget)
+        if before_id is not None and budget.asked == 1 and not budget.done and ns is not None:
+            # LangGraph's replay lookup found nothing below the replay point: the subgraph starts over with a
+            # parentless put, a new root beside what the namespace holds (a fork, not a second creator).
+            self.memory.callers.read_by_id(t.thread_id, ns, None)
 
     def _list_one(
         self,
@@ -415,7 +434,7 @@ class Reading(CoreState):
         if before_id is not None and checkpoint_id >= before_id:
             return
         for name in [ns] if ns is not None else (yield from self._namespaces(thread_id)):
-            tup = yield from self.get_tuple(checkpoint_config(thread_id, name, checkpoint_id))
+            tup = yield from self._read_tuple(checkpoint_config(thread_id, name, checkpoint_id), as_caller=False)
             if tup is not None and matches(tup.metadata, filter):
                 yield Emit(tup)
                 budget.take()
@@ -538,11 +557,10 @@ class Reading(CoreState):
             for tup in tuples:
                 if before_id is not None and budget.asked == 1:
                     # Reading the one checkpoint below a bound is how LangGraph finds a subgraph's state for a
-                    # replay (``_replay.py``): a put on top of what it returns is a fork, not a continuation.
-                    # Pages of history (a UI's, any other limit) mark nothing: a run that read one of those
-                    # checkpoints as the latest would otherwise escape the straggler rule.
+                    # replay (``_replay.py``): this caller's put on top of it forks. Pages of history (any other
+                    # limit) are not fork points.
                     found_in = tup.config["configurable"]["checkpoint_ns"]
-                    self.memory.read_explicitly(thread_id, found_in, tup.checkpoint["id"])
+                    self.memory.callers.read_by_id(thread_id, found_in, tup.checkpoint["id"])
                 yield Emit(tup)
                 budget.take()
 
@@ -589,8 +607,6 @@ class Reading(CoreState):
             read, write_reads = best.buffer.pop(0)
             batch.append((best, read, write_reads))
         return batch
-
-    # -- writing ------------------------------------------------------------------------------------
 
     # -- DeltaChannel support -----------------------------------------------------------------------
     def get_delta_channel_history(
@@ -794,10 +810,11 @@ def _first_page_size(budget: _Budget, filter: dict[str, Any] | None) -> int:
     return min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
 
 
-def _seen(head: StoredObject, record: Record) -> HeadSeen:
-    run_id = record.metadata.get("run_id")
+def seen_in(head: StoredObject, record: Record) -> HeadSeen:
+    """What a saver remembers of a head it read (``record`` is the head's body decoded)."""
+    run_id = None if record.metadata.get("run_id") is None else str(record.metadata["run_id"])
     versions = record.checkpoint["channel_versions"]
-    return head_seen(head.etag, record.blobs, None if run_id is None else str(run_id), versions, record.encoded)
+    return head_seen(record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded)
 
 
 def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:

@@ -18,6 +18,8 @@ concurrently must all survive.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import os
 import random
 import threading
@@ -75,7 +77,28 @@ class OnLoop(BaseCheckpointSaver[str]):
         self._thread.start()
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        """Run ``coroutine`` on the loop as if in the caller's own context: the saver records how a caller read a
+        checkpoint in its ``contextvars`` context (docs/safety.md, "The fencing table"), so what the call set there
+        is carried back, as an ``await`` in the caller's task would keep it."""
+        caller = contextvars.copy_context()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def finish(task: asyncio.Task[T]) -> None:
+            if task.cancelled():
+                done.cancel()
+            elif (error := task.exception()) is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(task.result())
+
+        def start() -> None:
+            self.loop.create_task(coroutine, context=caller).add_done_callback(finish)
+
+        self.loop.call_soon_threadsafe(start)
+        result = done.result()
+        for var, value in caller.items():
+            var.set(value)
+        return result
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._call(self.inner.aget_tuple(config))

@@ -1,0 +1,346 @@
+"""Fencing decided by how *the caller* read the parent, never by what else the process read.
+
+One process serves several runs of a thread while a UI reads its history. Each test gives every party its own
+call chain (a :class:`contextvars.Context`, as a thread, an asyncio task or a request handler has): the parties
+share one saver, and so one memory, as in one Agent Server process. Each test failed on d54071b, where reads
+made anywhere in the process marked fork points and the remembered head decided fences.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypeVar
+
+import pytest
+from helpers import cfg
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
+
+T = TypeVar("T")
+
+
+class Caller:
+    """One call chain of its own (a run, a UI request): what it reads decides only its own puts."""
+
+    def __init__(self) -> None:
+        self.context = contextvars.Context()
+
+    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self.context.run(fn, *args, **kwargs)
+
+
+@pytest.fixture
+def bucket() -> MemoryBucket:
+    return MemoryBucket()
+
+
+def saver_on(bucket: MemoryBucket) -> S3Saver:
+    return S3Saver(bucket="b", client=bucket)
+
+
+def checkpoint(n: int, parent: Checkpoint | None = None) -> Checkpoint:
+    """A checkpoint with a LangGraph-shaped id: ``n`` orders it in time."""
+    cp = create_checkpoint(parent or empty_checkpoint(), None, n)
+    cp["id"] = f"1f0{n:05d}-0000-6000-8000-000000000000"
+    return cp
+
+
+def put(saver: S3Saver, parent: RunnableConfig, n: int, source: str = "loop") -> RunnableConfig:
+    return saver.put(parent, checkpoint(n), {"source": source, "step": n}, {})
+
+
+def latest_id(saver: S3Saver, thread_id: str) -> str | None:
+    tup = Caller()(saver.get_tuple, cfg(thread_id))
+    return None if tup is None else tup.checkpoint["id"]
+
+
+def history(saver: S3Saver, thread_id: str) -> list[str]:
+    return [t.checkpoint["id"] for t in Caller()(lambda: list(saver.list(cfg(thread_id))))]
+
+
+# -- a: what others read never turns a straggler into a fork ----------------------------------------------------
+READS_OF_THE_PARENT: dict[str, Callable[[S3Saver, RunnableConfig], Any]] = {
+    "delta history of the parent": lambda s, h: s.get_delta_channel_history(config=h, channels=["messages"]),
+    "the parent by id": lambda s, h: s.get_tuple(h),
+    "a page of history": lambda s, h: list(s.list(cfg(h["configurable"]["thread_id"]), limit=2)),
+    "the one checkpoint below the head": lambda s, h: list(
+        s.list(cfg(h["configurable"]["thread_id"]), before=latest_config(s, h), limit=1)
+    ),
+}
+
+
+def latest_config(saver: S3Saver, config: RunnableConfig) -> RunnableConfig:
+    tup = saver.get_tuple(cfg(config["configurable"]["thread_id"]))
+    assert tup is not None
+    return tup.config
+
+
+@pytest.mark.parametrize(
+    ("reader", "read"),
+    [("a UI", read) for read in READS_OF_THE_PARENT]
+    + [("the slow run itself", read) for read in ("delta history of the parent", "a page of history")],
+)
+def test_a_a_read_of_the_parent_after_the_other_run_committed_leaves_the_straggler_fenced(
+    bucket: MemoryBucket, read: str, reader: str
+) -> None:
+    """Two runs of one saver read head H as the latest; the fast one commits on H. Whatever another caller reads
+    afterwards (a UI showing history, LangGraph's replay lookup of its own), and whatever the slow run reads for
+    itself (its DeltaChannel rebuild, a page of history), the slow run's put on H loses instead of committing a
+    second child of H. (Only the slow run asking for H by id itself would make its put a fork: that is how
+    LangGraph starts one.)"""
+    saver = saver_on(bucket)
+    head = put(saver, cfg("t"), 1, "input")
+    slow, fast, ui = Caller(), Caller(), Caller()
+    assert slow(saver.get_tuple, cfg("t")) is not None
+    assert fast(saver.get_tuple, cfg("t")) is not None
+    won = fast(put, saver, head, 2)
+    party = slow if reader == "the slow run itself" else ui
+    party(READS_OF_THE_PARENT[read], saver, head)
+    with pytest.raises(CheckpointConflictError) as refused:
+        slow(put, saver, head, 3)
+    assert not isinstance(refused.value, ParentNotCommittedError)
+    assert latest_id(saver_on(bucket), "t") == won["configurable"]["checkpoint_id"]
+    assert history(saver_on(bucket), "t") == [
+        won["configurable"]["checkpoint_id"],
+        head["configurable"]["checkpoint_id"],
+    ]
+
+
+def _extend(state: list[str], batches: Sequence[list[str]]) -> list[str]:
+    return [*state, *(m for batch in batches for m in batch)]
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], DeltaChannel(_extend)]
+
+
+def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server: LocalS3Server, prefix: str) -> None:
+    """The defect as users met it: one saver (one server process) runs two requests of one conversation, a graph
+    with a DeltaChannel. Both start from the same latest checkpoint; the fast one finishes; a UI then shows the
+    thread's history (which rebuilds the DeltaChannel of every checkpoint by id). The slow run must fail with
+    CheckpointConflictError, and the thread must hold the fast run's turn, linearly."""
+    saver = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
+    s3_server.create_bucket("lgs3-test")
+    both_read = threading.Barrier(2, timeout=30)
+    fast_done, ui_done = threading.Event(), threading.Event()
+    original_get_tuple, original_put = saver.get_tuple, saver.put
+
+    def get_tuple(config: RunnableConfig) -> CheckpointTuple | None:
+        tup = original_get_tuple(config)
+        if "checkpoint_id" not in config["configurable"] and config["configurable"].get("who"):
+            both_read.wait()  # both runs have read the same latest checkpoint before either writes
+        return tup
+
+    def put(config: RunnableConfig, *args: Any) -> RunnableConfig:
+        if config["configurable"].get("who") == "slow":
+            assert ui_done.wait(timeout=30)
+        return original_put(config, *args)
+
+    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    saver.put = put  # type: ignore[method-assign]
+    builder = StateGraph(Chat)
+    builder.add_node("reply", lambda state: {"messages": [f"reply {len(state['messages'])}"]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    graph = builder.compile(checkpointer=saver)
+    thread: RunnableConfig = {"configurable": {"thread_id": "chat"}}
+    graph.invoke({"messages": ["hello"]}, thread)
+    outcomes: dict[str, str] = {}
+
+    def run(who: str) -> None:
+        try:
+            graph.invoke({"messages": [f"from {who}"]}, {"configurable": {"thread_id": "chat", "who": who}})
+            outcomes[who] = "committed"
+        except CheckpointConflictError:
+            outcomes[who] = "conflict"
+        finally:
+            if who == "fast":
+                fast_done.set()
+
+    runs = [threading.Thread(target=run, args=(who,)) for who in ("slow", "fast")]
+    for t in runs:
+        t.start()
+    assert fast_done.wait(timeout=60)
+    shown = list(graph.get_state_history(thread))  # the UI, in this thread: every checkpoint by id
+    assert shown
+    ui_done.set()
+    for t in runs:
+        t.join(timeout=60)
+    assert outcomes == {"fast": "committed", "slow": "conflict"}
+    saver.get_tuple, saver.put = original_get_tuple, original_put  # type: ignore[method-assign]
+    fresh = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
+    final = builder.compile(checkpointer=fresh).get_state(thread).values["messages"]
+    assert final == ["hello", "reply 1", "from fast", "reply 3"]
+    ids = [t.checkpoint["id"] for t in fresh.list(cfg("chat"))]
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in fresh.list(cfg("chat")) if t.parent_config]
+    assert len(parents) == len(set(parents)), f"a checkpoint with two children: {ids}"
+    for s in (saver, fresh):
+        s.close()
+
+
+# -- b: a fork from a checkpoint this process once saw as the head ---------------------------------------------
+def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(bucket: MemoryBucket) -> None:
+    """Process A last saw H as the head; process B moves the thread on; A reads H by id and puts a child of H.
+    That is a fork (InMemorySaver and a fresh process store it), not a conflict."""
+    a, b = saver_on(bucket), saver_on(bucket)
+    head = put(a, cfg("t"), 1, "input")
+    assert a.get_tuple(cfg("t")) is not None  # A's last view: H is the head
+    b.get_tuple(cfg("t"))
+    moved = put(b, head, 2)
+    old = a.get_tuple(head)  # A asks for H by id: a fork point for A's next put
+    assert old is not None
+    forked = a.put(head, checkpoint(3), {"source": "update", "step": 2}, {})
+    assert latest_id(saver_on(bucket), "t") == forked["configurable"]["checkpoint_id"]
+    ids = history(saver_on(bucket), "t")
+    assert ids == [
+        forked["configurable"]["checkpoint_id"],
+        moved["configurable"]["checkpoint_id"],
+        "1f000001-0000-6000-8000-000000000000",
+    ]
+
+
+def test_b_update_state_on_a_checkpoint_the_process_last_saw_as_the_head(s3_server: LocalS3Server, prefix: str) -> None:
+    """The same through LangGraph: ``update_state(config_of_H)`` in the process that last saw H as the head."""
+    s3_server.create_bucket("lgs3-test")
+    a = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
+    b = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
+
+    class State(TypedDict):
+        steps: Annotated[list[str], lambda x, y: x + y]
+
+    builder = StateGraph(State)
+    builder.add_node("step", lambda s: {"steps": ["ran"]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    graph_a, graph_b = builder.compile(checkpointer=a), builder.compile(checkpointer=b)
+    thread: RunnableConfig = {"configurable": {"thread_id": "fork"}}
+    graph_a.invoke({"steps": ["one"]}, thread)
+    seen = graph_a.get_state(thread)  # A's last view of the thread
+    graph_b.invoke({"steps": ["two"]}, thread)
+    forked = graph_a.update_state(seen.config, {"steps": ["edited"]})
+    assert graph_b.get_state(thread).config["configurable"]["checkpoint_id"] == forked["configurable"]["checkpoint_id"]
+    assert graph_b.get_state(thread).values["steps"] == ["one", "ran", "edited"]
+    for s in (a, b):
+        s.close()
+
+
+# -- k: puts that used to blame a writer who does not exist --------------------------------------------------
+def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
+    s3_server: LocalS3Server, prefix: str
+) -> None:
+    """``update_state`` on a checkpoint id the thread never had: InMemorySaver stores it as a new branch; so does
+    the saver, and the thread's latest state is the update."""
+    s3_server.create_bucket("lgs3-test")
+
+    class State(TypedDict):
+        steps: Annotated[list[str], lambda x, y: x + y]
+
+    builder = StateGraph(State)
+    builder.add_node("step", lambda s: {"steps": ["ran"]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    phantom = "1f000000-0000-6000-8000-000000000bad"
+    outcomes = []
+    for saver in (InMemorySaver(), S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())):
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"steps": ["one"]}, {"configurable": {"thread_id": "t"}})
+        updated = graph.update_state({"configurable": {"thread_id": "t", "checkpoint_id": phantom}}, {"steps": ["x"]})
+        state = graph.get_state({"configurable": {"thread_id": "t"}})
+        assert state.config["configurable"]["checkpoint_id"] == updated["configurable"]["checkpoint_id"]
+        outcomes.append(
+            (state.values, state.parent_config["configurable"]["checkpoint_id"] if state.parent_config else None)
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: MemoryBucket) -> None:
+    """A checkpoint rolled back by ``delete_for_runs``: read by id first (``update_state`` does), a put on it
+    stores a new branch; not read, a run's step on it is refused naming the missing parent, no other writer."""
+    saver = saver_on(bucket)
+    base = saver.put(cfg("t"), checkpoint(1), {"source": "input", "step": 0, "run_id": "r0"}, {})
+    doomed = saver.put(base, checkpoint(2), {"source": "loop", "step": 1, "run_id": "r1"}, {})
+    saver.delete_for_runs(["r1"])
+    assert latest_id(saver, "t") == base["configurable"]["checkpoint_id"]
+    with pytest.raises(ParentNotCommittedError, match="rolled back") as refused:
+        Caller()(saver.put, doomed, checkpoint(3), {"source": "loop", "step": 2, "run_id": "r1"}, {})
+    assert doomed["configurable"]["checkpoint_id"] in str(refused.value)
+    assert "Another writer" not in str(refused.value)
+    editor = Caller()
+    assert editor(saver.get_tuple, doomed) is None
+    updated = editor(saver.put, doomed, checkpoint(4), {"source": "update", "step": 2}, {})
+    assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
+
+
+def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_found_it_empty(
+    bucket: MemoryBucket,
+) -> None:
+    """A put with no parent on a namespace that has a head: InMemorySaver stores it, and so does the saver, as a
+    new root that becomes the latest. Only a caller that itself found the namespace empty and then lost the race
+    to create it is refused, and told so."""
+    saver = saver_on(bucket)
+    first = Caller()
+    assert first(saver.get_tuple, cfg("t")) is None  # this caller found the thread empty
+    other = put(saver_on(bucket), cfg("t"), 1, "input")
+    root = Caller()(saver.put, cfg("t"), checkpoint(2), {"source": "input", "step": -1}, {})
+    assert latest_id(saver_on(bucket), "t") == root["configurable"]["checkpoint_id"]
+    with pytest.raises(CheckpointConflictError, match="had no checkpoint when this caller read it"):
+        first(saver.put, cfg("t"), checkpoint(3), {"source": "input", "step": -1}, {})
+    assert history(saver_on(bucket), "t") == [
+        root["configurable"]["checkpoint_id"],
+        other["configurable"]["checkpoint_id"],
+    ]
+
+
+def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: MemoryBucket) -> None:
+    """An ``update`` child of an older checkpoint, put directly without reading it: InMemorySaver stores it and
+    so does the saver (a fork on top of the head). A ``loop`` child in the same place is a straggler's and is
+    refused, naming its parent."""
+    saver = saver_on(bucket)
+    base = put(saver, cfg("t"), 1, "input")
+    put(saver, base, 2)
+    updated = Caller()(saver.put, base, checkpoint(3), {"source": "update", "step": 1}, {})
+    assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
+    with pytest.raises(CheckpointConflictError, match=base["configurable"]["checkpoint_id"]) as refused:
+        Caller()(saver.put, base, checkpoint(4), {"source": "loop", "step": 1}, {})
+    assert not isinstance(refused.value, ParentNotCommittedError)
+
+
+def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(bucket: MemoryBucket) -> None:
+    """A run's step whose parent the thread never had, on a namespace in use: refused as a missing parent (no
+    writer is blamed); on an empty namespace it is stored, as InMemorySaver stores it."""
+    saver = saver_on(bucket)
+    put(saver, cfg("t"), 1, "input")
+    phantom = cfg("t", "", "1f000000-0000-6000-8000-000000000bad")
+    with pytest.raises(ParentNotCommittedError):
+        Caller()(saver.put, phantom, checkpoint(2), {"source": "loop", "step": 1}, {})
+    stored = Caller()(
+        saver.put,
+        cfg("empty", "", "1f000000-0000-6000-8000-000000000bad"),
+        checkpoint(3),
+        {"source": "loop", "step": 1},
+        {},
+    )
+    assert latest_id(saver_on(bucket), "empty") == stored["configurable"]["checkpoint_id"]
+
+
+def test_two_runs_of_one_saver_that_both_found_the_thread_empty_commit_exactly_one(bucket: MemoryBucket) -> None:
+    """Two runs through one saver instance both find a new thread empty and both put a first checkpoint: one
+    commits, the other raises (before, one saver's second first put joined the first's head: both succeeded)."""
+    saver = saver_on(bucket)
+    first, second = Caller(), Caller()
+    assert first(saver.get_tuple, cfg("new")) is None
+    assert second(saver.get_tuple, cfg("new")) is None
+    won = first(saver.put, cfg("new"), checkpoint(1), {"source": "input", "step": -1}, {})
+    with pytest.raises(CheckpointConflictError):
+        second(saver.put, cfg("new"), checkpoint(2), {"source": "input", "step": -1}, {})
+    assert history(saver_on(bucket), "new") == [won["configurable"]["checkpoint_id"]]

@@ -1,0 +1,186 @@
+"""The fencing table, row by row: every (parent, how the caller read it, source) against every state of the head.
+
+:data:`~langgraph_s3_checkpoint.fencing.FENCING_TABLE` picks a rule from what a put says and how its caller read
+the parent; :data:`~langgraph_s3_checkpoint.fencing.SETTLE_TABLE` says what the rule does on the head as it is.
+Here each row is set up for real on an in-memory bucket (the caller's read made by the saver itself, in a call
+chain of its own) and the put's observable outcome is compared with what the two tables say: committed on top of
+the head, already committed (a lost answer), or refused with the error the refusal names.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from helpers import cfg
+from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+
+from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
+from langgraph_s3_checkpoint.fencing import (
+    FENCING_TABLE,
+    SETTLE_TABLE,
+    HeadNow,
+    ParentRead,
+    Refusal,
+    Rule,
+    Source,
+    rule_for,
+    settle,
+)
+from langgraph_s3_checkpoint.memory import MemoryBucket
+from langgraph_s3_checkpoint.requests import Get
+
+OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
+"""Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""
+
+
+def cid(n: int) -> str:
+    return f"1f0{n:05d}-0000-6000-8000-000000000000"
+
+
+def checkpoint(n: int) -> Checkpoint:
+    cp = create_checkpoint(empty_checkpoint(), None, n)
+    cp["id"] = cid(n)
+    return cp
+
+
+def test_the_tables_are_complete() -> None:
+    assert set(FENCING_TABLE) == {(p, r, s) for p in (False, True) for r in ParentRead for s in Source}
+    assert set(SETTLE_TABLE) == {(rule, head) for rule in Rule for head in HeadNow} - {
+        (Rule.CREATE, HeadNow.PARENT)  # a put with no parent has no parent for the head to hold
+    }
+
+
+@dataclass
+class Row:
+    """One case: the bucket before the put, how the caller read the parent, and what the head then holds."""
+
+    has_parent: bool
+    read: ParentRead
+    source: Source
+    head: str
+    """One of :data:`HEAD_STATES`."""
+
+    @property
+    def head_now(self) -> HeadNow:
+        return {
+            "none": HeadNow.NONE,
+            "parent": HeadNow.PARENT,
+            "this": HeadNow.THIS,
+        }.get(self.head, HeadNow.OTHER)
+
+    @property
+    def metadata_source(self) -> str:
+        return {Source.STEP: "loop", Source.UPDATE: "update", Source.FORK: "fork"}[self.source]
+
+    def expected(self) -> Any:
+        rule = rule_for(cid(PARENT) if self.has_parent else None, self.read, self.metadata_source)
+        return settle(rule, self.head_now, parent_committed=self.head != "other (parent not committed)")
+
+
+HEAD_STATES = ("none", "parent", "this", "other (parent committed)", "other (parent not committed)")
+
+
+def rows() -> list[Row]:
+    out = []
+    for has_parent, read, source in FENCING_TABLE:
+        for head in HEAD_STATES:
+            if not has_parent and head in ("parent", "other (parent not committed)"):
+                continue  # nothing to hold or to be committed
+            out.append(Row(has_parent, read, source, head))
+    return out
+
+
+class World:
+    """A bucket, a saver shared by every caller (one process), and the caller whose put is under test."""
+
+    def __init__(self) -> None:
+        self.bucket = MemoryBucket()
+        self.saver = S3Saver(bucket="b", client=self.bucket)
+        self.caller = contextvars.Context()
+
+    def put(self, parent: int | None, n: int, source: str = "loop", run: str | None = None) -> Any:
+        meta: dict[str, Any] = {"source": source, "step": n}
+        if run:
+            meta["run_id"] = run
+        config = cfg("t", "", cid(parent) if parent else None)
+        return contextvars.Context().run(self.saver.put, config, checkpoint(n), meta, {})
+
+    def as_caller(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.caller.run(fn, *args)
+
+    def head_id(self) -> str | None:
+        tup = contextvars.Context().run(self.saver.get_tuple, cfg("t"))
+        return None if tup is None else tup.checkpoint["id"]
+
+    def record_previous(self, n: int) -> str | None:
+        """The head the record of checkpoint ``n`` names as the one it replaced."""
+        key = self.saver.plans.layout.record("t", "", cid(n))
+        stored = self.bucket.execute(Get(key))
+        assert stored is not None
+        return self.saver.plans.codec.decode_record(key, stored.body).previous_head
+
+
+def set_up(row: Row) -> World:
+    """The bucket and the caller's read of the row, the parent (when there is one) written first as the head."""
+    w = World()
+    callers = w.saver.plans.memory.callers
+    if not row.has_parent:
+        if row.read is ParentRead.LATEST:
+            assert w.as_caller(w.saver.get_tuple, cfg("t")) is None
+        elif row.read is ParentRead.BY_ID:
+            w.as_caller(callers.read_by_id, "t", "", None)  # the replay lookup found nothing below its point
+        if row.head == "this":
+            w.put(None, NEW)
+        elif row.head == "other (parent committed)":
+            w.put(None, OTHER, "input")
+        return w
+    w.put(None, OLD, "input", run="r-old")
+    w.put(OLD, PARENT, "loop", run="r-parent")
+    if row.read is ParentRead.LATEST:
+        assert w.as_caller(w.saver.get_tuple, cfg("t")) is not None
+    elif row.read is ParentRead.BY_ID:
+        w.as_caller(callers.read_by_id, "t", "", cid(PARENT))  # as a read by id of it, below the head, records
+    if row.head == "none":
+        w.saver.delete_thread("t")
+    elif row.head == "this":
+        w.put(PARENT, NEW, "loop")
+    elif row.head == "other (parent committed)":
+        w.put(PARENT, OTHER, "loop")
+    elif row.head == "other (parent not committed)":
+        w.saver.delete_for_runs(["r-parent"])  # the head holds OLD again; the parent is gone
+    return w
+
+
+@pytest.mark.parametrize(
+    "row",
+    rows(),
+    ids=lambda r: f"{'parent' if r.has_parent else 'no parent'}, {r.read.name}, {r.metadata_source}, head: {r.head}",
+)
+def test_each_row_does_what_the_tables_say(row: Row) -> None:
+    w = set_up(row)
+    head_before = w.head_id()
+    step = row.expected()
+    source = row.metadata_source
+    parent = cfg("t", "", cid(PARENT)) if row.has_parent else cfg("t")
+    put = w.saver.put
+    if step.refused is not None:
+        expected_error = {
+            Refusal.MOVED: CheckpointConflictError,
+            Refusal.CREATED: CheckpointConflictError,
+            Refusal.PARENT_NOT_COMMITTED: ParentNotCommittedError,
+        }[step.refused]
+        with pytest.raises(expected_error) as refused:
+            w.as_caller(put, parent, checkpoint(NEW), {"source": source, "step": NEW}, {})
+        if step.refused is not Refusal.PARENT_NOT_COMMITTED:
+            assert not isinstance(refused.value, ParentNotCommittedError), refused.value
+        assert w.head_id() == head_before, "a refused put changed the head"
+        return
+    w.as_caller(put, parent, checkpoint(NEW), {"source": source, "step": NEW}, {})
+    assert w.head_id() == cid(NEW)
+    if step.done:
+        return
+    assert w.record_previous(NEW) == head_before, "committed on top of the head as it was"
