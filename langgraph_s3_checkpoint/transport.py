@@ -75,12 +75,19 @@ _HEADER_OF = {
     "ServerSideEncryption": "x-amz-server-side-encryption",
     "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
     "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
+    "ContentMD5": "content-md5",
 }
 
 
 def put_arguments(request: Put, extra: Mapping[str, Any], expiry_tag: str | None) -> dict[str, Any]:
-    """PutObject arguments (boto3 names) beyond bucket, key and body; both transports send these."""
+    """PutObject arguments (boto3 names) beyond bucket, key and body; both transports send these.
+
+    ``Content-MD5`` on every PUT: a body cut short (a process killed while sending it, a connection reset) is then
+    refused by the server instead of stored short. SeaweedFS stored a truncated head PUT as an empty object, which
+    left the thread unreadable after a crash; Content-MD5 is the integrity check every S3 implementation knows
+    (botocore's CRC32 checksums, which also caught it, are off: several providers reject them)."""
     args = dict(extra)
+    args["ContentMD5"] = base64.b64encode(hashlib.md5(request.body, usedforsecurity=False).digest()).decode()
     if request.if_none_match:
         args["IfNoneMatch"] = "*"
     if request.if_match is not None:
