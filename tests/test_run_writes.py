@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import random
+import time
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 from uuid import uuid4
@@ -27,6 +28,7 @@ from langgraph.types import Command, Interrupt, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
@@ -161,6 +163,28 @@ def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkp
     for thread in (rolled, reference):
         graph.invoke(Command(resume="no"), _run(thread, f"r2-{thread}", "metadata"))
     assert _view(graph, rolled) == _view(graph, reference)
+
+
+def test_gc_keeps_the_index_a_rollback_of_a_run_that_only_answered_needs(seaweed_saver: S3Saver) -> None:
+    """As above, with gc in between: r1 committed nothing, so no record names it, and its run-index entries name
+    r0's checkpoint, where its writes are. gc (reading the records, then again trusting its seal of them) must
+    keep those entries, or ``delete_for_runs(["r1"])`` would find nothing and leave r1's answer in place."""
+    graph = _approval_graph(seaweed_saver)
+    rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
+    for thread in (rolled, reference):
+        graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
+    before = _view(graph, rolled)
+    with pytest.raises(RuntimeError, match="cancelled"):
+        _approval_graph(seaweed_saver, review_fails=True).invoke(
+            Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
+        )
+    assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
+    time.sleep(3)  # a gc seals records older than 2 s (LastModified has whole seconds)
+    first, second = gc(seaweed_saver, grace_seconds=0), gc(seaweed_saver, grace_seconds=0)
+    assert first.records_read > 0 and second.records_read == 0 and second.records_sealed == first.records_read
+    assert first.total == second.total == 0, (first.deleted, second.deleted)
+    seaweed_saver.delete_for_runs(["r1"])
+    assert _view(graph, rolled) == before == _view(graph, reference)
 
 
 # -- cost ------------------------------------------------------------------------------------------------
