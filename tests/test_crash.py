@@ -499,8 +499,20 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
             referenced |= {layout.blob("live", "", ch, v) for ch, v in codec.peek_record(key, body)[2].items()}
     assert {k for k in remaining if k.startswith(f"{live_ns}b/")} == referenced
     runs = {k.split("/")[-3] for k in remaining if k.startswith(f"{root}runs/")}
-    assert "run-live" in runs and not runs & {"run-dead", "run-lost", "ghost-run"}
+    # run-dead's put died, but update_state had first written run-dead's writes to the head it continued (another
+    # run's checkpoint): its entries name that head, so they are not dangling, and a rollback still finds them.
+    assert runs & {"run-live", "run-dead", "run-lost", "ghost-run"} == {"run-live", "run-dead"}
     assert gc(saver, grace_seconds=0).total == 0
+
+    def writers_of_the_head() -> set[str]:
+        keys = [k for k in all_keys(saver) if k.startswith(layout.writes("live", "", head.checkpoint["id"]))]
+        bodies = {k: saver.client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+        return set().union(*(codec.peek_task_writes(k, body).runs() for k, body in bodies.items()))
+
+    assert "run-dead" in writers_of_the_head()
+    saver.delete_for_runs(["run-dead"])
+    assert "run-dead" not in writers_of_the_head()
+    assert not {k for k in all_keys(saver) if k.startswith(f"{root}runs/run-dead/")}
     # The threads still work after gc.
     crash_graph(saver, rounds=1, execlog=None).update_state({"configurable": {"thread_id": "live"}}, {"log": ["z"]})
     assert saver.get_tuple(cfg("live")) is not None

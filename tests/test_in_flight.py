@@ -250,6 +250,8 @@ WRITES: dict[str, tuple[type[Any], Call]] = {
     "AsyncS3Saver.aput": (AsyncS3Saver, lambda saver: saver.aput(cfg("t"), empty_checkpoint(), {"step": -1}, {})),
     "S3Store.put": (S3Store, lambda store: store.put(("n",), "k", {"v": 1})),
     "AsyncS3Store.aput": (AsyncS3Store, lambda store: store.aput(("n",), "k", {"v": 1})),
+    # Its expiry marker first (store/ttl/), then the item: two round trips of writes within the one deadline.
+    "S3Store.put with a TTL": (S3Store, lambda store: store.put(("n",), "k", {"v": 1}, ttl=5)),
 }
 
 
