@@ -63,7 +63,8 @@ from .errors import (
     S3RequestError,
     TargetThreadExistsError,
 )
-from .saver import S3Saver, parse_url
+from .options import SAVER, parse_url
+from .saver import S3Saver
 from .shell import BucketIO
 
 if TYPE_CHECKING:
@@ -1250,7 +1251,7 @@ def _open(args: argparse.Namespace) -> Context:
     if not url:
         raise Failure(EXIT_USAGE, f"no location: pass --url s3://bucket/prefix or set {ENV_URL}")
     try:
-        bucket, prefix, options = parse_url(url)
+        bucket, prefix, options = parse_url(url, used_by=SAVER)  # the store and the cache read their own
     except ValueError as exc:  # a malformed option value (e.g. a non-integer threshold) is a usage error
         raise Failure(EXIT_USAGE, f"bad option in the location URL: {exc}") from None
     if args.endpoint_url:

@@ -46,8 +46,8 @@ from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.ops import Problem, verify_thread
+from langgraph_s3_checkpoint.options import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.requests import Put
-from langgraph_s3_checkpoint.saver import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env
 
 
@@ -111,7 +111,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
         "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
         "&transport=direct&extra_headers=X-Tigris-Consistent:true&request_checksum_calculation=when_supported"
-        "&response_checksum_validation=when_required"
+        "&response_checksum_validation=when_required&vector_shards=8"
     )
     bucket, prefix, options = parse_url(url)
     assert (bucket, prefix) == ("b", "p")
@@ -138,6 +138,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "extra_headers": (("X-Tigris-Consistent", "true"),),
         "request_checksum_calculation": "when_supported",
         "response_checksum_validation": "when_required",
+        "vector_shards": 8,
     }
     assert set(URL_OPTIONS) == {"region", *(k for k in options if k != "region_name")}
     # The documentation's table names each of them.
