@@ -716,9 +716,17 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
         )
     else:
         for p in problems:
-            ctx.out.write(f"PROBLEM {p.key}: {p.problem}\n")
+            ctx.out.write(f"{'UNDECRYPTABLE' if p.undecryptable else 'PROBLEM'} {p.key}: {p.problem}\n")
         verdict = "OK" if not problems else f"{len(problems)} problem(s)"
         ctx.out.write(f"checked {checked} objects in {len(threads)} thread(s): {verdict}\n")
+    undecryptable = sum(p.undecryptable for p in problems)
+    if undecryptable:  # a configuration error, not damage: restoring from a backup would not help
+        raise Failure(
+            EXIT_USAGE,
+            f"{undecryptable} object(s) could not be decrypted: the decryption key is wrong or missing, the objects "
+            "are not damaged (do not delete or restore them). Pass the serializer that wrote them (--serde, "
+            "LANGGRAPH_AES_KEY) and verify again",
+        )
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
