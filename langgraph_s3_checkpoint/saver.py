@@ -129,6 +129,15 @@ def make_client(
     from botocore.config import Config
 
     unknown = sorted(set(client_kwargs) - _CLIENT_KWARGS)
+    if misplaced := [name for name in unknown if name in URL_OPTIONS and not URL_OPTIONS[name].keyword]:
+        # A constructor takes its own options by name: what reaches the client here is another component's.
+        raise InvalidConfigError(
+            "; ".join(
+                f"{name} is an option of the {' and '.join(sorted(URL_OPTIONS[name].used_by))} only"
+                for name in misplaced
+            )
+            + " (a location URL may carry it: the components that do not use it ignore it there)"
+        )
     if unknown:
         raise InvalidConfigError(
             f"unknown option(s) {', '.join(unknown)}; valid options: "

@@ -191,3 +191,16 @@ def test_the_documented_table_is_the_code_table() -> None:
     assert set(rows) == set(URL_OPTIONS)
     for name, option in URL_OPTIONS.items():
         assert set(rows[name].split(", ")) == option.used_by, name
+
+
+def test_a_keyword_argument_of_another_component_is_refused_naming_its_users() -> None:
+    """In a URL another component's option is ignored; passed by name to the wrong class, it is a mistake."""
+    local = "http://127.0.0.1:9"
+    for build, name, users in (
+        (lambda: S3Store(bucket="b", endpoint_url=local, inline_threshold=10), "inline_threshold", "saver only"),
+        (lambda: S3Store(bucket="b", endpoint_url=local, ttl_days=3), "ttl_days", "cache and saver only"),
+        (lambda: S3Saver(bucket="b", endpoint_url=local, vector_shards=3), "vector_shards", "store only"),
+        (lambda: S3Cache(bucket="b", endpoint_url=local, memory_bytes=0), "memory_bytes", "saver only"),
+    ):
+        with pytest.raises(InvalidConfigError, match=f"{name} is an option of the {users}"):
+            build()
