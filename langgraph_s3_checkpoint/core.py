@@ -22,7 +22,7 @@ committed checkpoint whose record, if it did not land, is restored from the head
 
 from __future__ import annotations
 
-from .committing import Committing, merge_task_writes, refusal_error
+from .committing import Committing, refusal_error
 from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Rule, SaverMemory, settle
 from .maintenance import Maintenance
 from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
@@ -50,7 +50,6 @@ __all__ = [
     "SaverMemory",
     "checkpoint_config",
     "matches",
-    "merge_task_writes",
     "merge_writes",
     "parse_config",
     "refusal_error",

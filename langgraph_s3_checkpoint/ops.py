@@ -32,6 +32,7 @@ from .plans import (
     one,
     own_folders_under,
 )
+from .repair import repair_needed
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -308,7 +309,9 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     """Emit a :class:`Problem` for every object of the thread that does not decode or is missing.
 
     Checks that every head and record decodes, that the record a head points at exists, that every
-    blob a record references exists and decodes, and that writes, run entries and names decode.
+    blob a record references exists and decodes, and that writes, run entries and names decode. Then
+    everything ``repair_thread`` would fix (:func:`repair.repair_needed`, its dry run's decision: a head
+    missing over a committed history, a damaged head, a lost thread ``name``) is a problem too.
     Emits :class:`Checked` as it goes and returns the number of objects read.
     """
     prefix = layout.thread(thread_id)
@@ -328,6 +331,8 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
         yield Emit(Checked(len(chunk)))
     for problem in _missing_references(prefix, present, wanted):
         yield Emit(problem)
+    for key, what in (yield from repair_needed(layout, codec, thread_id)):
+        yield Emit(Problem(key, what))
     return checked
 
 
