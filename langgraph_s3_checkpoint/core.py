@@ -4,9 +4,9 @@ what order, under which conditions, and how to turn the replies into a result or
 Every operation is a *plan*: a generator that yields batches of :mod:`requests` and receives their
 replies (see :mod:`langgraph_s3_checkpoint.requests`). The sync and async savers run the same plans
 through two small drivers (:mod:`langgraph_s3_checkpoint.shell`), so there is exactly one copy of the
-commit protocol, and it can be read top to bottom here.
+commit protocol: :meth:`.committing.Committing.put`, whose docstring states it step by step.
 
-The commit protocol (docs/design.md has the long form; ``Core.put`` states it in its docstring):
+In short (docs/design.md has the long form):
 
 1. ``put`` writes what the new record needs first, in parallel: large channel values that are not known
    to exist, run-index entries, ``name`` objects.

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from . import keys
 from .codec import Codec, Record
-from .errors import CorruptObjectError, TargetThreadExistsError
+from .errors import CorruptObjectError, DecryptionError, TargetThreadExistsError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
@@ -294,6 +294,8 @@ def _put_all(puts: list[Put]) -> OpsPlan[None]:
 class Problem:
     key: str
     problem: str
+    undecryptable: bool = False
+    """The object is encrypted and this serializer has no key or another key: intact, not damaged."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,8 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
             return Problem(key, _unfinished(key[len(prefix) :], body))
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
+    except DecryptionError as exc:
+        return Problem(key, exc.reason, undecryptable=True)
     except CorruptObjectError as exc:
         return Problem(key, exc.reason)  # the key is in the report; advice is the verifier's
     except UnicodeDecodeError as exc:
