@@ -207,18 +207,21 @@ class Committing(Reading):
                 return settle(c.rule, HeadNow.THIS)
         step = settle(c.rule, HeadNow.OTHER)
         if step.refused is Refusal.MOVED and c.parent_id is not None:
-            parent = yield from self._parent_standing(c, head)
-            step = settle(c.rule, HeadNow.OTHER, parent_committed=parent is Standing.COMMITTED)
+            standing, detached = yield from self._parent_standing(c, head)
+            if standing is Standing.COMMITTED and detached:
+                return settle(c.rule, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT)
+            step = settle(c.rule, HeadNow.OTHER, parent_committed=standing is Standing.COMMITTED)
         return step
 
-    def _parent_standing(self, c: _Commit, head: StoredObject) -> Plan[Standing]:
-        """Whether the parent is a committed checkpoint (only to say why a put is refused)."""
+    def _parent_standing(self, c: _Commit, head: StoredObject) -> Plan[tuple[Standing, bool]]:
+        """Whether the parent is a committed checkpoint, and whether it is a detached one (a fork committed beside
+        a newer head): read only where a rule would refuse, to tell a moved head from these two."""
         assert c.parent_id is not None
         stored = yield from one(Get(self.layout.record(c.thread_id, c.ns, c.parent_id)))
         if stored is None:
-            return Standing.ORPHAN
+            return Standing.ORPHAN, False
         parent = self.codec.decode_record(self.layout.record(c.thread_id, c.ns, c.parent_id), stored.body)
-        return (yield from self._standing(c.thread_id, c.ns, parent, head))
+        return (yield from self._standing(c.thread_id, c.ns, parent, head)), parent.detached
 
     def _refuse(self, c: _Commit, refusal: Refusal) -> NoReturn:
         self.memory.forget_namespace(c.thread_id, c.ns)

@@ -143,6 +143,11 @@ class HeadNow(Enum):
     """An earlier attempt of this very put committed (its answer was lost)."""
     OTHER = "another checkpoint"
     """The thread moved past the parent, or the parent is not committed at all (:func:`settle` tells which)."""
+    OTHER_BESIDE_A_DETACHED_PARENT = "another checkpoint, and the parent is a fork committed beside it"
+    """The parent is a detached record: a fork whose id was older than the head it met, committed without moving
+    the head (``committing._commit``). Nothing has continued it, so the thread did not move past it: a run's step on
+    top of its own fork (a replay whose fork lost the race for the head to a concurrent step) is the branch going
+    on, as on InMemorySaver, not a straggler. Told apart from :attr:`OTHER` only where a rule would refuse."""
 
 
 class Refusal(Enum):
@@ -177,18 +182,23 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.CONTINUE, HeadNow.THIS): DONE,
     (Rule.CONTINUE, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
     (Rule.CONTINUE, HeadNow.NONE): Step(refused=Refusal.PARENT_NOT_COMMITTED),
+    # a detached record is never the head, so no caller read it as the latest: refused as any moved head would be
+    (Rule.CONTINUE, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): Step(refused=Refusal.MOVED),
     (Rule.CONTINUE_UNREAD, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_UNREAD, HeadNow.THIS): DONE,
     (Rule.CONTINUE_UNREAD, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
     (Rule.CONTINUE_UNREAD, HeadNow.NONE): JOIN,
+    (Rule.CONTINUE_UNREAD, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,  # a branch's next step: it forks on
     (Rule.CONTINUE_OR_FORK, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_OR_FORK, HeadNow.THIS): DONE,
     (Rule.CONTINUE_OR_FORK, HeadNow.OTHER): JOIN,
     (Rule.CONTINUE_OR_FORK, HeadNow.NONE): JOIN,
+    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,
     (Rule.FORK, HeadNow.PARENT): JOIN,
     (Rule.FORK, HeadNow.THIS): DONE,
     (Rule.FORK, HeadNow.OTHER): JOIN,
     (Rule.FORK, HeadNow.NONE): JOIN,
+    (Rule.FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,
 }
 """(rule, what the head holds now) -> what the put does. A ``JOIN`` on a head that holds another checkpoint commits
 on top of it (the record names that head as ``previous_head``), or, for an id older than the head's, as a detached

@@ -50,7 +50,9 @@ def checkpoint(n: int) -> Checkpoint:
 def test_the_tables_are_complete() -> None:
     assert set(FENCING_TABLE) == {(p, r, s) for p in (False, True) for r in ParentRead for s in Source}
     assert set(SETTLE_TABLE) == {(rule, head) for rule in Rule for head in HeadNow} - {
-        (Rule.CREATE, HeadNow.PARENT)  # a put with no parent has no parent for the head to hold
+        # a put with no parent has no parent for the head to hold, nor one to be a detached fork
+        (Rule.CREATE, HeadNow.PARENT),
+        (Rule.CREATE, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT),
     }
 
 
@@ -70,6 +72,7 @@ class Row:
             "none": HeadNow.NONE,
             "parent": HeadNow.PARENT,
             "this": HeadNow.THIS,
+            "other (parent a detached fork)": HeadNow.OTHER_BESIDE_A_DETACHED_PARENT,
         }.get(self.head, HeadNow.OTHER)
 
     @property
@@ -81,15 +84,24 @@ class Row:
         return settle(rule, self.head_now, parent_committed=self.head != "other (parent not committed)")
 
 
-HEAD_STATES = ("none", "parent", "this", "other (parent committed)", "other (parent not committed)")
+HEAD_STATES = (
+    "none",
+    "parent",
+    "this",
+    "other (parent committed)",
+    "other (parent not committed)",
+    "other (parent a detached fork)",
+)
 
 
 def rows() -> list[Row]:
     out = []
     for has_parent, read, source in FENCING_TABLE:
         for head in HEAD_STATES:
-            if not has_parent and head in ("parent", "other (parent not committed)"):
+            if not has_parent and head in ("parent", "other (parent not committed)", "other (parent a detached fork)"):
                 continue  # nothing to hold or to be committed
+            if head == "other (parent a detached fork)" and read is ParentRead.LATEST:
+                continue  # a detached record is never the head, so never read as the latest
             out.append(Row(has_parent, read, source, head))
     return out
 
@@ -139,6 +151,14 @@ def set_up(row: Row) -> World:
             w.put(None, OTHER, "input")
         return w
     w.put(None, OLD, "input", run="r-old")
+    if row.head == "other (parent a detached fork)":
+        # a replay's fork from OLD whose id lost the race for the head to a newer step: committed beside it
+        w.put(OLD, OTHER, "loop")
+        w.put(OLD, PARENT, "fork")
+        assert w.head_id() == cid(OTHER)
+        if row.read is ParentRead.BY_ID:
+            w.as_caller(callers.read_by_id, "t", "", cid(PARENT))
+        return w
     w.put(OLD, PARENT, "loop", run="r-parent")
     if row.read is ParentRead.LATEST:
         assert w.as_caller(w.saver.get_tuple, cfg("t")) is not None
