@@ -71,12 +71,13 @@ def main() -> None:
         for n in range(args.warmup):
             graph.invoke({"log": ["in"]}, {"configurable": {"thread_id": f"warm-{n}"}})
         baseline = retained()
-        samples = []
+        samples: list[dict[str, Any]] = []
         for n in range(1, args.threads + 1):
             graph.invoke({"log": ["in"]}, {"configurable": {"thread_id": f"t-{n}"}})
             if n % args.every == 0 or n == args.threads:
                 total = retained() - baseline
                 accounted = saver.plans.memory.retained_bytes + cache_bytes(saver)
+                previous = samples[-1] if samples else {"threads": 0, "retained_growth_bytes": 0}
                 samples.append(
                     {
                         "threads": n,
@@ -84,6 +85,9 @@ def main() -> None:
                         "saver_memory_bytes": saver.plans.memory.retained_bytes,
                         "read_cache_bytes": cache_bytes(saver),
                         "beyond_budgets_per_thread": max(0, total - accounted) / n,
+                        # Once the budgets are full, this is what each further thread costs.
+                        "growth_per_thread_since_previous": (total - previous["retained_growth_bytes"])
+                        / (n - previous["threads"]),
                     }
                 )
                 print(json.dumps(samples[-1]), flush=True)

@@ -118,13 +118,13 @@ class Counter:
         """Count the requests our direct transport sends itself (the rest still go through boto3)."""
         transport.execute = self._counted(transport.execute)
 
-    def _counted(self, send: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def _counted(self, send: Callable[..., Any]) -> Callable[..., Any]:
         """``send`` (one of our request senders), counting each request it sends."""
 
-        def counted(request: Any) -> Any:
+        def counted(request: Any, *deadline: Any) -> Any:
             self.start(_operation(request))
             try:
-                return send(request)
+                return send(request, *deadline)
             finally:
                 self.end()
 
@@ -134,10 +134,10 @@ class Counter:
         """Count the requests the async saver's native sender sends from the event loop."""
         original = transport.execute
 
-        async def counted(request: Any) -> Any:
+        async def counted(request: Any, *deadline: Any) -> Any:
             self.start(_operation(request))
             try:
-                return await original(request)
+                return await original(request, *deadline)
             finally:
                 self.end()
 

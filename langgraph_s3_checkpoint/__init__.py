@@ -1,14 +1,16 @@
 """Crash-resumable LangGraph agents, checkpointed to S3-compatible object storage.
 
 ``S3Saver`` and ``AsyncS3Saver`` implement LangGraph's ``BaseCheckpointSaver`` on plain objects with
-conditional writes; ``S3Store`` and ``AsyncS3Store`` implement ``BaseStore`` (long-term memory) on the
-same bucket. See README.md and docs/design.md.
+conditional writes; ``S3Store`` and ``AsyncS3Store`` implement ``BaseStore`` (long-term memory) and ``S3Cache``
+implements ``BaseCache`` (the node cache) on the same bucket. See README.md and docs/design.md.
 """
 
+from .cache import S3Cache
 from .errors import (
     BucketNotFoundError,
     CheckpointConflictError,
     ClockSkewError,
+    ConditionalRequestConflictError,
     ConditionalWritesUnsupportedError,
     CorruptObjectError,
     DamagedHeadError,
@@ -37,6 +39,7 @@ __all__ = [
     "BucketNotFoundError",
     "CheckpointConflictError",
     "ClockSkewError",
+    "ConditionalRequestConflictError",
     "ConditionalWritesUnsupportedError",
     "CorruptObjectError",
     "DamagedHeadError",
@@ -46,6 +49,7 @@ __all__ = [
     "NotS3EndpointError",
     "ParentNotCommittedError",
     "S3AccessError",
+    "S3Cache",
     "S3CheckpointError",
     "S3RequestError",
     "S3Saver",

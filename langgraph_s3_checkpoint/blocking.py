@@ -16,7 +16,9 @@ import select
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 
+from .deadline import Deadline, DeadlinePassed
 from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Response, request_bytes
 
 _RECEIVE = 256 * 1024
@@ -44,19 +46,23 @@ class BlockingPool:
         self._lock = threading.Lock()
         self._closed = False
 
-    def send(self, exchange: Exchange) -> Response | Failure:
+    def send(self, exchange: Exchange, deadline: Deadline | None = None) -> Response | Failure:
+        """One attempt. With a ``deadline`` (see :mod:`.deadline`), connecting ends by its ``last_start`` and the
+        attempt by its ``cut_at`` (:class:`DeadlinePassed`): every wait for the socket gets at most the time left,
+        so a reply trickling in, whose every byte restarts the read timeout, is cut on time too."""
         try:
             data = request_bytes(exchange.method, exchange.target, exchange.headers, exchange.body)
         except ValueError as exc:
             return Failure(f"cannot send the request: {exc}", retryable=False)
-        sock = self._reuse() or self._connect()
+        sock = self._reuse() or self._connect(deadline)
         if isinstance(sock, Failure):
             return sock
         try:
-            sock.sendall(data)
-            reply = _read_reply(sock, exchange.method)
+            reply = self._exchange(sock, data, exchange.method, deadline)
         except TimeoutError:
             sock.close()
+            if deadline is not None and deadline.cut_left() <= 0:
+                raise DeadlinePassed(sent=True) from None
             return Failure(f"read timed out ({self._read_timeout:g} s)", retryable=True)
         except ProtocolError as exc:
             sock.close()
@@ -73,6 +79,23 @@ class BlockingPool:
             sock.close()
         return reply.status, reply.headers, reply.body
 
+    def _exchange(self, sock: socket.socket, data: bytes, method: str, deadline: Deadline | None) -> Reply | None:
+        if deadline is None:
+            sock.sendall(data)
+            return _read_reply(sock, method, None)
+        sock.settimeout(self._wait_for(deadline))  # sendall's timeout bounds the whole send
+        sock.sendall(data)
+        reply = _read_reply(sock, method, lambda: self._wait_for(deadline))
+        sock.settimeout(self._read_timeout)  # as an idle connection has it
+        return reply
+
+    def _wait_for(self, deadline: Deadline) -> float:
+        """How long the next wait for the socket may take: the read timeout, or what is left before the cut."""
+        left = deadline.cut_left()
+        if left <= 0:
+            raise TimeoutError
+        return min(self._read_timeout, left)
+
     def close(self) -> None:
         """Close the idle connections now; those in use close when their request ends."""
         with self._lock:
@@ -81,11 +104,19 @@ class BlockingPool:
         for sock in idle:
             sock.close()
 
-    def _connect(self) -> socket.socket | Failure:
+    def _connect(self, deadline: Deadline | None) -> socket.socket | Failure:
         host, port = self._address
+        timeout = self._connect_timeout
+        if deadline is not None:
+            left = deadline.start_left()
+            if left <= 0:
+                raise DeadlinePassed(sent=False)
+            timeout = min(timeout, left)
         try:
-            sock = socket.create_connection(self._address, timeout=self._connect_timeout)
+            sock = socket.create_connection(self._address, timeout=timeout)
         except TimeoutError:
+            if deadline is not None and deadline.start_left() <= 0:
+                raise DeadlinePassed(sent=False) from None
             return Failure(f"connecting to {host}:{port} timed out", retryable=True)
         except OSError as exc:  # refused, unreachable, name resolution
             return Failure(f"cannot connect to {host}:{port}: {exc}", retryable=True)
@@ -117,10 +148,13 @@ class BlockingPool:
         sock.close()
 
 
-def _read_reply(sock: socket.socket, method: str) -> Reply | None:
+def _read_reply(sock: socket.socket, method: str, wait: Callable[[], float] | None) -> Reply | None:
+    """The reply to the request just sent; ``wait`` (if given) sets the socket's timeout before every ``recv``."""
     reader = ReplyReader()
     reader.expect(method)
     while True:
+        if wait is not None:
+            sock.settimeout(wait())
         data = sock.recv(_RECEIVE)
         if not data:
             return reader.end_of_stream()

@@ -12,17 +12,20 @@ Examples::
     langgraph-s3 repair support-42 --dry-run
     langgraph-s3 store ls memories
     langgraph-s3 store put memories.user-1 color '{"value": "teal"}' && langgraph-s3 store get memories.user-1 color
+    langgraph-s3 cache ls && langgraph-s3 cache clear '["__pregel_ns_writes", "app.nodes.search", "search"]'
 
 ``store`` commands work on the long-term memory store (:class:`~langgraph_s3_checkpoint.store.S3Store`) at
 the same location; a namespace is written with its labels joined by dots (``memories.user-1``), which is
-unambiguous because LangGraph forbids dots in labels.
+unambiguous because LangGraph forbids dots in labels. ``cache`` commands work on the node cache
+(:class:`~langgraph_s3_checkpoint.cache.S3Cache`), whose labels may hold dots: a namespace is a JSON list.
 
 Exit codes: 0 success, 1 problems found, thread/checkpoint not found, or a question answered "no",
 2 usage or configuration error (including a missing or wrong decryption key), 3 S3 error (unreachable
 or silent endpoint, an endpoint that is not S3, missing bucket, refused or missing credentials),
 130 interrupted. Every failure prints one ``langgraph-s3: error: ...`` line on stderr, never a traceback.
 
-Destructive commands (``delete``, ``prune``, ``expire``, ``gc``, ``import --replace``, ``store rm``) take ``--dry-run``
+Destructive commands (``delete``, ``prune``, ``expire``, ``gc``, ``import --replace``, ``store rm``, ``cache clear``,
+``cache sweep``) take ``--dry-run``
 (report, change nothing) and ask for confirmation when stdin is a terminal; ``--yes`` answers for them.
 Without a terminal (a pipe, a cron job) nothing is asked.
 """
@@ -64,6 +67,7 @@ from .saver import S3Saver, parse_url
 from .shell import BucketIO
 
 if TYPE_CHECKING:
+    from .cache import S3Cache
     from .store import S3Store
 
 EXIT_OK = 0
@@ -934,6 +938,112 @@ def cmd_store_sweep(ctx: Context, args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
+# Node cache
+# ------------------------------------------------------------------------------------------------
+def _node_cache(ctx: Context) -> S3Cache[Any]:
+    """The node cache at the same location (closed by the command's ``with``)."""
+    from .cache import S3Cache
+
+    options = {k: v for k, v in ctx.store_options.items() if k in ("endpoint_url", "region_name", "serde")}
+    return S3Cache.from_conn_string(ctx.url, **options)
+
+
+def _cache_namespace(text: str) -> tuple[str, ...]:
+    """``'["a", "b.c"]'`` -> ``("a", "b.c")``: a JSON list of labels (node cache labels may hold dots)."""
+    try:
+        labels = json.loads(text)
+    except json.JSONDecodeError:
+        labels = None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise Failure(
+            EXIT_USAGE,
+            f"cache namespace {text!r}: expected a JSON list of labels, as `langgraph-s3 cache ls` prints them, "
+            """e.g. '["__pregel_ns_writes", "app.nodes.search", "search"]'""",
+        )
+    return tuple(labels)
+
+
+def cmd_cache_ls(ctx: Context, args: argparse.Namespace) -> int:
+    with _node_cache(ctx) as cache:
+        namespaces, foreign = cache.bucket_io.run(cache.plans.namespaces(), bounded=False)
+    if ctx.as_json:
+        ctx.emit_json(
+            {
+                "namespaces": [
+                    {
+                        "namespace": None if ns.namespace is None else list(ns.namespace),
+                        "segment": ns.segment,
+                        "entries": ns.entries,
+                        "bytes": ns.bytes,
+                        "last_modified": ns.last_modified.isoformat() if ns.last_modified else None,
+                    }
+                    for ns in namespaces
+                ],
+                "foreign": foreign,
+            }
+        )
+        return EXIT_OK
+    if not namespaces:
+        ctx.out.write(f"no cache entries under {ctx.where}\n")
+    else:
+        ctx.out.write(f"{'ENTRIES':>8}  {'SIZE':>10}  {'LAST WRITE (UTC)':<19}  NAMESPACE\n")
+        for ns in namespaces:
+            when = ns.last_modified.strftime("%Y-%m-%d %H:%M:%S") if ns.last_modified else ""
+            name = json.dumps(list(ns.namespace), ensure_ascii=False) if ns.namespace is not None else f"? {ns.segment}"
+            ctx.out.write(f"{ns.entries:>8}  {_size(ns.bytes):>10}  {when:<19}  {name}\n")
+        total, size = sum(ns.entries for ns in namespaces), _size(sum(ns.bytes for ns in namespaces))
+        ctx.out.write(f"{total} entries in {len(namespaces)} namespace(s), {size}\n")
+    if foreign:
+        ctx.out.write(f"  left alone: {foreign} object(s) under cache/ that are not the cache's\n")
+    return EXIT_OK
+
+
+def cmd_cache_clear(ctx: Context, args: argparse.Namespace) -> int:
+    namespaces = [_cache_namespace(text) for text in args.namespaces] or None
+    what = "the whole node cache" if namespaces is None else f"{len(namespaces)} namespace(s) of the node cache"
+    with _node_cache(ctx) as cache:
+        if not args.dry_run and not args.yes and sys.stdin.isatty():
+            planned = cache.bucket_io.run(cache.plans.clear(namespaces, dry_run=True), bounded=False)
+            ctx.confirm(args, f"Delete {planned} entries of {what} under {ctx.where}?")
+        cleared = cache.bucket_io.run(cache.plans.clear(namespaces, dry_run=args.dry_run), bounded=False)
+    verb = "would delete" if args.dry_run else "deleted"
+    return _done(ctx, f"{verb} {cleared} entries of {what}", {"dry_run": args.dry_run, "entries": cleared})
+
+
+def cmd_cache_sweep(ctx: Context, args: argparse.Namespace) -> int:
+    if not args.dry_run:
+        ctx.confirm(args, f"Delete every expired node cache entry under {ctx.where}?")
+    with _node_cache(ctx) as cache:
+        report = cache.sweep(dry_run=args.dry_run)
+    if ctx.as_json:
+        ctx.emit_json({"ok": not report.unreadable, **dataclasses.asdict(report)})
+    else:
+        done = f"would delete {report.expired}" if report.dry_run else f"deleted {report.deleted}"
+        ctx.out.write(f"scanned {report.scanned} entries; {done} expired\n")
+        if report.foreign:
+            ctx.out.write(f"  left alone: {report.foreign} object(s) under cache/ that are not the cache's\n")
+        for key in report.unreadable:
+            ctx.out.write(f"UNREADABLE {key} (left alone: a miss for every reader; `cache clear` removes it)\n")
+    return EXIT_PROBLEMS if report.unreadable else EXIT_OK
+
+
+def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> None:
+    group = commands.add_parser(
+        "cache",
+        help="node cache: ls, clear, sweep",
+        description="Inspect and clear LangGraph's node cache (S3Cache) at the same location. A namespace is "
+        'a JSON list of labels, as `cache ls` prints it: \'["__pregel_ns_writes", "app.nodes.search", "search"]\'',
+    )
+    cache_commands = group.add_subparsers(dest="cache_command", required=True, metavar="CACHE_COMMAND")
+    _add_command(cache_commands, "ls", cmd_cache_ls, "list the cache's namespaces with their entries and sizes")
+    sub = _add_command(cache_commands, "clear", cmd_cache_clear, "delete the entries of namespaces (default: all)")
+    sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
+    destructive(sub)
+    sub = _add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
+    destructive(sub)
+
+
+# ------------------------------------------------------------------------------------------------
 # Parser and entry point
 # ------------------------------------------------------------------------------------------------
 def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -1093,6 +1203,7 @@ def build_parser() -> argparse.ArgumentParser:
     paging(sub, 100)
     sub = store_command("sweep", cmd_store_sweep, "delete every expired (TTL) item now")
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
+    _add_cache_commands(commands, destructive)
     return parser
 
 
@@ -1148,7 +1259,8 @@ def _open(args: argparse.Namespace) -> Context:
         options["region_name"] = args.region
     if args.serde:
         options["serde"] = _load_serde(args.serde)
-    # The CLI never creates buckets and needs no write probe: it reads what savers wrote.
+    # The CLI never creates buckets; its writing commands (delete, prune, gc, import ...) probe conditional writes at
+    # their first write, as savers do.
     options.pop("create_bucket", None)
     saver = S3Saver(bucket=bucket, prefix=prefix, **options)
     store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}

@@ -109,7 +109,17 @@ class ClockSkewError(S3CheckpointError):
 
 
 class ConditionalWritesUnsupportedError(S3CheckpointError):
-    """The S3 server ignores If-None-Match / If-Match, so single-writer guarantees cannot hold."""
+    """The S3 server does not enforce If-None-Match / If-Match as S3 does (it ignores them, refuses them with
+    501, or answers them otherwise), so single-writer guarantees cannot hold.
+
+    Raised at a saver's or store's first write (or ``setup()``) by the conditional-write probe, naming the
+    check that failed (``check``) and what the server answered (``answer``); also when a conditional request
+    is answered 501 Not Implemented."""
+
+    def __init__(self, message: str, *, check: str = "", answer: str = "") -> None:
+        self.check = check
+        self.answer = answer
+        super().__init__(message)
 
 
 class BucketNotFoundError(S3CheckpointError):
@@ -142,6 +152,13 @@ class WrongRegionError(S3RequestError):
     """S3 redirected a request to another region (the bucket is not where the client sends and signs). The
     boto3 transport follows such redirects; the direct transport, which sends where botocore resolved the
     bucket once, raises this, and the default transport then sends through boto3 from that request on."""
+
+
+class ConditionalRequestConflictError(S3RequestError):
+    """The server answered ``409 ConditionalRequestConflict`` (AWS: "a concurrent write raced you, retry") to every
+    attempt of a conditional write within the retry budget. Nothing about the thread is decided by it: the write
+    was not applied, and no other writer is known to have won. Many writers on one key, or a server that answers
+    409 to every conditional write."""
 
 
 class NotS3EndpointError(S3RequestError):

@@ -27,14 +27,19 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/ns/{N}/c/{R}/w/{task}         pending writes of one task (every put_writes call merged)
     threads/{T}/ns/{N}/b/{channel}/{version}  a channel value too large to inline
     runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
+
+Beside ``threads/``, ``runs/`` and ``_setup/`` (the saver's), ``store/`` is the long-term memory store's
+(:mod:`.store`) and ``cache/`` the node cache's (:mod:`.cache`: ``cache/{namespace_segment(ns)}/{escape(key)}``);
+the saver's readers and tools walk only their own three folders, so they never see the other two.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -58,6 +63,11 @@ def has_lone_surrogate(text: str) -> bool:
     text that UTF-8, and so the serializer, can store as it is."""
     return not text.isascii() and _SURROGATE.search(text) is not None
 
+
+EXPIRY_TAG = "langgraph-s3-ttl=1"
+"""Object tag (``key=value``) matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
+RULE_PREFIX = "langgraph-s3-ttl:"
+"""The expiry rule's id is this and the saver's prefix: one rule per prefix, replaced by each ``setup()``."""
 
 DELETING = "deleting"
 """Name of a delete-in-progress marker (:meth:`Layout.deleting`, :meth:`Layout.deleting_in`)."""
@@ -150,6 +160,41 @@ def named_id(segment: str, name_body: bytes | None) -> str | None:
     except UnicodeDecodeError:
         return None
     return name if escape(name) == segment else None
+
+
+_CACHE_DIGEST = "~~"
+"""Marks a node-cache namespace segment that is a digest of the whole namespace (:func:`namespace_segment`)."""
+_CACHE_DIGEST_FORM = re.compile(r"~~[0-9a-f]{64}")
+
+
+def namespace_segment(namespace: Sequence[str]) -> str:
+    """One key segment for a namespace of any strings (the node cache's): each label :func:`escape`-d, joined
+    with ``.``, which ``escape`` never writes, so the labels come back apart; ``~~`` + SHA-256 of the namespace
+    when that is empty (the namespace ``()``) or longer than :data:`MAX_SEGMENT`. No such segment is ``.`` or
+    ``..`` or holds ``..`` (every escaped label has at least one character), and none of the verbatim ones starts
+    with ``~~`` (an escaped label is ``~`` alone or ``~`` + hex), so no two namespaces share a segment."""
+    joined = ".".join(map(escape, namespace))
+    if joined and len(joined) <= MAX_SEGMENT:
+        return joined
+    canonical = json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":"))
+    return _CACHE_DIGEST + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_namespace_segment(segment: str) -> bool:
+    """Whether :func:`namespace_segment` could have made ``segment``: the test every reader and tool of the node
+    cache applies before taking a folder for a namespace's (anything else under ``cache/`` is foreign)."""
+    if segment.startswith(_CACHE_DIGEST):
+        return _CACHE_DIGEST_FORM.fullmatch(segment) is not None
+    return len(segment) <= MAX_SEGMENT and all(map(is_own_segment, segment.split(".")))
+
+
+def namespace_of_segment(segment: str) -> tuple[str, ...] | None:
+    """The namespace behind a verbatim :func:`namespace_segment` (``None`` for a digest, or a label kept as
+    one: their strings are only in the entries)."""
+    labels = segment.split(".")
+    if segment.startswith(_CACHE_DIGEST) or any(map(is_digest, labels)):
+        return None
+    return tuple(map(unescape, labels))
 
 
 def unescape(segment: str) -> str:

@@ -15,7 +15,6 @@ from .errors import (
     CREATE_BUCKET_ADVICE,
     BucketNotFoundError,
     CheckpointConflictError,
-    ConditionalWritesUnsupportedError,
     CorruptObjectError,
     InvalidArgumentTypeError,
     InvalidConfigError,
@@ -23,6 +22,8 @@ from .errors import (
 )
 from .keys import (
     COPIED,
+    EXPIRY_TAG,
+    RULE_PREFIX,
     CheckpointKey,
     KeyKind,
     Layout,
@@ -61,7 +62,9 @@ from .requests import (
     Page,
     Plan,
     PreconditionFailed,
+    ProbeConditionalWrites,
     Put,
+    RemoveExpiryRule,
     StoredObject,
     Written,
     same_etag,
@@ -587,25 +590,31 @@ class Maintenance(Committing):
         return unmark
 
     # -- setup ------------------------------------------------------------------------------------
-    def setup(self, *, create_bucket: bool, require_conditional_writes: bool, bucket: str, token: str) -> Plan[None]:
+    def setup(self, *, create_bucket: bool, bucket: str) -> Plan[None]:
+        """The bucket (created with ``create_bucket``), then the conditional-write probe (run by the shell once per
+        process, :mod:`.conditions`: it refuses a server that does not enforce them unless the saver was told
+        otherwise), then, with a TTL, the lifecycle rule, read back: a server that stored it without its tag filter
+        (Garage) would expire everything under the prefix, the store's items included, so the rule is removed again
+        and ``ttl_days`` refused."""
         exists = yield from one(BucketExists())
         if not exists:
             if not create_bucket:
                 raise BucketNotFoundError(f"Bucket {bucket!r} does not exist. {CREATE_BUCKET_ADVICE}")
             yield [CreateBucket()]
-        if self.ttl is not None:
-            yield [EnsureExpiryRule(f"langgraph-s3-ttl:{self.layout.prefix}", self.layout.prefix, self.ttl.days)]
-        probe = self.layout.probe(token)
-        yield [Put(probe, b"1", if_none_match=True)]
-        second = yield from one(Put(probe, b"2", if_none_match=True))
-        third = yield from one(Put(probe, b"3", if_match='"00000000000000000000000000000000"'))
-        yield [Delete((probe,))]
-        if (second is not PRECONDITION_FAILED or third is not PRECONDITION_FAILED) and require_conditional_writes:
-            raise ConditionalWritesUnsupportedError(
-                f"The S3 server behind bucket {bucket!r} ignores conditional writes "
-                "(If-None-Match / If-Match), so concurrent writers could silently fork a thread's history. "
-                "Use a server that supports them (AWS S3, SeaweedFS, recent MinIO, R2), or pass "
-                "require_conditional_writes=False if only one process ever writes each thread."
+        yield [ProbeConditionalWrites()]
+        if self.ttl is None:
+            return
+        rule = EnsureExpiryRule(f"{RULE_PREFIX}{self.layout.prefix}", self.layout.prefix, self.ttl.days, EXPIRY_TAG)
+        kept = yield from one(rule)
+        if kept is None or not kept.matches(rule):
+            yield [RemoveExpiryRule(rule.rule_id)]
+            answer = "no rule by that id" if kept is None else kept.answer
+            raise InvalidConfigError(
+                f"ttl_days={self.ttl.days} cannot be honoured on bucket {bucket!r}: the server did not keep the "
+                f"lifecycle rule {rule.rule_id!r} as sent (prefix {rule.prefix!r}, tag {EXPIRY_TAG}, "
+                f"{rule.days} days); it reported {answer}. Without the tag filter it would expire every object "
+                "under the prefix, live threads and the store's items included, so the rule was removed. Drop "
+                "ttl_days and expire idle threads with expire_threads() instead (docs/operations.md, Retention)."
             )
 
 

@@ -59,10 +59,12 @@ from .requests import (
     Delete,
     DeleteIfMatch,
     EnsureExpiryRule,
+    ExpiryRule,
     Get,
     ListKeys,
     Page,
     Put,
+    RemoveExpiryRule,
     Request,
     StoredObject,
     Written,
@@ -201,6 +203,10 @@ class MemoryBucket:
             return source is not None
         if isinstance(request, EnsureExpiryRule):
             self.lifecycle_rules[request.rule_id] = (request.prefix, request.days)
+            key, _, value = request.tag.partition("=")
+            return ExpiryRule(request.prefix, ((key, value),), request.days, f"prefix {request.prefix!r}, tag {key}")
+        if isinstance(request, RemoveExpiryRule):
+            self.lifecycle_rules.pop(request.rule_id, None)
             return None
         raise TypeError(f"unknown request {request!r}")
 

@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from .blocking import tls_context
+from .deadline import Deadline, DeadlinePassed, within
 from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Response, request_bytes
 from .requests import Get, ListKeys, Put
 from .transport import DirectTransport
@@ -137,9 +138,11 @@ class _Pool:
         self._ssl = tls_context(direct.ca_certs, direct.client_cert) if direct.https else None
         self.lifetime: AsyncGenerator[None, None] | None = None
 
-    async def send(self, exchange: Exchange) -> Response | Failure:
+    async def send(self, exchange: Exchange, deadline: Deadline | None) -> Response | Failure:
         async with self._slots:
-            connection = self._reuse() or await self._connect()
+            if deadline is not None:
+                deadline.check_start(sent=False)  # it waited for a slot until its time was up
+            connection = self._reuse() or await self._connect(deadline)
             if isinstance(connection, Failure):
                 return connection
             try:
@@ -161,8 +164,9 @@ class _Pool:
             self._drop(connection)
         return None
 
-    async def _connect(self) -> _Connection | Failure:
+    async def _connect(self, deadline: Deadline | None) -> _Connection | Failure:
         direct = self._direct
+        timeout = direct.connect_timeout if deadline is None else min(direct.connect_timeout, deadline.start_left())
         try:
             _, connection = await asyncio.wait_for(
                 self.loop.create_connection(
@@ -172,9 +176,11 @@ class _Pool:
                     ssl=self._ssl,
                     server_hostname=direct.hostname if self._ssl else None,
                 ),
-                direct.connect_timeout,
+                timeout,
             )
         except asyncio.TimeoutError:
+            if deadline is not None and deadline.start_left() <= 0:
+                raise DeadlinePassed(sent=False) from None
             return Failure(f"connecting to {direct.hostname}:{direct.port} timed out", retryable=True)
         except OSError as exc:  # refused, unreachable, TLS handshake or certificate
             return Failure(f"cannot connect to {direct.hostname}:{direct.port}: {exc}", retryable=True)
@@ -222,26 +228,41 @@ class NativeTransport:
         """Guards ``_pools`` when loops in several threads open or close pools at once."""
         self._closed = False
 
-    async def execute(self, request: Get | Put | ListKeys) -> Any:
+    async def execute(self, request: Get | Put | ListKeys, deadline: Deadline | None = None) -> Any:
+        """Send ``request``; with a ``deadline`` (:mod:`.deadline`) no attempt or wait between attempts starts
+        after its ``last_start``, and an attempt in flight is cancelled at its ``cut_at`` (its connection dropped)."""
         steps = self.direct.exchanges(request)
         answer: Response | Failure | None = None
+        sent = False
         while True:
             try:
                 step = steps.send(answer)
             except StopIteration as done:
                 return done.value
             if isinstance(step, Exchange):
-                answer = await self._send(step)
+                if deadline is None:
+                    answer = await self._send(step, None)
+                    continue
+                deadline.check_start(sent=sent)
+                earlier, sent = sent, True
+                try:
+                    answer = await within(self._send(step, deadline), deadline.cut_left())
+                except asyncio.TimeoutError:
+                    raise DeadlinePassed(sent=True) from None
+                except DeadlinePassed as late:  # its slot or connection came after its time was up
+                    raise DeadlinePassed(sent=late.sent or earlier) from None
             else:
+                if deadline is not None and step >= deadline.start_left():
+                    raise DeadlinePassed(sent=sent)
                 await asyncio.sleep(step)
                 answer = None
 
-    async def _send(self, exchange: Exchange) -> Response | Failure:
+    async def _send(self, exchange: Exchange, deadline: Deadline | None) -> Response | Failure:
         if self._closed:
             return Failure("the saver was closed", retryable=False)
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop) or await self._open_pool(loop)
-        return await pool.send(exchange)
+        return await pool.send(exchange, deadline)
 
     async def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _Pool:
         """The running loop's pool, made at its first request and closed when the loop shuts down."""

@@ -9,7 +9,9 @@ refused by the server at the first write, after the graph has already run a step
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidConfigError
@@ -32,6 +34,14 @@ SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
 
 _DIRECTORY_BUCKET = re.compile(r".+--[a-z0-9-]+--x-s3")
 """S3 Express One Zone directory buckets are named ``base--zone-id--x-s3``."""
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,253}[A-Za-z0-9])?")
+BUCKET_RULE = (
+    "letters, digits, '.', '-' and '_', beginning and ending with a letter or digit, at most 255 characters, "
+    "without '..' and not an IP address (AWS's rule for new buckets is stricter: 3 to 63 lowercase letters, digits, "
+    "'.' and '-')"
+)
+"""What every S3 server accepts in a bucket name, or once accepted (AWS's legacy names in us-east-1, GCS's
+underscores): botocore's own check plus the shape no server allows. A name outside it can never be a bucket."""
 
 
 def check_location(bucket: Any, prefix: Any) -> str:
@@ -44,6 +54,11 @@ def check_location(bucket: Any, prefix: Any) -> str:
     answer ``list`` with the wrong checkpoints."""
     if not isinstance(bucket, str) or not bucket:
         raise InvalidConfigError(f"bucket is required: the S3 bucket's name as a string, got {bucket!r}")
+    if not _BUCKET_NAME.fullmatch(bucket) or ".." in bucket or _is_ip_address(bucket):
+        raise InvalidConfigError(
+            f"bucket {bucket!r} is not a valid S3 bucket name: bucket names are {BUCKET_RULE}. (A key prefix goes "
+            "after the bucket: s3://bucket/prefix, or prefix=.)"
+        )
     if _DIRECTORY_BUCKET.fullmatch(bucket):
         raise InvalidConfigError(
             f"bucket {bucket!r} is an S3 Express One Zone directory bucket, which lists keys out of order and "
@@ -64,6 +79,80 @@ def check_location(bucket: Any, prefix: Any) -> str:
             "normalise (the objects then live under another prefix); use plain segments such as 'prod/agents'"
         )
     return cleaned
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_OWN_HEADERS = frozenset(
+    {
+        "host",
+        "authorization",
+        "content-length",
+        "content-md5",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "expect",
+        "if-match",
+        "if-none-match",
+        "x-amz-date",
+        "x-amz-content-sha256",
+        "x-amz-security-token",
+        "x-amz-tagging",
+        "x-amz-checksum-mode",
+        "x-amz-sdk-checksum-algorithm",
+        "x-amz-trailer",
+    }
+)
+"""Headers the transports set themselves (signing, framing, conditions, tagging, checksums)."""
+_OWN_HEADER_PREFIXES = ("x-amz-checksum-", "x-amz-server-side-encryption")
+
+
+def check_extra_headers(headers: Any) -> tuple[tuple[str, str], ...]:
+    """``extra_headers``: a mapping of header names to values, or the URL's ``Name:value,Name:value``; returns the
+    pairs. Refused: a name that is not an HTTP token, a value that is not one line of ASCII (both would change the
+    request's framing or its signature), and the headers the transports set themselves (signing, conditions,
+    checksums, encryption: use the options for those)."""
+    pairs = _header_pairs(headers)
+    for name, value in pairs:
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise InvalidConfigError(f"extra_headers: {name!r} is not an HTTP header name")
+        if not isinstance(value, str) or not value.isascii() or not value.isprintable():
+            raise InvalidConfigError(f"extra_headers: the value of {name} must be one line of ASCII, got {value!r}")
+        lowered = name.lower()
+        if lowered in _OWN_HEADERS or lowered.startswith(_OWN_HEADER_PREFIXES):
+            raise InvalidConfigError(
+                f"extra_headers: {name} is set by the saver itself (signing, conditions, checksums, encryption); "
+                "use the matching option instead"
+            )
+    if len({name.lower() for name, _ in pairs}) != len(pairs):
+        raise InvalidConfigError(f"extra_headers names a header twice: {headers!r}")
+    return tuple((str(name), str(value)) for name, value in pairs)
+
+
+def _header_pairs(headers: Any) -> list[tuple[Any, Any]]:
+    if headers is None or headers == "":
+        return []
+    if isinstance(headers, Mapping):
+        return list(headers.items())
+    if isinstance(headers, (tuple, list)) and all(isinstance(p, tuple) and len(p) == 2 for p in headers):
+        return list(headers)
+    if not isinstance(headers, str):
+        raise InvalidConfigError(f"extra_headers must map header names to values, got {headers!r}")
+    pairs: list[tuple[Any, Any]] = []
+    for item in headers.split(","):
+        name, colon, value = item.partition(":")
+        if not colon:
+            raise InvalidConfigError(f"extra_headers={headers!r}: expected Name:value pairs separated by commas")
+        pairs.append((name.strip(), value.strip()))
+    return pairs
 
 
 def check_whole_numbers(**values: Any) -> None:

@@ -93,12 +93,30 @@ class CreateBucket(Request[None]):
 
 
 @dataclass(frozen=True)
-class EnsureExpiryRule(Request[None]):
-    """Install (or update) a bucket lifecycle rule expiring tagged objects under ``prefix`` after ``days``."""
+class EnsureExpiryRule(Request["ExpiryRule | None"]):
+    """Install (or update) a bucket lifecycle rule expiring objects under ``prefix`` tagged ``tag`` (``key=value``)
+    after ``days``; the reply is the rule as the server reports it afterwards (``None``: it kept none by that id).
+    Some servers store a rule other than the one sent (Garage drops tag filters): the plan compares."""
 
     rule_id: str
     prefix: str
     days: int
+    tag: str
+
+
+@dataclass(frozen=True)
+class RemoveExpiryRule(Request[None]):
+    """Remove the bucket lifecycle rule ``rule_id``, keeping every other rule (none of that id: nothing to do)."""
+
+    rule_id: str
+
+
+@dataclass(frozen=True)
+class ProbeConditionalWrites(Request[None]):
+    """Not sent: the shell answers it once the server's conditional writes are known to be enforced (probed once
+    per process and endpoint, :mod:`.conditions`), or raises :class:`~.errors.ConditionalWritesUnsupportedError`.
+    The shell does the same before the first write of every saver and store; ``setup()`` asks for it by name, so
+    that nothing (a lifecycle rule) is installed on a server it would refuse."""
 
 
 S3_OPERATION: dict[type[Request[Any]], str] = {
@@ -111,6 +129,7 @@ S3_OPERATION: dict[type[Request[Any]], str] = {
     BucketExists: "HeadBucket",
     CreateBucket: "CreateBucket",
     EnsureExpiryRule: "PutBucketLifecycleConfiguration",
+    RemoveExpiryRule: "PutBucketLifecycleConfiguration",
 }
 """The S3 call each request is: what errors name, whichever transport sent it, and what the default transport asks
 the client's watch about."""
@@ -163,11 +182,46 @@ PRECONDITION_FAILED: Final = PreconditionFailed.PRECONDITION_FAILED
 def condition_failed(request: Put, *, refused: bool, missing: bool) -> bool:
     """Whether a failed PUT means :data:`PRECONDITION_FAILED`, for every transport.
 
-    ``refused``: the server answered 412 Precondition Failed (or 409 ConditionalRequestConflict, a
-    concurrent conditional write). ``missing``: it answered 404. A missing key under ``If-Match`` is
-    404 on AWS and moto and 412 on SeaweedFS; both mean the object is not the one expected.
+    ``refused``: the server answered 412 Precondition Failed. ``missing``: it answered 404. A missing key
+    under ``If-Match`` is 404 on AWS and moto and 412 on SeaweedFS; both mean the object is not the one
+    expected. Not a 409 ConditionalRequestConflict: AWS documents it as "a concurrent write raced you, retry",
+    so both transports send the same request again (:mod:`.retries`); it says nothing about the object.
     """
     return refused or (missing and request.if_match is not None)
+
+
+def is_conditional(request: Request[Any]) -> bool:
+    """Whether a request carries ``If-None-Match`` or ``If-Match``."""
+    if isinstance(request, Put):
+        return request.if_none_match or request.if_match is not None
+    return isinstance(request, DeleteIfMatch)
+
+
+def describe_condition(request: Request[Any]) -> str:
+    """A conditional request's condition as errors name it (``If-None-Match: *``, ``If-Match: "etag"``)."""
+    if isinstance(request, Put) and request.if_none_match:
+        return "If-None-Match: *"
+    if isinstance(request, Put) and request.if_match is not None:
+        return f"If-Match: {request.if_match}"
+    if isinstance(request, DeleteIfMatch):
+        return f"If-Match: {request.etag}"
+    return "no condition"
+
+
+@dataclass(frozen=True)
+class ExpiryRule:
+    """Reply to :class:`EnsureExpiryRule`: the lifecycle rule as the server reports it."""
+
+    prefix: str | None
+    tags: tuple[tuple[str, str], ...]
+    days: int | None
+    answer: str
+    """The rule as the server reported it, in a few words, for the error that refuses it."""
+
+    def matches(self, request: EnsureExpiryRule) -> bool:
+        """Whether the server kept the rule as it was sent: prefix, tag filter and days."""
+        key, _, value = request.tag.partition("=")
+        return self.prefix == request.prefix and (key, value) in self.tags and self.days == request.days
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,24 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .codec import Codec
+from .conditions import ConditionalWrites
 from .core import Core
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
 from .fencing import DEFAULT_MEMORY_BYTES, SaverMemory
-from .keys import Layout
+from .keys import EXPIRY_TAG, Layout
 from .memory import MemoryBucket
 from .native import NativeTransport
-from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
+from .options import (
+    check_encryption,
+    check_extra_headers,
+    check_flags,
+    check_location,
+    check_serde,
+    check_whole_numbers,
+)
 from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
-from .shell import BodyCache, BucketIO, ClosesAtBlockEnd
+from .shell import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
 from .transport import DirectTransport
 from .watch import ClientWatch
 
@@ -64,14 +72,20 @@ DEFAULT_MAX_ATTEMPTS = 3
 """Attempts per request (standard retry mode: 5xx, throttling, resets, timeouts). Three absorb the
 transient failures S3 documents; more only make a dead endpoint take longer to report."""
 DEFAULT_OPERATION_TIMEOUT = 60.0
-"""Deadline in seconds for one saver call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
-item it yields). No new request starts after it, and a parallel batch is abandoned when it passes. A
-single request is bounded by ``max_attempts x (connect_timeout + read_timeout)`` plus backoff (about 46 s
-with the defaults), so the deadline also caps calls made of many sequential requests."""
+"""Deadline in seconds for one saver or store call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
+item it yields). No attempt of a request starts after it, a read still unanswered is cut at it, and a write still
+unanswered gets the read timeout more to answer (:mod:`.deadline`); the call ends only once all of them have. It caps
+calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the last
+byte received)."""
 
 TRANSPORTS = ("auto", "boto3", "direct")
 """Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the
 boto3 client (:mod:`.watch`), else always boto3 or always direct."""
+CHECKSUM_SETTINGS = ("when_required", "when_supported")
+"""botocore's ``request_checksum_calculation`` / ``response_checksum_validation``. The clients the saver makes use
+``when_required``: botocore >= 1.36 otherwise adds CRC32 checksums to every PutObject (over https an aws-chunked body
+with a trailer) and asks for them on every GetObject, which several S3 providers reject (GCS, B2, older MinIO and
+Ceph); the direct transport does what the client's setting says, so both transports send the same headers."""
 logger = logging.getLogger("langgraph_s3_checkpoint")
 
 _OPTION_TYPES: dict[str, str] = {
@@ -94,6 +108,9 @@ _OPTION_TYPES: dict[str, str] = {
     "sse_kms_key_id": "str",
     "sse_customer_key": "str",
     "transport": "|".join(TRANSPORTS),
+    "extra_headers": "headers",
+    "request_checksum_calculation": "|".join(CHECKSUM_SETTINGS),
+    "response_checksum_validation": "|".join(CHECKSUM_SETTINGS),
 }
 """Every option the location URL accepts (docs/operations.md) and how its value is parsed."""
 URL_OPTIONS = tuple(_OPTION_TYPES)
@@ -106,8 +123,6 @@ _STORE_OPTION_TYPES: dict[str, str] = {"vector_shards": "count"}
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-EXPIRY_TAG = "langgraph-s3-ttl=1"
-"""Object tag matched by the expiry rule that ``setup()`` installs when ``ttl_days`` is set."""
 
 
 def parse_flag(name: str, value: str) -> bool:
@@ -138,6 +153,8 @@ def _parse_option(name: str, value: str) -> Any:
         return number
     if kind == "seconds":
         return _seconds(name, value)
+    if kind == "headers":
+        return check_extra_headers(value)
     if "|" in kind:
         if value not in kind.split("|"):
             raise InvalidConfigError(f"URL option {name}={value!r} must be one of {kind.replace('|', ', ')}")
@@ -183,11 +200,16 @@ def make_client(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_pool_connections: int = 64,
+    request_checksum_calculation: str = "when_required",
+    response_checksum_validation: str = "when_required",
     **client_kwargs: Any,
 ) -> Any:
-    """A boto3 S3 client with bounded timeouts and retries (standard mode: 5xx, throttling, resets).
+    """A boto3 S3 client with bounded timeouts and retries (standard mode: 5xx, throttling, resets), and
+    botocore's checksums only where S3 requires them (:data:`CHECKSUM_SETTINGS`).
 
-    Credentials come from the standard boto3 chain; ``AWS_ENDPOINT_URL`` is honoured by boto3 itself.
+    Credentials come from the standard boto3 chain; ``AWS_ENDPOINT_URL`` is honoured by boto3 itself, and the
+    region comes from ``region_name``, else ``AWS_REGION`` (which botocore does not read; other AWS SDKs and the
+    AWS CLI prefer it to ``AWS_DEFAULT_REGION``), else botocore's chain (``AWS_DEFAULT_REGION``, the profile).
     Path-style addressing is the default when an endpoint is given, as local servers expect. Unknown
     keyword arguments raise :class:`InvalidConfigError` naming the valid ones.
     """
@@ -207,12 +229,21 @@ def make_client(
     ):
         addressing_style = "path"  # local and non-AWS servers expect it (boto3 reads AWS_ENDPOINT_URL itself)
     check_whole_numbers(max_attempts=max_attempts)
+    for name, setting in (
+        ("request_checksum_calculation", request_checksum_calculation),
+        ("response_checksum_validation", response_checksum_validation),
+    ):
+        if setting not in CHECKSUM_SETTINGS:
+            raise InvalidConfigError(f"{name}={setting!r} must be one of {', '.join(CHECKSUM_SETTINGS)}")
+    region_name = region_name or os.environ.get("AWS_REGION") or None
     config = Config(
         connect_timeout=_seconds("connect_timeout", connect_timeout),
         read_timeout=_seconds("read_timeout", read_timeout),
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": addressing_style} if addressing_style else None,
+        request_checksum_calculation=request_checksum_calculation,
+        response_checksum_validation=response_checksum_validation,
     )
     try:
         client = boto3.session.Session().client(
@@ -259,6 +290,9 @@ def make_bucket_io(
     client: Any,
     bucket: str,
     *,
+    prefix: str = "",
+    require_conditional_writes: bool = True,
+    extra_headers: tuple[tuple[str, str], ...] = (),
     max_concurrency: int = 32,
     server_side_encryption: str | None = None,
     sse_kms_key_id: str | None = None,
@@ -271,8 +305,10 @@ def make_bucket_io(
     serves: str = "saver",
 ) -> BucketIO:
     """The I/O shell for ``client``: encryption arguments, transport (an in-process :class:`MemoryBucket`
-    answers every request itself), the retention tag, read cache and deadline. Saver and store share it;
-    ``serves`` names which one holds it in the error for a call after ``close()``.
+    answers every request itself), the retention tag, read cache and deadline, the headers both transports add,
+    and the conditional-write probe before the first write (its objects under ``prefix``; without conditional
+    writes it refuses, or with ``require_conditional_writes=False`` writes without them). Saver and store share
+    it; ``serves`` names which one holds it in the error for a call after ``close()``.
 
     With the direct transport and ``native_async``, the async driver sends GET, PUT and LIST from the
     event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`).
@@ -295,6 +331,9 @@ def make_bucket_io(
     memory = isinstance(client, MemoryBucket)
     direct: DirectTransport | None = None
     watch: ClientWatch | None = None
+    contention = deadline or DEFAULT_OPERATION_TIMEOUT
+    if not memory:
+        speak_like_the_saver(client)  # before the watch looks at the client's handlers
     if not memory and transport != "boto3":
         try:
             direct = DirectTransport(
@@ -304,6 +343,8 @@ def make_bucket_io(
                 get_args=get_args,
                 expiry_tag=expiry_tag,
                 max_connections=max_concurrency * 2,
+                contention_seconds=contention,
+                extra_headers=dict(extra_headers),
             )
             watch = ClientWatch(client) if transport == "auto" else None
         except (InvalidConfigError, AttributeError, TypeError) as refused:
@@ -312,7 +353,7 @@ def make_bucket_io(
             if direct is not None:
                 direct.close()
                 direct = None
-            logger.debug("transport='auto' sends every request through boto3: %s", refused)
+            explain_boto3(client, "every request", f"the direct transport cannot imitate this client ({refused})")
     return BucketIO(
         client,
         bucket,
@@ -328,6 +369,24 @@ def make_bucket_io(
         backend=client if memory else None,
         deadline=deadline,
         serves=serves,
+        conditions=None if memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
+        extra_headers=extra_headers,
+        contention_seconds=contention,
+    )
+
+
+def _gate(
+    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...]
+) -> ConditionalWrites:
+    """The conditional-write probe's gate (:mod:`.conditions`): its verdict is the process's for this endpoint,
+    bucket and extra headers; its objects go under the saver's prefix (IAM policies may allow no other)."""
+    layout = Layout(prefix)
+    return ConditionalWrites(
+        endpoint=str(getattr(client.meta, "endpoint_url", "") or "(default)"),
+        bucket=bucket,
+        probe_key=lambda: layout.probe(uuid.uuid4().hex),
+        required=required,
+        extra_headers=tuple(sorted((name.lower(), value) for name, value in extra_headers)),
     )
 
 
@@ -356,6 +415,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         transport: str = "auto",
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        extra_headers: Mapping[str, str] | str | None = None,
         connect_timeout: float | None = None,
         read_timeout: float | None = None,
         max_attempts: int | None = None,
@@ -401,6 +461,9 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         self._store = make_bucket_io(
             client,
             bucket,
+            prefix=self.prefix,
+            require_conditional_writes=require_conditional_writes,
+            extra_headers=check_extra_headers(extra_headers),
             max_concurrency=max_concurrency,
             server_side_encryption=server_side_encryption,
             sse_kms_key_id=sse_kms_key_id,
@@ -458,12 +521,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         return clone
 
     def _setup_plan(self) -> Plan[None]:
-        return self._core.setup(
-            create_bucket=self.create_bucket,
-            require_conditional_writes=self.require_conditional_writes,
-            bucket=self.bucket,
-            token=uuid.uuid4().hex,
-        )
+        return self._core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
 
     # -- drivers (AsyncS3Saver guards the blocking ones) ------------------------------------------
     # ``what`` is the public method the user called, for the messages of SaverMisuseError; maintenance

@@ -67,7 +67,14 @@ from .errors import (
     StoreConflictError,
 )
 from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes, made_by
-from .options import check_encryption, check_flags, check_location, check_serde, check_whole_numbers
+from .options import (
+    check_encryption,
+    check_extra_headers,
+    check_flags,
+    check_location,
+    check_serde,
+    check_whole_numbers,
+)
 from .plans import all_pages, chunks, one
 from .requests import (
     PRECONDITION_FAILED,
@@ -77,14 +84,20 @@ from .requests import (
     ListKeys,
     Page,
     Plan,
-    PreconditionFailed,
     Put,
     Request,
     StoredObject,
     Written,
     same_etag,
 )
-from .saver import DEFAULT_COMPRESS_THRESHOLD, make_bucket_io, make_client, parse_url
+from .saver import (
+    DEFAULT_COMPRESS_THRESHOLD,
+    DEFAULT_OPERATION_TIMEOUT,
+    _seconds,
+    make_bucket_io,
+    make_client,
+    parse_url,
+)
 from .shell import ClosesAtBlockEnd
 
 logger = logging.getLogger(__name__)
@@ -97,7 +110,7 @@ DEFAULT_VECTOR_SHARDS = 16
 READ_CHUNK = 128
 """Items read in parallel at once by a scan (bounds the bodies held in memory)."""
 MAX_SHARD_ATTEMPTS = 20
-SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "memory_bytes", "ttl_days", "operation_timeout")
+SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "memory_bytes", "ttl_days")
 """URL options of the saver that do not apply to the store (``from_conn_string`` ignores them)."""
 
 Vectors = dict[str, list[float]]
@@ -373,6 +386,11 @@ class StoreCodec:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptObjectError(key, f"store item is missing a field ({exc})", STORE_CORRUPT_ADVICE) from exc
+
+    def peek_version(self, key: str, obj: StoredObject) -> str:
+        """The version an item was written with (as :attr:`Stored.version`), from its frame alone: its value is
+        neither decoded nor decrypted. Raises :class:`CorruptObjectError` for an object that is not a store item."""
+        return str(self._unframe(key, obj).get("ver", ""))
 
     def encode_shard(self, entries: dict[str, list[Any]]) -> bytes:
         return self.codec._frame({"entries": entries})
@@ -684,6 +702,8 @@ class StoreCore:
         requests: list[Request] = []
         deletes: list[str] = []
         shard_updates: dict[str, dict[str, list[Any] | None]] = {}
+        versions: dict[str, str | None] = {}
+        """Item key (within its shard) -> the version written, ``None`` for a delete."""
         new_names: dict[str, str] = {}
         entries: dict[str, list[Any]] = {}
         for op in ops:
@@ -714,6 +734,7 @@ class StoreCore:
                     entries[key] = entry
                 shard = self.layout.shard(namespace, op.key, self.vector_shards)
                 shard_updates.setdefault(shard, {})[op.key] = entry
+                versions[op.key] = None if op.value is None else version
         for segment, real in new_names.items():
             requests.append(Put(self.layout.name(segment), self.codec.encode_name(real), if_none_match=True))
         for start in range(0, len(deletes), 1000):
@@ -721,7 +742,7 @@ class StoreCore:
         # parallel() hands each round trip's replies to the plans in order: _send (first) fills in the
         # ETags before any shard plan builds the body of its PUT.
         plans: list[Plan[Any]] = [self._send(requests, entries)]
-        plans += [self.update_shard(shard, changes) for shard, changes in shard_updates.items()]
+        plans += [self.update_shard(shard, changes, versions) for shard, changes in shard_updates.items()]
         yield from parallel(plans)
         self.names.update(new_names)
 
@@ -733,34 +754,73 @@ class StoreCore:
                 if isinstance(request, Put) and isinstance(reply, Written) and request.key in entries:
                     entries[request.key][3] = reply.etag
 
-    def update_shard(self, shard: str, changes: dict[str, list[Any] | None]) -> Plan[None]:
-        """Apply entries (``None`` removes one) to a vector shard: GET, then PUT conditioned on what was
-        read (``If-Match``, or ``If-None-Match`` for a new shard), again from the GET when refused."""
+    def update_shard(
+        self,
+        shard: str,
+        changes: dict[str, list[Any] | None],
+        versions: Mapping[str, str | None] | None = None,
+    ) -> Plan[None]:
+        """Bring a vector shard in line with the items a batch wrote: ``changes`` holds each item's entry (``None``:
+        it has none), ``versions`` the version each item was written with (``None``: deleted; by default the
+        entry's own, or deleted).
+
+        Each attempt GETs the shard and writes it back conditioned on what it read (``If-Match``, or
+        ``If-None-Match`` for a new shard), again from the GET when refused. When puts of one key race, that
+        condition is not enough: item PUTs are unconditional and land in some order, and the shard must end up
+        with the entry of the version that landed last, but a put that landed first may write its shard after the
+        other one did and put its older entry back. So each shard write travels with a GET of the items whose
+        entries it changes. An item found at another version than the one just written was overwritten by a put
+        that landed later: the plan then writes that version's entry if it has read it in the shard (none if the
+        item is gone), and else leaves the key to the writer that holds it. Why that ends right: the put that
+        lands last writes its entry after its item PUT was answered; the first shard write after that one read
+        that entry, and its item GET, sent after that read, finds the last version, so its writer puts the entry
+        back (every interleaving of two and three puts: tests/test_vector_race.py). Costs one GET per item, in
+        the round trip of the shard's PUT."""
+        wanted: Wanted = {
+            key: (_entry_version(entry) if versions is None else versions[key], entry) for key, entry in changes.items()
+        }
+        read: dict[str, dict[str, list[Any]]] = {}
+        """Item key -> the entries of it seen in the shard, by version."""
         for _ in range(MAX_SHARD_ATTEMPTS):
             obj = yield from one(Get(shard))
             entries = {} if obj is None else self.codec.decode_shard(shard, obj)
-            before = dict(entries)
-            for key, entry in changes.items():
-                if entry is None:
-                    entries.pop(key, None)
-                else:
-                    entries[key] = entry
-            if entries == before:
-                return
-            body = self.codec.encode_shard(entries)
-            reply: Written | PreconditionFailed | None
-            if obj is None:
-                reply = yield from one(Put(shard, body, if_none_match=True, expires=False))
-            elif not entries:
-                reply = yield from one(DeleteIfMatch(shard, obj.etag))
-            else:
-                reply = yield from one(Put(shard, body, if_match=obj.etag, expires=False))
-            if reply is not PRECONDITION_FAILED:
+            updated = _with_wanted(entries, wanted, read)
+            changed = [key for key in wanted if updated.get(key) != entries.get(key)]
+            if not changed:
+                return  # the shard already reads as wanted
+            items = [self.layout.item_of_shard_entry(shard, key) for key in changed]
+            replies = yield [self._shard_write(shard, obj, updated), *map(Get, items)]
+            found = {
+                key: self._version_or_unknown(item, reply)
+                for key, item, reply in zip(changed, items, replies[1:], strict=True)
+            }
+            wanted = _still_wanted(
+                {key: wanted[key] for key in changed}, found, replies[0] is not PRECONDITION_FAILED, read
+            )
+            if not wanted:
                 return
         raise StoreConflictError(
             f"Vector shard {shard!r} changed under {MAX_SHARD_ATTEMPTS} attempts to update it in a row; "
             "the items were written, their vectors may be missing from semantic search. Retry the put."
         )
+
+    def _shard_write(self, shard: str, obj: StoredObject | None, entries: dict[str, list[Any]]) -> Request:
+        """The conditional write of a shard read as ``obj`` (``None``: missing) that makes it hold ``entries``."""
+        if obj is None:
+            return Put(shard, self.codec.encode_shard(entries), if_none_match=True, expires=False)
+        if not entries:
+            return DeleteIfMatch(shard, obj.etag)
+        return Put(shard, self.codec.encode_shard(entries), if_match=obj.etag, expires=False)
+
+    def _version_or_unknown(self, key: str, obj: StoredObject | None) -> str | None:
+        """The version of an item as read (``None``: missing); ``""`` if it has none or cannot be read, which no
+        shard entry describes."""
+        if obj is None:
+            return None
+        try:
+            return self.codec.peek_version(key, obj)
+        except CorruptObjectError:
+            return ""
 
     # -- search -----------------------------------------------------------------------------------
     def search(self, op: SearchOp, query: list[float] | None) -> Plan[list[SearchItem]]:
@@ -1076,6 +1136,51 @@ class StoreCore:
             token = page.token
 
 
+Wanted = dict[str, tuple["str | None", "list[Any] | None"]]
+"""Item key -> (the item's version a shard entry must describe, ``None`` for a deleted item; that entry, or ``None``
+for none)."""
+
+
+def _with_wanted(
+    entries: dict[str, list[Any]], wanted: Wanted, read: dict[str, dict[str, list[Any]]]
+) -> dict[str, list[Any]]:
+    """The shard's ``entries`` with the ``wanted`` ones applied; the entries read of wanted items join ``read``."""
+    updated = dict(entries)
+    for key, (_, entry) in wanted.items():
+        if key in entries:
+            read.setdefault(key, {})[str(entries[key][0])] = entries[key]
+        if entry is None:
+            updated.pop(key, None)
+        else:
+            updated[key] = entry
+    return updated
+
+
+def _still_wanted(
+    wanted: Wanted, found: dict[str, str | None], written: bool, read: dict[str, dict[str, list[Any]]]
+) -> Wanted:
+    """What a shard plan must still write after a shard write (``written``: not refused) and the item GETs that
+    travelled with it (``found``: each item's version, ``None`` if missing): an item at the version just
+    written is done; one that moved on wants the entry of its version if it was read (no entry once deleted),
+    and is left to its own writer otherwise."""
+    still: Wanted = {}
+    for key, (version, entry) in wanted.items():
+        now = found[key]
+        if now == version:
+            if not written:
+                still[key] = (version, entry)
+        elif now is None:
+            still[key] = (None, None)
+        elif now in read.get(key, {}):
+            still[key] = (now, read[key][now])
+    return still
+
+
+def _entry_version(entry: list[Any] | None) -> str | None:
+    """The version of the item a shard entry describes (``None``: no entry)."""
+    return None if entry is None else str(entry[0])
+
+
 def _search_item(item: Item, score: float | None) -> SearchItem:
     return SearchItem(
         namespace=item.namespace,
@@ -1282,6 +1387,8 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         sse_customer_key: str | None = None,
         transport: str = "auto",
         vector_shards: int = DEFAULT_VECTOR_SHARDS,
+        operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
+        extra_headers: Mapping[str, str] | str | None = None,
         **client_options: Any,
     ) -> None:
         prefix = check_location(bucket, prefix)
@@ -1293,6 +1400,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         check_encryption(server_side_encryption, sse_kms_key_id, sse_customer_key)
         _check_ttl(ttl)
         _check_index(index)
+        headers = check_extra_headers(extra_headers)
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options)
@@ -1305,6 +1413,8 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
+        self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
+        """Deadline of one call, as the saver's (the TTL sweep, which reads every item, is bounded per request only)."""
         self.serde: SerializerProtocol = maybe_add_typed_methods(serde or JsonPlusSerializer())
         self.ttl_config = ttl
         self.index_config: dict[str, Any] | None = None
@@ -1320,6 +1430,9 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         self._io = make_bucket_io(
             client,
             bucket,
+            prefix=self.prefix,
+            require_conditional_writes=require_conditional_writes,
+            extra_headers=headers,
             max_concurrency=max_concurrency,
             server_side_encryption=server_side_encryption,
             sse_kms_key_id=sse_kms_key_id,
@@ -1327,6 +1440,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             transport=transport,
             native_async=True,  # the async methods of both classes send from the loop with the direct transport
             serves="store",
+            deadline=self.operation_timeout,
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec
@@ -1364,12 +1478,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     def _setup_plan(self) -> Plan[None]:
         core = Core(layout=Layout(self.prefix), codec=self._codec)
-        return core.setup(
-            create_bucket=self.create_bucket,
-            require_conditional_writes=self.require_conditional_writes,
-            bucket=self.bucket,
-            token=uuid.uuid4().hex,
-        )
+        return core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:
@@ -1412,18 +1521,18 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
         return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
-    def _run(self, what: str, plan: Plan[T]) -> T:
+    def _run(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
         self._io.check_open(what)
-        return self._io.run(plan)
+        return self._io.run(plan, bounded=bounded)
 
-    async def _arun(self, what: str, plan: Plan[T]) -> T:
+    async def _arun(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
         self._io.check_open(what)
-        return await self._io.arun(plan)
+        return await self._io.arun(plan, bounded=bounded)
 
     # -- TTL ----------------------------------------------------------------------------------------
     async def asweep_ttl(self) -> int:
         """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return await self._arun("asweep_ttl", self._core.sweep())
+        return await self._arun("asweep_ttl", self._core.sweep(), bounded=False)
 
     def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:
         """Seconds between background sweeps (the argument, else ``ttl_config``'s, else 5 minutes), or None
@@ -1477,7 +1586,7 @@ class S3Store(BaseS3Store):
 
     def sweep_ttl(self) -> int:
         """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return self._run("sweep_ttl", self._core.sweep())
+        return self._run("sweep_ttl", self._core.sweep(), bounded=False)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
@@ -1496,7 +1605,7 @@ class S3Store(BaseS3Store):
         def loop() -> None:
             while not stop.wait(interval):
                 try:
-                    _log_sweep(self, self._io.run(self._core.sweep()))
+                    _log_sweep(self, self._io.run(self._core.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
             future.set_result(None)
@@ -1552,7 +1661,7 @@ class AsyncS3Store(BaseS3Store):
 
     async def sweep_ttl(self) -> int:
         """Delete every expired item now; returns how many. (Reads are already blind to them.)"""
-        return await self._arun("sweep_ttl", self._core.sweep())
+        return await self._arun("sweep_ttl", self._core.sweep(), bounded=False)
 
     async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) in a task
@@ -1569,7 +1678,7 @@ class AsyncS3Store(BaseS3Store):
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    _log_sweep(self, await self._io.arun(self._core.sweep()))
+                    _log_sweep(self, await self._io.arun(self._core.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
 

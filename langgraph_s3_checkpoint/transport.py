@@ -10,9 +10,9 @@ which a checkpoint's small, single-shot objects need.
 
 What it keeps from the boto3 client it is built from: credentials (refreshable ones are re-read for every
 request), the bucket's URL and signing region as botocore's endpoint rules resolve them, timeouts, the
-retry budget (botocore's standard mode: 5xx, throttling and connection errors, with the same exponential
-backoff) and the CA bundle. Everything other than the three hot requests (deletes, copies, bucket and
-lifecycle calls) still goes through boto3.
+retry budget (:mod:`.retries`, shared with the boto3 path: 5xx, throttling, 409 conflicts and connection
+errors), the CA bundle and the client's checksum settings. Everything other than the three hot requests
+(deletes, copies, bucket and lifecycle calls) still goes through boto3.
 
 Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
 answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends over blocking sockets
@@ -32,11 +32,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import random
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Generator, Mapping
+import zlib
+from collections.abc import Callable, Generator, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -45,7 +45,8 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from botocore.httpsession import get_cert_path
 
 from .blocking import BlockingPool, tls_context
-from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, error_for_code, unreachable
+from .deadline import Deadline, DeadlinePassed
+from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, unreachable
 from .http1 import Exchange, Failure, Response
 from .requests import (
     PRECONDITION_FAILED,
@@ -58,11 +59,8 @@ from .requests import (
     condition_failed,
     named_in_errors,
 )
+from .retries import RETRY_STATUS, Kind, Retries, final_error, kind_of
 
-_RETRY_STATUS = {500, 502, 503, 504}
-_THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
-_RETRY_CODES = _THROTTLING_CODES | {"RequestTimeout", "RequestTimeoutException", "InternalError"}
-_MAX_BACKOFF = 20.0
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
 _REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed"}
@@ -77,12 +75,19 @@ _HEADER_OF = {
     "ServerSideEncryption": "x-amz-server-side-encryption",
     "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
     "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
+    "ContentMD5": "content-md5",
 }
 
 
 def put_arguments(request: Put, extra: Mapping[str, Any], expiry_tag: str | None) -> dict[str, Any]:
-    """PutObject arguments (boto3 names) beyond bucket, key and body; both transports send these."""
+    """PutObject arguments (boto3 names) beyond bucket, key and body; both transports send these.
+
+    ``Content-MD5`` on every PUT: a body cut short (a process killed while sending it, a connection reset) is then
+    refused by the server instead of stored short. SeaweedFS stored a truncated head PUT as an empty object, which
+    left the thread unreadable after a crash; Content-MD5 is the integrity check every S3 implementation knows
+    (botocore's CRC32 checksums, which also caught it, are off: several providers reject them)."""
     args = dict(extra)
+    args["ContentMD5"] = base64.b64encode(hashlib.md5(request.body, usedforsecurity=False).digest()).decode()
     if request.if_none_match:
         args["IfNoneMatch"] = "*"
     if request.if_match is not None:
@@ -153,6 +158,8 @@ class DirectTransport:
         get_args: Mapping[str, Any] | None = None,
         expiry_tag: str | None = None,
         max_connections: int = 64,
+        contention_seconds: float = 60.0,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> None:
         config = client.meta.config
         self._credentials: Any = _check_client(client, bucket)
@@ -187,6 +194,14 @@ class DirectTransport:
         self._get_headers = headers_for(get_args or {})
         headers_for(self._put_args)  # refuse unsupported arguments now, not at the first put
         self.expiry_tag = expiry_tag
+        self.contention_seconds = contention_seconds
+        """How long a throttled or 409-conflicting request keeps trying (:class:`.retries.Retries`)."""
+        self._extra_headers = {name.lower(): value for name, value in (extra_headers or {}).items()}
+        """Sent with every request (``extra_headers``: Tigris's ``X-Tigris-Consistent``), signed like the rest."""
+        self.checksums = getattr(config, "request_checksum_calculation", None) == "when_supported"
+        """Whether PUTs carry a CRC32 (``x-amz-checksum-crc32``), as botocore sends them for this client."""
+        self.validates = getattr(config, "response_checksum_validation", None) == "when_supported"
+        """Whether GETs ask for the object's checksum (``x-amz-checksum-mode``) and check the body against it."""
         self._bucket = bucket
         self._signing_keys: dict[tuple[str, str], bytes] = {}
 
@@ -194,17 +209,30 @@ class DirectTransport:
         self._connections.close()
 
     # -- the sync sender: blocking sockets and time.sleep ---------------------------------------
-    def execute(self, request: Get | Put | ListKeys) -> Any:
+    def execute(self, request: Get | Put | ListKeys, deadline: Deadline | None = None) -> Any:
+        """Send ``request``; with a ``deadline`` (:mod:`.deadline`) no attempt or wait between attempts starts
+        after its ``last_start``, and an attempt in flight ends by its ``cut_at`` (:class:`DeadlinePassed`)."""
         steps = self.exchanges(request)
         answer: Response | Failure | None = None
+        sent = False
         while True:
             try:
                 step = steps.send(answer)
             except StopIteration as done:
                 return done.value
             if isinstance(step, Exchange):
-                answer = self._connections.send(step)
+                if deadline is None:
+                    answer = self._connections.send(step)
+                    continue
+                deadline.check_start(sent=sent)
+                earlier, sent = sent, True
+                try:
+                    answer = self._connections.send(step, deadline)
+                except DeadlinePassed as late:  # its connection came after its time was up, or it was cut
+                    raise DeadlinePassed(sent=late.sent or earlier) from None
             else:
+                if deadline is not None and step >= deadline.start_left():
+                    raise DeadlinePassed(sent=sent)
                 time.sleep(step)
                 answer = None
 
@@ -212,14 +240,20 @@ class DirectTransport:
     def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:
         """The request as a conversation with a sender (see :data:`Exchanges`)."""
         if isinstance(request, Get):
-            return self._get_reply((yield from self._attempts(request, {}, b"", dict(self._get_headers))))
+            headers = {**self._extra_headers, **self._get_headers}
+            if self.validates:
+                headers["x-amz-checksum-mode"] = "ENABLED"
+            return self._get_reply((yield from self._attempts(request, {}, b"", headers, validate=self.validates)))
         if isinstance(request, Put):
-            headers = headers_for(put_arguments(request, self._put_args, self.expiry_tag))
+            headers = {**self._extra_headers, **headers_for(put_arguments(request, self._put_args, self.expiry_tag))}
+            if self.checksums:
+                headers["x-amz-checksum-crc32"] = _crc32(request.body)
+                headers["x-amz-sdk-checksum-algorithm"] = "CRC32"
             answer = yield from self._attempts(request, {}, request.body, headers)
             return self._put_reply(request, answer)
         query = {_QUERY_OF[name]: str(value) for name, value in list_arguments(request).items()}
         query.update({"list-type": "2", "encoding-type": "url"})
-        return self._list_reply((yield from self._attempts(request, query, b"", {})))
+        return self._list_reply((yield from self._attempts(request, query, b"", dict(self._extra_headers))))
 
     def _get_reply(self, answer: Response) -> StoredObject | None:
         status, headers, body = answer
@@ -237,7 +271,7 @@ class DirectTransport:
 
     def _put_reply(self, request: Put, answer: Response) -> Any:
         status, reply, _ = answer
-        if condition_failed(request, refused=status in (409, 412), missing=status == 404):
+        if condition_failed(request, refused=status == 412, missing=status == 404):
             return PRECONDITION_FAILED
         if "etag" not in reply:
             raise self._not_s3(status, reply, b"")
@@ -255,12 +289,16 @@ class DirectTransport:
         modified: list[datetime] = []
         etags: list[str] = []
         sizes: list[int] = []
+        # Asked for url-encoded keys; decoded only when the server says it encoded them (as botocore does): a
+        # server that ignores the parameter sends them raw, and decoding a raw "a%2Fb" or "a+b" would change it.
+        encoded = (root.findtext("{*}EncodingType") or "").strip().lower() == "url"
+        decode = unquote_plus if encoded else str
         for item in root.iterfind("{*}Contents"):
-            keys.append(unquote_plus(item.findtext("{*}Key", "")))
+            keys.append(decode(item.findtext("{*}Key", "")))
             modified.append(_iso_time(item.findtext("{*}LastModified", "")))
             etags.append(item.findtext("{*}ETag", ""))
             sizes.append(int(item.findtext("{*}Size", "0") or 0))
-        prefixes = [unquote_plus(p.findtext("{*}Prefix", "")) for p in root.iterfind("{*}CommonPrefixes")]
+        prefixes = [decode(p.findtext("{*}Prefix", "")) for p in root.iterfind("{*}CommonPrefixes")]
         truncated = root.findtext("{*}IsTruncated", "false").strip().lower() == "true"
         token = root.findtext("{*}NextContinuationToken") if truncated else None
         date = headers.get("date")
@@ -275,9 +313,16 @@ class DirectTransport:
         )
 
     def _attempts(
-        self, request: Get | Put | ListKeys, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self,
+        request: Get | Put | ListKeys,
+        query: dict[str, str],
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        validate: bool = False,
     ) -> Generator[Exchange | float, Response | Failure | None, Response]:
-        """One HTTP exchange, retried: the answer that settles it, or the package's error."""
+        """One HTTP exchange, retried (:mod:`.retries`): the answer that settles it, or the package's error. With
+        ``validate``, a body that does not match the checksum its answer carries is a failed attempt."""
         method = "PUT" if isinstance(request, Put) else "GET"
         key = None if isinstance(request, ListKeys) else request.key
         # A virtual-hosted bucket's LIST is sent to "/" (the request line and SigV4's canonical URI need one).
@@ -285,7 +330,8 @@ class DirectTransport:
         what = named_in_errors(request, self._bucket)
         query_string = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
         target = path + ("?" + query_string if query_string else "")
-        for attempt in range(1, self.max_attempts + 1):
+        retries = Retries(self.max_attempts, self.contention_seconds)
+        while True:
             signed = dict(headers)
             self._sign(method, path, query_string, signed, body)
             answer = yield Exchange(method, target, signed, body)
@@ -293,28 +339,32 @@ class DirectTransport:
                 if isinstance(answer, Failure):
                     raise answer
                 assert answer is not None
-                return self._judge(*answer)
+                settled = self._judge(*answer)
+                if validate and settled[0] == 200:
+                    _check_body(settled[1], settled[2])
+                return settled
             except Failure as failure:
-                if not failure.retryable or attempt == self.max_attempts:
+                wait = retries.wait_after(_kind(failure))
+                if wait is None:
                     if not failure.code:
                         raise unreachable(f"{self._endpoint} ({what})", failure) from None
-                    raise error_for_code(failure.code, self._bucket, what, str(failure)) from None
-                yield backoff(failure, attempt)
-        raise AssertionError("unreachable")
+                    status, code, tried = failure.status, failure.code, sum(retries.failed.values())
+                    raise final_error(request, self._bucket, what, status, code, str(failure), tried) from None
+                yield wait
 
     def _judge(self, status: int, headers: Mapping[str, str], data: bytes) -> Response:
         """An answer that settles the request, or a :class:`Failure` (a non-S3 answer raises at once)."""
         match = _ERROR_CODE.search(data or b"") if status >= 300 else None
         html = str(headers.get("content-type", "")).startswith("text/html")
         foreign = html or (match is None and not any(h in headers for h in _S3_HEADERS) and status != 403)
-        if status >= 300 and foreign and status not in _RETRY_STATUS:  # a proxy's 5xx page is retried as before
+        if status >= 300 and foreign and status not in RETRY_STATUS:  # a proxy's 5xx page is retried as before
             raise self._not_s3(status, headers, data)
         code = match.group(1).decode() if match else str(status)
         if status < 300 or _is_answer(status, code):
             return status, headers, data
         if status in (301, 307) or code in _REDIRECT_CODES:
             self._refuse_redirect(status, code, headers, data)
-        retryable = status in _RETRY_STATUS or status == 429 or code in _RETRY_CODES
+        retryable = kind_of(status, code) is not None
         raise Failure(f"HTTP {status} {code}", retryable=retryable, code=code, status=status)
 
     def _refuse_redirect(self, status: int, code: str, headers: Mapping[str, str], data: bytes) -> None:
@@ -381,11 +431,36 @@ class DirectTransport:
         return key
 
 
-def backoff(failure: Failure, attempt: int) -> float:
-    """Seconds to wait after the ``attempt``-th attempt failed: botocore's standard mode (full jitter, on a
-    1 s scale when throttled and a 50 ms one otherwise)."""
-    scale = 1.0 if failure.code in _THROTTLING_CODES or failure.status == 429 else 0.05
-    return random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF)
+def _kind(failure: Failure) -> Kind | None:
+    """What a failed attempt was for the retry budget: an S3 answer by its status and code, a connection that
+    failed (no answer) transient when the sender says another attempt may succeed."""
+    if not failure.retryable:
+        return None
+    return kind_of(failure.status or None, failure.code) or Kind.TRANSIENT
+
+
+def _crc32(body: bytes) -> str:
+    """``x-amz-checksum-crc32``: the CRC32 of the body, big-endian, base64."""
+    return base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+
+
+_CHECKSUMS: dict[str, Callable[[bytes], str]] = {
+    "x-amz-checksum-crc32": _crc32,
+    "x-amz-checksum-sha1": lambda body: base64.b64encode(hashlib.sha1(body).digest()).decode(),
+    "x-amz-checksum-sha256": lambda body: base64.b64encode(hashlib.sha256(body).digest()).decode(),
+}
+"""The full-object checksums a GET can be checked against without extra packages (botocore needs awscrt for
+CRC32C and CRC64NVME; those, and multipart composites ``...-N``, are not checked, as botocore skips them)."""
+
+
+def _check_body(headers: Mapping[str, str], body: bytes) -> None:
+    """A body that differs from the checksum the server sent with it was damaged on the way: a failed attempt."""
+    for name, checksum_of in _CHECKSUMS.items():
+        expected = headers.get(name)
+        if expected and "-" not in expected:
+            if checksum_of(body) != expected:
+                raise Failure(f"the body does not match its {name} ({expected})", retryable=True)
+            return
 
 
 def _check_client(client: Any, bucket: str) -> Any:
@@ -454,8 +529,9 @@ def _proxy_of(client: Any) -> str | None:
 
 
 def _is_answer(status: int, code: str) -> bool:
-    """A missing object and a failed condition are answers to the request, not failures."""
-    return (status == 404 and code != "NoSuchBucket") or status == 412 or code == "ConditionalRequestConflict"
+    """A missing object and a failed condition are answers to the request, not failures (a 409
+    ConditionalRequestConflict is neither: the request is sent again, :mod:`.retries`)."""
+    return (status == 404 and code != "NoSuchBucket") or status == 412
 
 
 def _iso_time(text: str) -> datetime:

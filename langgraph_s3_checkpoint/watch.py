@@ -12,7 +12,8 @@ as something else would: from the first request after a hook is registered, a st
 
 What counts as botocore's own:
 
-* handlers whose code lives in ``botocore`` or ``boto3``, except ``botocore.stub`` (the Stubber's);
+* handlers whose code lives in ``botocore`` or ``boto3``, except ``botocore.stub`` (the Stubber's), and this
+  package's own (:func:`.shell.speak_like_the_saver`: the headers the direct transport sends itself);
 * moto's stubber, which moto adds to every client once it is imported, only while ``mock_aws`` enables it;
 * the functions a request passes through (the client's method, ``_make_api_call``, the endpoint's
   ``make_request`` and ``_send``, the HTTP session's ``send``) only while they are botocore's own: not
@@ -103,6 +104,31 @@ class ClientWatch:
         except (AttributeError, KeyError):
             return True
 
+    def reason(self, operation: str) -> str:
+        """Why :meth:`watched` sends ``operation`` through boto3, in words (for the one-time log line)."""
+        if self._redirected:
+            return "S3 redirected a request to another region, and boto3 follows redirects"
+        try:
+            handlers = [
+                (event, handler)
+                for event in _EVENTS
+                for handler in self._emitter._handlers.prefix_search(f"{event}.s3.{operation}")
+            ]
+        except AttributeError:
+            return "the client's event system is not botocore's usual one"
+        for event, handler in handlers:
+            if _is_motos_stubber(handler) and handler.enabled:
+                return "moto's mock_aws is active"
+            if not _is_botocores(handler) and not _is_motos_stubber(handler):
+                name = getattr(handler, "__qualname__", type(handler).__qualname__)
+                return f"the handler {_module_of(handler)}.{name} is registered for {event}"
+        owners: list[tuple[Any, str]] = [(self._client, _METHOD_OF[operation])]
+        owners += [(owner_of(self._client), name) for owner_of, name in _PATH]
+        for owner, name in owners:
+            if not _is_plain(owner, name):
+                return f"{type(owner).__name__}.{name} is patched (a mock or an instrumentation)"
+        return "something else takes part in the client's requests"
+
     def _judge(self) -> None:
         with self._lock:
             seen = self._emitter._lookup_cache
@@ -126,7 +152,9 @@ def _module_of(handler: Any) -> str:
 
 def _is_botocores(handler: Any) -> bool:
     module = _module_of(handler)
-    return module.split(".")[0] in ("botocore", "boto3") and not module.startswith("botocore.stub")
+    return module.split(".")[0] in ("botocore", "boto3", "langgraph_s3_checkpoint") and not module.startswith(
+        "botocore.stub"
+    )
 
 
 def _is_motos_stubber(handler: Any) -> bool:

@@ -15,7 +15,7 @@ from uuid import uuid4
 import pytest
 from helpers import RequestCounter, selected_server_kinds
 
-from langgraph_s3_checkpoint import local
+from langgraph_s3_checkpoint import S3Saver, local
 
 BUCKET = "lgs3-test"
 SERVER_KINDS = selected_server_kinds()
@@ -68,8 +68,13 @@ def seaweedfs_server(_server_pool: _ServerPool) -> local.LocalS3Server:
 
 @pytest.fixture(scope="session")
 def bucket(s3_server: local.LocalS3Server) -> str:
-    """One bucket per server per session; tests isolate themselves with ``prefix``."""
+    """One bucket per server per session; tests isolate themselves with ``prefix``.
+
+    The conditional-write probe runs here, once per server: a saver probes before the first write of the process
+    to an endpoint and bucket, and tests that count requests or stop a plan at a request must not meet it."""
     s3_server.create_bucket(BUCKET)
+    with S3Saver(bucket=BUCKET, prefix="probed-by-conftest", client=s3_server.client()) as saver:
+        saver.setup()
     return BUCKET
 
 

@@ -13,10 +13,17 @@ still verify upstream. Before or after forwarding, the proxy may instead:
               answer does arrive)
 ``redirect``  answer 301 PermanentRedirect naming another region (``x-amz-bucket-region: eu-central-1``),
               without forwarding, as S3 answers a request sent to the wrong region; queued only
+``delay``     hold the request ``seconds`` (see :meth:`FaultProxy.inject`), then forward it and answer as the
+              server did: a request still in flight when its caller's other requests are done; queued only.
+              Held even if the client has closed its connection meanwhile, as a request already received is.
 
 Faults are drawn at random (``rate``) or queued for specific requests with :meth:`FaultProxy.inject`.
 ``max_consecutive`` caps how many random faults in a row hit the same method and path, so a test at a
 high fault rate never exhausts the client's retry budget by bad luck; queued faults ignore the cap.
+
+Subclasses change what the server seems to be (``dialectproxy.py``) through :meth:`FaultProxy.intercept` (answer
+a request instead of the server, or change it before it is forwarded) and :meth:`FaultProxy.rewrite` (change
+the server's answer).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import random
 import socket
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,8 +43,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ALL_FAULTS = ("slowdown", "internal", "reset", "lost", "lost_500")
-QUEUED_FAULTS = (*ALL_FAULTS, "redirect")
-"""Faults :meth:`FaultProxy.inject` queues; ``redirect`` is never drawn at random."""
+QUEUED_FAULTS = (*ALL_FAULTS, "redirect", "delay")
+"""Faults :meth:`FaultProxy.inject` queues; ``redirect`` and ``delay`` are never drawn at random."""
 APPLIED_FAULTS = frozenset({"lost", "lost_500"})
 """Faults after which the server has applied the request."""
 
@@ -55,6 +63,7 @@ class _Rule:
     key_suffix: str | None
     remaining: int
     alternate: bool
+    seconds: float = 0.0
     resting: bool = False
 
     def matches(self, method: str, key: str) -> bool:
@@ -116,15 +125,17 @@ class FaultProxy:
         key_suffix: str | None = None,
         times: int = 1,
         alternate: bool = False,
+        seconds: float = 0.0,
     ) -> None:
         """Queue ``fault`` for the next ``times`` requests with this method whose key ends with ``key_suffix``.
 
         With ``alternate`` every other matching request passes, so each faulted request's retry succeeds.
+        ``seconds``: how long ``delay`` holds each request.
         """
         if fault not in QUEUED_FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         with self._lock:
-            self._rules.append(_Rule(fault, method, key_suffix, times, alternate))
+            self._rules.append(_Rule(fault, method, key_suffix, times, alternate, seconds))
 
     def snapshot(self) -> dict[str, int]:
         """Requests seen, requests forwarded, and faults injected by kind."""
@@ -141,6 +152,20 @@ class FaultProxy:
         self._thread.start()
         return self
 
+    # -- hooks for subclasses -------------------------------------------------------------------------
+    def intercept(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[list[tuple[str, str]], bytes] | tuple[int, str, list[tuple[str, str]], bytes]:
+        """The request to forward (headers, body), or an answer given instead of the server's (status, reason,
+        headers, body). Called for every request no fault took."""
+        return headers, body
+
+    def rewrite(
+        self, method: str, path: str, answer: tuple[int, str, list[tuple[str, str]], bytes]
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """The server's answer (status, reason, headers, body) as the client gets it."""
+        return answer
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -156,7 +181,8 @@ class FaultProxy:
         self.stop()
 
     # -- decisions ------------------------------------------------------------------------------
-    def _choose(self, method: str, key: str) -> str | None:
+    def _choose(self, method: str, key: str) -> tuple[str | None, float]:
+        """The fault for this request (``None``: forward it as it is), and how long a ``delay`` holds it."""
         with self._lock:
             self.requests += 1
             for rule in self._rules:
@@ -164,21 +190,21 @@ class FaultProxy:
                     if rule.alternate:
                         rule.resting = not rule.resting
                         if not rule.resting:
-                            return None
+                            return None, 0.0
                     rule.remaining -= 1
                     if rule.remaining <= 0:
                         self._rules.remove(rule)
                     self.injected[rule.fault] += 1
-                    return rule.fault
+                    return rule.fault, rule.seconds
             where = (method, key)
             streak = self._streak.get(where, 0)
             if streak < self.max_consecutive and self.faults and self._random.random() < self.rate:
                 self._streak[where] = streak + 1
                 fault = self._random.choice(self.faults)
                 self.injected[fault] += 1
-                return fault
+                return fault, 0.0
             self._streak.pop(where, None)
-            return None
+            return None, 0.0
 
     # -- forwarding -----------------------------------------------------------------------------
     def _upstream(self) -> http.client.HTTPConnection:
@@ -226,14 +252,13 @@ class FaultProxy:
                     while True:
                         size_line = self.rfile.readline()
                         size = int(size_line.split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
                         if size == 0:
-                            # Trailers end with an empty line.
+                            # The last chunk has no data: trailers follow, ended by an empty line.
                             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                                 pass
                             break
-                        chunks.append(chunk)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
                     return b"".join(chunks)
                 length = int(self.headers.get("Content-Length", "0") or 0)
                 return self.rfile.read(length) if length else b""
@@ -265,7 +290,10 @@ class FaultProxy:
             def _handle(self) -> None:
                 body = self._read_body()
                 key = self.path.split("?", 1)[0]
-                fault = proxy._choose(self.command, key)
+                fault, seconds = proxy._choose(self.command, key)
+                if fault == "delay":
+                    time.sleep(seconds)
+                    fault = None
                 if fault in ("slowdown", "internal", "reset", "redirect"):
                     proxy.log.append((self.command, key, fault))
                 if fault == "redirect":
@@ -285,7 +313,14 @@ class FaultProxy:
                 headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
                     headers.append(("Content-Length", str(len(body))))
-                status, reason, reply_headers, data = proxy._forward(self.command, self.path, headers, body)
+                request = proxy.intercept(self.command, self.path, headers, body)
+                if len(request) == 4:
+                    proxy.log.append((self.command, key, f"{request[0]} from the proxy"))
+                    self._reply(*request)
+                    return
+                headers, body = request
+                answer = proxy._forward(self.command, self.path, headers, body)
+                status, reason, reply_headers, data = proxy.rewrite(self.command, self.path, answer)
                 proxy.log.append((self.command, key, f"{status} then {fault}" if fault else str(status)))
                 if fault == "lost":
                     self._reset()

@@ -129,11 +129,11 @@ def lose_first_answer(saver: Any, matches: Callable[[Any], bool]) -> list[str]:
     original = shell._send
     lost: list[str] = []
 
-    def send(request: Any) -> Any:
-        reply = original(request)
+    def send(request: Any, *deadline: Any) -> Any:
+        reply = original(request, *deadline)
         if not lost and matches(request):
             lost.append(request.key)
-            return original(request)  # the retry, as S3 answers it after the first attempt landed
+            return original(request, *deadline)  # the retry, as S3 answers it after the first attempt landed
         return reply
 
     shell._send = send
@@ -150,10 +150,10 @@ def crash_at(saver: Any, matches: Callable[[Any], bool]) -> None:
     shell = saver.bucket_io
     original = shell._send
 
-    def send(request: Any) -> Any:
+    def send(request: Any, *deadline: Any) -> Any:
         if matches(request):
             raise Crash(request)
-        return original(request)
+        return original(request, *deadline)
 
     shell._send = send
 

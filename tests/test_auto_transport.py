@@ -47,16 +47,16 @@ class DirectCount:
 
         if asyncio.iscoroutinefunction(original):
 
-            async def counted_async(request: Any) -> Any:
+            async def counted_async(request: Any, *deadline: Any) -> Any:
                 self.by_type[type(request).__name__] += 1
-                return await original(request)
+                return await original(request, *deadline)
 
             sender.execute = counted_async
         else:
 
-            def counted(request: Any) -> Any:
+            def counted(request: Any, *deadline: Any) -> Any:
                 self.by_type[type(request).__name__] += 1
-                return original(request)
+                return original(request, *deadline)
 
             sender.execute = counted
 
@@ -209,6 +209,8 @@ async def test_the_async_saver_goes_direct_from_the_loop_and_falls_back_the_same
     s3_server: LocalS3Server, bucket: str, prefix: str
 ) -> None:
     with FaultProxy(s3_server.endpoint_url) as proxy:
+        with S3Saver(bucket=bucket, prefix=prefix, client=_behind(proxy, s3_server)) as probing:
+            probing.setup()  # the conditional-write probe's deletes go through boto3, on a thread pool
         async with AsyncS3Saver(bucket=bucket, prefix=prefix, client=_behind(proxy, s3_server)) as saver:
             direct = DirectCount(saver)
             await saver.aput(cfg("before"), empty_checkpoint(), {}, {})

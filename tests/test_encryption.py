@@ -18,8 +18,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
 
+import boto3
 import pytest
-from helpers import selected_server_kinds
+from faultproxy import FaultProxy
+from helpers import client_options, selected_server_kinds
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -211,11 +213,14 @@ def test_sse_kms_passthrough_on_moto(request: pytest.FixtureRequest, prefix: str
 
 
 def test_sse_kms_without_a_kms_fails_at_setup_on_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
-    """SeaweedFS without a configured KMS refuses aws:kms; setup()'s probe write surfaces it at once."""
+    """SeaweedFS without a configured KMS refuses aws:kms; setup()'s probe write surfaces it at once. (The probe
+    runs once per process and endpoint: behind a proxy of its own, this test's endpoint is new.)"""
     server = _server("seaweedfs", request)
-    saver = S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=server.client(), server_side_encryption="aws:kms")
-    with contextlib.closing(saver), pytest.raises(S3RequestError):
-        saver.setup()
+    with FaultProxy(server.endpoint_url) as proxy:
+        client = boto3.session.Session().client("s3", **client_options(server, proxy.url))
+        saver = S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=client, server_side_encryption="aws:kms")
+        with contextlib.closing(saver), pytest.raises(S3RequestError):
+            saver.setup()
 
 
 def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:

@@ -110,7 +110,8 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "&connect_timeout=1.5&read_timeout=2&operation_timeout=30&max_attempts=4&inline_threshold=10"
         "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
         "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
-        "&transport=direct"
+        "&transport=direct&extra_headers=X-Tigris-Consistent:true&request_checksum_calculation=when_supported"
+        "&response_checksum_validation=when_required"
     )
     bucket, prefix, options = parse_url(url)
     assert (bucket, prefix) == ("b", "p")
@@ -134,6 +135,9 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "sse_kms_key_id": "k",
         "sse_customer_key": "c",
         "transport": "direct",
+        "extra_headers": (("X-Tigris-Consistent", "true"),),
+        "request_checksum_calculation": "when_supported",
+        "response_checksum_validation": "when_required",
     }
     assert set(URL_OPTIONS) == {"region", *(k for k in options if k != "region_name")}
     # The documentation's table names each of them.
@@ -161,6 +165,8 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "inline_threshold=lots",
         "transport=http",
         "addressing_style=sideways",
+        "request_checksum_calculation=always",
+        "extra_headers=X-Tigris-Consistent",
     ],
 )
 def test_bad_option_values_are_config_errors(query: str) -> None:

@@ -36,6 +36,7 @@ from langgraph_s3_checkpoint.requests import (
     ListKeys,
     Page,
     Put,
+    RemoveExpiryRule,
     StoredObject,
     Written,
 )
@@ -142,8 +143,12 @@ def test_delete_copy_bucket_and_lifecycle() -> None:
     _put(b, "fresh")
     page = b.execute(ListKeys(""))
     assert dict(zip(page.keys, page.modified, strict=True))["t"] == datetime(2025, 1, 1, tzinfo=timezone.utc)
-    b.execute(EnsureExpiryRule("rule", "", 1))
+    rule = EnsureExpiryRule("rule", "", 1, "langgraph-s3-ttl=1")
+    assert b.execute(rule).matches(rule)  # the rule as the bucket keeps it: prefix, tag and days as sent
     assert b.apply_lifecycle() == ["t"]  # tagged and two days old; "name" is exempt, "fresh" is young
+    b.execute(RemoveExpiryRule("rule"))
+    clock[0] += timedelta(days=2)
+    assert b.apply_lifecycle() == [] and b.lifecycle_rules == {}
     with pytest.raises(S3RequestError):
         _put(b, "k" * 1025)
 

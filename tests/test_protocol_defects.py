@@ -967,11 +967,11 @@ def test_o_repair_racing_delete_thread_takes_its_head_back(
     repairer = make_saver()
     send_one = repairer.bucket_io._send
 
-    def send_racing_a_delete(request: Any) -> Any:
+    def send_racing_a_delete(request: Any, *deadline: Any) -> Any:
         if isinstance(request, Put) and request.key == head and not reply:
             # The delete runs between repair's reads and its head PUT.
             delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, Delete) for r in batch))
-        return send_one(request)
+        return send_one(request, *deadline)
 
     repairer.bucket_io._send = send_racing_a_delete
     [outcome] = repairer.repair_thread("t").namespaces

@@ -126,10 +126,10 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
         moved.append(True)
         writer.put(sub_latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
 
-    def send_racing_a_subgraph_step(request: Any) -> Any:
+    def send_racing_a_subgraph_step(request: Any, *deadline: Any) -> Any:
         if not moved and moment == "before_deleting" and isinstance(request, DeleteIfMatch):
             subgraph_step()
-        reply = send(request)
+        reply = send(request, *deadline)
         if not moved and moment == "after_the_root_head_went" and isinstance(request, DeleteIfMatch):
             assert request.key == root_head  # the root goes first
             subgraph_step()
@@ -163,10 +163,10 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
     root_head = saver._core.layout.head("busy", "")
     send = saver.bucket_io._send
 
-    def send_and_die_putting_back(request: Any) -> Any:
+    def send_and_die_putting_back(request: Any, *deadline: Any) -> Any:
         if isinstance(request, Put) and request.key == root_head and request.if_none_match:
             raise Crash(request)
-        reply = send(request)
+        reply = send(request, *deadline)
         if isinstance(request, DeleteIfMatch) and request.key == root_head:
             writer.put(sub_latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
         return reply

@@ -1,4 +1,5 @@
-"""pytest plugin that runs LangGraph's own tests (the sdist's ``tests/``) on ``S3Saver`` / ``AsyncS3Saver``.
+"""pytest plugin that runs LangGraph's own tests (the sdist's ``tests/``) on ``S3Saver`` / ``AsyncS3Saver`` and
+``S3Cache``.
 
 Loaded by ``run.py`` with ``-p lgs3_suite_plugin``; nothing in the downloaded files is edited:
 
@@ -6,14 +7,16 @@ Loaded by ``run.py`` with ``-p lgs3_suite_plugin``; nothing in the downloaded fi
   ``async_checkpointer`` fixtures are replaced (before pytest parses them) by wrappers whose params are
   the selected upstream ones (``--lgs3-savers``, default ``memory``) plus ``s3`` (sync fixture,
   ``S3Saver``) and ``s3_aio`` (async fixture, ``AsyncS3Saver``). Upstream params run upstream's own
-  fixture body unchanged.
+  fixture body unchanged. Its ``cache`` fixture (the node cache) likewise gets the selected upstream params
+  that it has (``memory``, ``sqlite``) plus ``s3_cache`` (``S3Cache``) when ``s3`` is selected.
 * Each S3 test gets a fresh saver under a fresh random key prefix (thread isolation); all of them share
   one SeaweedFS server per session (with xdist the controller starts it and the workers share it) and
   one boto3 client per process. Such a test that also takes LangGraph's ``sync_store``/``async_store`` gets
   S3Store/AsyncS3Store on the same bucket.
-* Tests that use neither fixture are deselected (``--lgs3-all-tests`` keeps them).
-* syrupy snapshots of an ``s3``/``s3_aio`` test are looked up under the ``memory`` test's name: the
-  graph drawn or the state returned must not depend on where checkpoints live.
+* Tests that use none of these fixtures are deselected (``--lgs3-all-tests`` keeps them; ``--lgs3-cache-tests``
+  keeps only those that take the node cache fixture).
+* syrupy snapshots of an ``s3``/``s3_aio``/``s3_cache`` test are looked up under the ``memory`` test's name:
+  the graph drawn or the state returned must not depend on where checkpoints (or cached writes) live.
 * ``--lgs3-report FILE`` writes one JSON line per test phase (node id, saver, pairing key, outcome,
   one-line exception, the traceback lines inside ``langgraph_s3_checkpoint``) for ``run.py`` to compare.
 """
@@ -30,14 +33,18 @@ from typing import Any
 
 import pytest
 
-from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, S3Saver, S3Store, local
+from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, S3Cache, S3Saver, S3Store, local
 
 BUCKET = "lgs3-langgraph-suite"
 S3_SYNC = "s3"
 S3_ASYNC = "s3_aio"
+S3_CACHE = "s3_cache"
 CHECKPOINTER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
+CACHE_FIXTURE = "cache"
+OURS_BY_FIXTURE = {"sync_checkpointer": S3_SYNC, "async_checkpointer": S3_ASYNC, CACHE_FIXTURE: S3_CACHE}
+"""Our param of each fixture the plugin extends."""
 UPSTREAM_CONFTEST = "tests.conftest"
-_OUR_PARAM = re.compile(r"(?<=[\[-])s3(?:_aio)?(?=[\]-])")
+_OUR_PARAM = re.compile(r"(?<=[\[-])s3(?:_aio|_cache)?(?=[\]-])")
 _SERVER_KEY = "lgs3_server"
 
 _state: dict[str, Any] = {"config": None, "pending": [], "patched": False}
@@ -50,11 +57,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--lgs3-savers",
         default="memory,s3",
-        help="comma list of checkpointer params to run: 's3' (S3Saver and AsyncS3Saver) and/or upstream "
-        "params of LangGraph's conftest ('memory', 'sqlite', 'sqlite_aio', ...). Default: memory,s3",
+        help="comma list of checkpointer params to run: 's3' (S3Saver and AsyncS3Saver, and S3Cache for the "
+        "cache fixture) and/or upstream params of LangGraph's conftest ('memory', 'sqlite', 'sqlite_aio', ...). "
+        "Default: memory,s3",
     )
     group.addoption("--lgs3-server", default="seaweedfs", help="local S3 server kind: seaweedfs (default) or moto")
     group.addoption("--lgs3-report", default=None, help="write a JSON-lines report of every test phase here")
+    group.addoption(
+        "--lgs3-cache-tests",
+        action="store_true",
+        help="keep only the tests that take the node cache fixture (a run of S3Cache alone, e.g. on moto)",
+    )
     group.addoption(
         "--lgs3-all-tests",
         action="store_true",
@@ -177,6 +190,8 @@ def _patch_conftest(module: Any, config: pytest.Config) -> None:
     module.async_checkpointer = async_checkpointer
     if hasattr(module, "sync_store") and hasattr(module, "async_store"):
         _patch_stores(module)
+    if hasattr(module, CACHE_FIXTURE):
+        _patch_cache(module, selected)
     module._lgs3_patched = True
     _state["patched"] = True
 
@@ -211,6 +226,24 @@ def _patch_stores(module: Any) -> None:
 
     module.sync_store = sync_store
     module.async_store = async_store
+
+
+def _patch_cache(module: Any, selected: list[str]) -> None:
+    """LangGraph's node cache fixture: the selected upstream params it has (``memory``, ``sqlite``), plus
+    ``s3_cache`` (S3Cache on the suite's bucket, a fresh prefix per test) when ``s3`` is selected."""
+    cache_fn, cache_params = _unwrap(module.cache)
+    ids = [n for n in selected if n in cache_params] + ([S3_CACHE] if S3_SYNC in selected else [])
+
+    @pytest.fixture(scope="function", params=ids)
+    def cache(request: pytest.FixtureRequest) -> Iterator[Any]:
+        if request.param == S3_CACHE:
+            url = f"s3://{BUCKET}/{_fresh_prefix()}?transport={TRANSPORT}"
+            with S3Cache.from_conn_string(url, client=_client()) as opened:
+                yield opened
+        else:
+            yield from cache_fn(request)
+
+    module.cache = cache
 
 
 TRANSPORT = os.environ.get("LGS3_TRANSPORT", "auto")
@@ -287,9 +320,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         )
     if config.getoption("lgs3_all_tests"):
         return
+    fixtures = (CACHE_FIXTURE,) if config.getoption("lgs3_cache_tests") else tuple(OURS_BY_FIXTURE)
     keep, drop = [], []
     for item in items:
-        uses = any(name in getattr(item, "fixturenames", ()) for name in CHECKPOINTER_FIXTURES)
+        uses = any(name in getattr(item, "fixturenames", ()) for name in fixtures)
         (keep if uses else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -298,21 +332,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 # -- the report ------------------------------------------------------------------------------------
 def _describe(item: pytest.Item) -> dict[str, Any]:
-    """The saver and kind of a test, and its pairing key: its own node id, or for an S3 test the node id
-    of its memory twin (the same test with the ``s3``/``s3_aio`` id component replaced by ``memory``)."""
+    """The saver and kind of a test, its node cache, and its pairing key: its own node id, or for a test with any
+    of our params (``s3``/``s3_aio``, ``s3_cache``) the node id of its memory twin (the same test with each of
+    those id components replaced by ``memory``)."""
     params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
     saver, kind = None, None
     for name in CHECKPOINTER_FIXTURES:
         if name in params:
             saver, kind = str(params[name]), name.split("_")[0]
+    cache = str(params[CACHE_FIXTURE]) if CACHE_FIXTURE in params else None
+    ours = [mine for fixture, mine in OURS_BY_FIXTURE.items() if params.get(fixture) == mine]
     key: str | None = item.nodeid
-    if saver in (S3_SYNC, S3_ASYNC) and item.nodeid.endswith("]"):
+    if ours and item.nodeid.endswith("]"):
         head, _, ids = item.nodeid[:-1].partition("[")
         parts = ids.split("-")
         # None if another param's id looks like ours: refuse to guess
-        twin = "-".join("memory" if p == saver else p for p in parts)
-        key = f"{head}[{twin}]" if parts.count(saver) == 1 else None
-    return {"saver": saver, "kind": kind, "key": key}
+        twin = "-".join("memory" if p in ours else p for p in parts)
+        key = f"{head}[{twin}]" if all(parts.count(mine) == 1 for mine in ours) else None
+    return {"saver": saver, "kind": kind, "cache": cache, "key": key}
 
 
 def _exception_summary(excinfo: pytest.ExceptionInfo[BaseException]) -> tuple[str, list[str]]:

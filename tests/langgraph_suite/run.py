@@ -1,17 +1,20 @@
-"""Run LangGraph's own tests with InMemorySaver (the baseline) and with S3Saver / AsyncS3Saver; compare.
+"""Run LangGraph's own tests with InMemorySaver and InMemoryCache (the baseline) and with S3Saver / AsyncS3Saver
+and S3Cache; compare.
 
     python tests/langgraph_suite/run.py                 # the gate: exit 1 if S3 fails a test memory passes
     python tests/langgraph_suite/run.py -n 0 -- 'tests/test_time_travel.py::test_x[memory]' ...
     python tests/langgraph_suite/run.py -- -k 'replay or fork' tests/test_time_travel.py
 
 Steps: fetch the sdist tests of the installed langgraph (``fetch.py``), run every ``tests/test_*.py`` that
-uses the ``sync_checkpointer`` / ``async_checkpointer`` fixtures in one pytest subprocess (cwd: the
+uses the ``sync_checkpointer`` / ``async_checkpointer`` / ``cache`` fixtures in one pytest subprocess (cwd: the
 extracted folder; plugin: ``lgs3_suite_plugin``; config: ``pytest.ini`` here), read its JSON-lines
-report, and pair each ``s3``/``s3_aio`` test with its ``memory`` twin. A regression is a test that
-passes with memory and does not pass (fails, errors, is skipped, or did not run) with S3.
+report, and pair each test with an ``s3``/``s3_aio``/``s3_cache`` param with its twin whose such params are all
+``memory``. A regression is a test that passes with memory and does not pass (fails, errors, is skipped, or did
+not run) with S3.
 
 The run never passes vacuously: pytest exiting with anything but 0 or 1 (5 = nothing collected),
-an empty report, or no memory / s3 / s3_aio test having run is a failure. Arguments after ``--`` go
+an empty report, or no memory / s3 / s3_aio test (nor node cache test with memory / s3_cache) having run is a
+failure. Arguments after ``--`` go
 to pytest; node ids or paths among them replace the default file list. The log, the raw report and
 the summary are kept in the cache folder (``last-run.log``, ``last-report.jsonl``, ``last-summary.txt``).
 """
@@ -22,6 +25,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,9 +42,12 @@ from fetch import ensure_tests  # noqa: E402
 PLUGIN = "lgs3_suite_plugin"
 BASELINE = "memory"
 OURS = {"sync": "s3", "async": "s3_aio"}
+OUR_CACHE = "s3_cache"
 DEFAULT_WORKERS = 2
 DEFAULT_TIMEOUT = 1800.0
 FIXTURE_NAMES = ("sync_checkpointer", "async_checkpointer")
+CACHE_FIXTURE = re.compile(r"\bcache\s*:\s*BaseCache\b")
+"""A test requesting LangGraph's node cache fixture (its conftest's ``cache``), as the sdist's tests spell it."""
 
 
 @dataclass
@@ -53,6 +60,22 @@ class TestResult:
     message: str = ""
     frames: list[str] = field(default_factory=list)
     baseline: str = ""  # for an S3 test: its memory twin's node id
+    cache: str | None = None  # the node cache param, for a test that takes one
+
+    @property
+    def ours(self) -> bool:
+        """Whether the test runs on any of our classes (a saver, the cache, or both)."""
+        return (self.kind is not None and self.saver == OURS[self.kind]) or self.cache == OUR_CACHE
+
+    @property
+    def baseline_run(self) -> bool:
+        """Whether the test runs on memory where we could stand in: what our twins must match."""
+        return (self.saver, self.cache) != (None, None) and {self.saver, self.cache} <= {BASELINE, None}
+
+    @property
+    def label(self) -> str:
+        saver = f"{self.saver} ({self.kind})" if self.saver else "no checkpointer"
+        return saver if self.cache is None else f"{saver}, cache {self.cache}"
 
 
 @dataclass
@@ -75,9 +98,8 @@ class SuiteResult:
     def counts(self) -> dict[str, collections.Counter[str]]:
         by_saver: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         for test in self.tests:
-            label = f"{test.saver} ({test.kind})"
-            by_saver[label][test.outcome] += 1
-            by_saver[label]["total"] += 1
+            by_saver[test.label][test.outcome] += 1
+            by_saver[test.label]["total"] += 1
         return dict(sorted(by_saver.items()))
 
     def render(self, *, frames: bool = True) -> str:
@@ -94,26 +116,34 @@ class SuiteResult:
         for problem in self.problems:
             lines.append(f"PROBLEM: {problem}")
         if self.regressions:
-            lines.append(f"{len(self.regressions)} tests pass with InMemorySaver but not with S3Saver/AsyncS3Saver:")
+            lines.append(f"{len(self.regressions)} tests pass with memory but not with S3Saver/AsyncS3Saver/S3Cache:")
             for test in self.regressions:
                 lines.append(f"  {test.nodeid}  [{test.outcome}] {test.message}")
                 if frames:
                     lines.extend(f"      {frame}" for frame in test.frames[-6:])
-            ids = " ".join(f"'{n}'" for t in self.regressions for n in (t.baseline, t.nodeid) if n)
+            pairs = dict.fromkeys(n for t in self.regressions for n in (t.baseline, t.nodeid) if n)
+            ids = " ".join(f"'{n}'" for n in pairs)
             lines.append(f"rerun them: python tests/langgraph_suite/run.py -n 0 -- {ids}")
         elif self.ok:
-            lines.append("OK: every test that passes with InMemorySaver passes with S3Saver and AsyncS3Saver")
+            lines.append("OK: every test that passes with memory passes with S3Saver, AsyncS3Saver and S3Cache")
         return "\n".join(lines)
 
 
 def checkpointer_test_files(root: Path) -> list[str]:
-    """The sdist test modules that request a checkpointer fixture (relative to ``root``)."""
+    """The sdist test modules that request a checkpointer or the node cache fixture (relative to ``root``)."""
     files = []
     for path in sorted((root / "tests").glob("test_*.py")):
         text = path.read_text(encoding="utf-8", errors="replace")
-        if any(name in text for name in FIXTURE_NAMES):
+        if any(name in text for name in FIXTURE_NAMES) or CACHE_FIXTURE.search(text):
             files.append(str(path.relative_to(root)))
     return files
+
+
+def cache_test_files(root: Path) -> list[str]:
+    """The sdist test modules that request the node cache fixture (relative to ``root``)."""
+    paths = sorted((root / "tests").glob("test_*.py"))
+    wanted = [p for p in paths if CACHE_FIXTURE.search(p.read_text(encoding="utf-8", errors="replace"))]
+    return [str(p.relative_to(root)) for p in wanted]
 
 
 def _aggregate(report: Path) -> list[TestResult]:
@@ -142,6 +172,7 @@ def _aggregate(report: Path) -> list[TestResult]:
                 key=first.get("key") or "",
                 saver=first.get("saver"),
                 kind=first.get("kind"),
+                cache=first.get("cache"),
                 outcome=outcome,
                 message=source.get("message", ""),
                 frames=list(source.get("frames", [])),
@@ -150,16 +181,18 @@ def _aggregate(report: Path) -> list[TestResult]:
     return results
 
 
-def compare(result: SuiteResult, savers: list[str], *, complete: bool = True) -> None:
+def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, with_cache: bool = True) -> None:
     """Fill ``problems``, ``regressions`` and ``baseline_failures`` from ``tests``.
 
-    ``complete``: the whole default selection ran, so each saver and kind must have run tests.
+    ``complete``: the whole default selection ran, so each saver and kind must have run tests, and, ``with_cache``
+    (the selection holds tests taking the node cache fixture), each node cache.
     """
     if result.returncode not in (0, 1):
         result.problems.append(f"pytest exited {result.returncode} (0 or 1 expected; 5 means no test collected)")
     if not result.tests:
         result.problems.append("the report is empty: no test ran")
     counts = collections.Counter((t.saver, t.kind) for t in result.tests if t.outcome != "skipped")
+    caches = collections.Counter(t.cache for t in result.tests if t.outcome != "skipped" and t.cache)
     wanted = []
     if BASELINE in savers:
         wanted += [(BASELINE, "sync"), (BASELINE, "async")]
@@ -168,28 +201,33 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True) ->
     for saver, kind in wanted if complete else []:
         if not counts[(saver, kind)]:
             result.problems.append(f"no {kind} test ran with {saver}")
+    wanted_caches = [c for c, selected in ((BASELINE, BASELINE in savers), (OUR_CACHE, "s3" in savers)) if selected]
+    for cache in wanted_caches if complete and with_cache else []:
+        if not caches[cache]:
+            result.problems.append(f"no node cache test ran with {cache}")
     if BASELINE not in savers or "s3" not in savers:
         return
-    ours = {}
+    ours: dict[str, list[TestResult]] = collections.defaultdict(list)
     for test in result.tests:
-        if test.kind and test.saver == OURS[test.kind]:
+        if test.ours:
             if not test.key:
                 result.problems.append(f"cannot tell the memory twin of {test.nodeid}")
-            ours[(test.kind, test.key)] = test
+            ours[test.key].append(test)
     for test in result.tests:
-        if test.saver != BASELINE or not test.kind:
+        if not test.baseline_run:
             continue
         if test.outcome != "passed":
             result.baseline_failures.append(test)
             continue
-        twin = ours.get((test.kind, test.key))
-        if twin is None:
+        twins = ours.get(test.key, [])
+        if not twins:
             result.regressions.append(
-                TestResult(test.nodeid, test.key, OURS[test.kind], test.kind, "missing", "no S3 twin ran")
+                TestResult(test.nodeid, test.key, None, test.kind, "missing", "no S3 twin ran", cache=test.cache)
             )
-        elif twin.outcome != "passed":
-            twin.baseline = test.nodeid
-            result.regressions.append(twin)
+        for twin in twins:
+            if twin.outcome != "passed":
+                twin.baseline = test.nodeid
+                result.regressions.append(twin)
     result.regressions.sort(key=lambda t: t.nodeid)
 
 
@@ -253,33 +291,35 @@ def run_suite(
     retries: int = 1,
     timeout: float = DEFAULT_TIMEOUT,
     echo: bool = False,
+    tag: str = "",
 ) -> SuiteResult:
     """Fetch (if needed), run and compare; raises if the sdist cannot be fetched.
 
     ``retries``: regressions are run again (with their memory twins) up to this many times; one that
-    passes on a retry is reported as flaky and does not fail the gate.
+    passes on a retry is reported as flaky and does not fail the gate. ``tag`` starts the names of this run's
+    files (``last-{tag}summary.txt`` ...), so that another run in the same folder keeps its own.
     """
     root = ensure_tests(package=package)
-    for stale in root.glob("last-*"):
+    for stale in root.glob(f"last-{tag}*"):
         stale.unlink()
     extra = list(pytest_args or [])
     explicit = any(a.startswith(("tests/", "tests\\")) for a in extra)
     targets = [] if explicit else checkpointer_test_files(root)
     saver_list = [s.strip() for s in savers.split(",") if s.strip()]
     options = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
-    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag="", **options)
+    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag=tag, **options)
     result = SuiteResult(root.name, root, command, returncode, seconds, tests)
     if returncode is None:
         result.problems.append(f"pytest did not finish within {timeout:.0f} s (killed); see {log}")
-    compare(result, saver_list, complete=not extra)
+    compare(result, saver_list, complete=not extra, with_cache=bool(cache_test_files(root)))
     if result.problems and not echo:
         tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
         result.problems.append(f"last lines of {log}:\n{tail}")
     for attempt in range(1, retries + 1):
         if result.problems or not result.regressions:
             break
-        ids = [n for t in result.regressions for n in (t.baseline, t.nodeid) if n]
-        _, code, more, again, _ = _run_pytest(root, ids, tag=f"retry{attempt}-", **options)
+        ids = list(dict.fromkeys(n for t in result.regressions for n in (t.baseline, t.nodeid) if n))
+        _, code, more, again, _ = _run_pytest(root, ids, tag=f"{tag}retry{attempt}-", **options)
         result.seconds += more
         retry = SuiteResult(root.name, root, command, code, more, again)
         compare(retry, saver_list, complete=False)
@@ -288,7 +328,7 @@ def run_suite(
         still = {t.nodeid for t in retry.regressions}
         result.flaky += [t for t in result.regressions if t.nodeid not in still]
         result.regressions = [t for t in result.regressions if t.nodeid in still]
-    (root / "last-summary.txt").write_text(result.render() + "\n", encoding="utf-8")
+    (root / f"last-{tag}summary.txt").write_text(result.render() + "\n", encoding="utf-8")
     return result
 
 
