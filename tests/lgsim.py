@@ -39,12 +39,14 @@ import concurrent.futures
 import contextlib
 import contextvars
 import copy
+import random
 import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import langgraph.pregel._executor as lg_executor
@@ -55,6 +57,12 @@ from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.requests import Copy, Delete, DeleteIfMatch, Get, ListKeys, Put
 
+SAMPLE_SEED = 27
+"""The seed of :func:`explore`'s random schedules."""
+
+REPLAY_ATTEMPTS = 3
+"""Runs of one schedule before a prefix that does not replay fails the exploration."""
+
 SETTLE_TIMEOUT = 20.0
 """Seconds the scheduler waits for quiescence before it fails the schedule (a hang, or a wait it cannot see)."""
 
@@ -63,7 +71,12 @@ class HarnessError(AssertionError):
     """The harness itself could not go on (a hang, a schedule that does not replay): never a finding."""
 
 
-class RunCancelled(BaseException):  # noqa: N818 - named like asyncio.CancelledError, which it stands for
+class ReplayMismatch(HarnessError):
+    """A schedule's prefix offered other gated calls than on its first run: a thread reached its gate later than
+    quiescence was declared (a wait the scheduler cannot see). :func:`explore` runs the schedule again."""
+
+
+class RunCancelled(BaseException):
     """Raised into a cancelled party's own calls (the Agent Server cancels a run before rolling it back)."""
 
 
@@ -170,7 +183,7 @@ def _blocked_on(frame: Any) -> Any:
         return None
     local = frame.f_locals
     waiter, condition = local.get("waiter"), local.get("self")
-    if waiter is None or condition is None or "gotit" in local and local["gotit"]:
+    if waiter is None or condition is None or local.get("gotit"):
         return None
     if not waiter.locked() or waiter not in condition._waiters:
         return None
@@ -243,7 +256,7 @@ class Scheduler:
         PARTY.set(party)  # this thread's own context: LangGraph copies it into the run's threads
         try:
             party.outcome = Outcome(result=party.work())
-        except BaseException as error:  # noqa: BLE001 - a party's outcome is whatever it raised
+        except BaseException as error:
             party.outcome = Outcome(error=error)
         finally:
             party.done.set()
@@ -311,9 +324,12 @@ class Scheduler:
                 time.sleep(0.0001)
                 with self._lock:
                     second = self._state()
-                    if second is not None and len(first) == len(second):
-                        if all(a is b or a == b for a, b in zip(first, second, strict=True)):
-                            return sorted(self.gated, key=lambda c: c.label)
+                    if (
+                        second is not None
+                        and len(first) == len(second)
+                        and all(a is b or a == b for a, b in zip(first, second, strict=True))
+                    ):
+                        return sorted(self.gated, key=lambda c: c.label)
             if time.monotonic() > deadline:
                 raise HarnessError(f"no quiescence after {self.timeout} s:\n{self.dump()}")
             with self._lock:
@@ -358,7 +374,7 @@ class PartyExecutor(concurrent.futures.Executor):
                 return
             try:
                 result = context.run(fn, *args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - handed to the future, as a pool does
+            except BaseException as error:
                 future.set_exception(error)
             else:
                 future.set_result(result)
@@ -452,7 +468,7 @@ class AsyncScheduler:
     async def _main(self, party: Party) -> None:
         try:
             party.outcome = Outcome(result=await party.work())
-        except BaseException as error:  # noqa: BLE001 - a party's outcome is whatever it raised
+        except BaseException as error:
             party.outcome = Outcome(error=error)
         finally:
             party.done.set()
@@ -520,7 +536,7 @@ class Footprint:
 
     def _reads_memory(self, entry: tuple[str, ...], value: Any) -> bool:
         def overlaps(other: tuple[str, ...]) -> bool:
-            return other[:2] == entry[:2] and "*" in (other[2], entry[2]) or other == entry
+            return (other[:2] == entry[:2] and "*" in (other[2], entry[2])) or other == entry
 
         if any(overlaps(e) for e in self.remembered):
             return True
@@ -566,6 +582,16 @@ class RecordingBucket(MemoryBucket):
 
     recording: Footprint | None = None
 
+    def snapshot(self) -> Any:
+        """The bucket's objects, to :meth:`restore` into another (objects are replaced on write, never changed)."""
+        with self._lock:
+            return dict(self._objects), list(self._sorted)
+
+    def restore(self, snapshot: Any) -> None:
+        objects, keys = snapshot
+        with self._lock:
+            self._objects, self._sorted = dict(objects), list(keys)
+
     def execute(self, request: Any) -> Any:
         if self.recording is not None:
             footprint_of(request, self.recording)
@@ -584,7 +610,7 @@ class InlineExecutor(concurrent.futures.Executor):
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # noqa: BLE001 - handed to the future, as a pool does
+        except BaseException as error:
             future.set_exception(error)
         return future
 
@@ -751,7 +777,11 @@ class GatedSaver(_Gating, S3Saver):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._gated(
-            "delete_for_runs", "delete_for_runs()", None, (list(run_ids),), lambda: S3Saver.delete_for_runs(self, run_ids)
+            "delete_for_runs",
+            "delete_for_runs()",
+            None,
+            (list(run_ids),),
+            lambda: S3Saver.delete_for_runs(self, run_ids),
         )
 
 
@@ -851,6 +881,10 @@ class Exploration:
     points: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    distinct: set[tuple[str, ...]] = field(default_factory=set)
+    """The different schedules run (a sample may draw one twice)."""
+    replays_retried: int = 0
+    """Schedules run again because their prefix did not replay (:class:`ReplayMismatch`)."""
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     """How often each distinct outcome (:meth:`World.outcome`) was seen."""
 
@@ -860,6 +894,8 @@ class World:
 
     journal: Journal
     bucket: RecordingBucket
+    waits_for: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+    """Party -> the parties that wait for it to end (their next call may appear right after its last one)."""
 
     def start(self, scheduler: Any) -> None:
         """Add the parties to ``scheduler`` (sync: ``Scheduler``; async: ``AsyncScheduler``)."""
@@ -894,7 +930,8 @@ class Event:
     footprint: Footprint
     enabled_before: tuple[str, ...]
     appeared: tuple[str, ...] = ()
-    """Calls of its party first gated at the point right after it: it may have enabled them."""
+    """Calls first gated at the point right after it, of its party or of a party waiting for its party to end
+    (:attr:`World.waits_for`): it may have enabled them."""
 
 
 @dataclass
@@ -916,19 +953,26 @@ class _Search:
     (or, if it was not gated yet, every call that was) is added to the choices to try at the earlier one's point.
     """
 
-    def __init__(self, reduce: bool) -> None:
+    def __init__(self, reduce: bool, sample: random.Random | None = None) -> None:
         self.reduce = reduce
+        self.sample = sample
         self.path: list[_Node] = []
         self.next_prefix: tuple[str, ...] | None = ()
 
     def choose(self, depth: int, gated: list[Call], prefix: tuple[str, ...], schedule: list[str]) -> Call:
         labels = tuple(c.label for c in gated)
+        if self.sample is not None:  # a random schedule: no prefix, no tree
+            return gated[labels.index(self.sample.choice(labels))]
         if depth < len(prefix):
             if prefix[depth] not in labels:
-                raise HarnessError(f"schedule {_text(prefix)} does not replay: at call {depth} the gated are {labels}")
+                raise ReplayMismatch(
+                    f"schedule {_text(prefix)} does not replay: at call {depth} the gated are {labels}"
+                )
             pick = prefix[depth]
             if depth < len(self.path) and self.path[depth].enabled != labels:
-                raise HarnessError(f"at call {depth} of {_text(prefix)}: gated {labels}, before {self.path[depth].enabled}")
+                raise ReplayMismatch(
+                    f"at call {depth} of {_text(prefix)}: gated {labels}, before {self.path[depth].enabled}"
+                )
         else:
             pick = labels[0]
         if depth >= len(self.path):
@@ -939,6 +983,8 @@ class _Search:
 
     def finished(self, events: list[Event]) -> None:
         """After a complete schedule: add the races' alternatives, then pick the next schedule (or none)."""
+        if self.sample is not None:
+            return  # next_prefix stays (): another random schedule
         del self.path[len(events) :]
         if self.reduce:
             self._add_races(events)
@@ -958,7 +1004,7 @@ class _Search:
                 i
                 for i in range(j)
                 if events[i].thread is e.thread
-                or (events[i].party == e.party and e.label in events[i].appeared)
+                or e.label in events[i].appeared
                 or events[i].footprint.conflicts(e.footprint)
             }
             before.append(set().union(*(before[i] | {i} for i in direct)) if direct else set())
@@ -966,7 +1012,7 @@ class _Search:
                 i
                 for i in direct
                 if events[i].thread is not e.thread
-                and not (events[i].party == e.party and e.label in events[i].appeared)
+                and e.label not in events[i].appeared
                 and events[i].footprint.conflicts(e.footprint)
                 and not any(i in before[k] for k in direct if k != i)
             ]
@@ -974,7 +1020,7 @@ class _Search:
                 continue
             i = max(races)
             node = self.path[i]
-            same_thread = [f.label for f in events[i:j + 1] if f.thread is e.thread and f.label in node.enabled]
+            same_thread = [f.label for f in events[i : j + 1] if f.thread is e.thread and f.label in node.enabled]
             node.backtrack |= {same_thread[0]} if same_thread else set(node.enabled)
 
 
@@ -988,20 +1034,35 @@ def explore(
     asynchronous: bool = False,
     reduce: bool = False,
     limit: int | None = None,
+    sample: int | None = None,
     progress: Callable[[Exploration], None] | None = None,
 ) -> Exploration:
     """Run the schedules of the world ``build(scheduler, journal)`` makes, each from scratch, depth-first:
     every one, or (``reduce``) one of each class of schedules that differ only in the order of independent calls.
-    ``limit`` stops after that many schedules (for a quick look: the counts say how many ran)."""
+    ``limit`` stops after that many schedules (for a quick look: the counts say how many ran). ``sample`` runs
+    that many random schedules instead (each choice uniform among the gated calls, seeded: the same schedules on
+    every run); :attr:`Exploration.distinct` counts the different ones."""
     found = Exploration()
     started = time.monotonic()
-    search = _Search(reduce)
+    search = _Search(reduce, random.Random(SAMPLE_SEED) if sample is not None else None)
+    if sample is not None:
+        limit = sample
     while search.next_prefix is not None and (limit is None or found.schedules < limit):
         prefix = search.next_prefix
-        if asynchronous:
-            asyncio.run(_run_async(build, prefix, search, found))
-        else:
-            _run_sync(build, prefix, search, found)
+        for attempt in range(REPLAY_ATTEMPTS):
+            try:
+                if asynchronous:
+                    asyncio.run(_run_async(build, prefix, search, found))
+                else:
+                    _run_sync(build, prefix, search, found)
+                break
+            except ReplayMismatch:
+                # The search state is untouched up to the mismatch (choose raises before it records anything), so
+                # the same schedule runs again from scratch; the threads of the abandoned run stay parked at
+                # their gates (daemons, never released).
+                found.replays_retried += 1
+                if attempt == REPLAY_ATTEMPTS - 1:
+                    raise
         found.schedules += 1
         if progress is not None and found.schedules % 100 == 0:
             progress(found)
@@ -1023,7 +1084,8 @@ class _Recorder:
         if self.events:
             last = self.events[-1]
             new = [c for c in gated if c.label not in self.previous]
-            strangers = [c.label for c in new if c.party.name != last.party]
+            waiting = self.world.waits_for.get(last.party, ())
+            strangers = [c.label for c in new if c.party.name != last.party and c.party.name not in waiting]
             if strangers:
                 raise HarnessError(f"{strangers} appeared after {last.label} was released: quiescence was not real")
             last.appeared = tuple(c.label for c in new)
@@ -1052,10 +1114,13 @@ class _Recorder:
 def _finish(world: World, recorder: _Recorder, search: _Search, found: Exploration) -> None:
     found.failures += [f"schedule {_text(recorder.schedule)} => {f}" for f in world.judge()]
     found.outcomes[world.outcome()] += 1
+    found.distinct.add(tuple(recorder.schedule))
     search.finished(recorder.events)
 
 
-def _run_sync(build: Callable[[Any, Journal], World], prefix: tuple[str, ...], search: _Search, found: Exploration) -> None:
+def _run_sync(
+    build: Callable[[Any, Journal], World], prefix: tuple[str, ...], search: _Search, found: Exploration
+) -> None:
     journal = Journal()
     scheduler = Scheduler(journal)
     with party_executors(scheduler):
@@ -1075,9 +1140,8 @@ def _run_sync(build: Callable[[Any, Journal], World], prefix: tuple[str, ...], s
                 break
             try:
                 pick = search.choose(len(recorder.schedule), gated, prefix, recorder.schedule)
-            except HarnessError as error:
-                time.sleep(1)
-                raise HarnessError(f"{error}\n{scheduler.dump()}") from None
+            except ReplayMismatch as error:
+                raise ReplayMismatch(f"{error}\n{scheduler.dump()}") from None
             recorder.released(pick, point.gated)
             if world.at_release(pick, scheduler):
                 scheduler.release(pick)
@@ -1087,7 +1151,9 @@ def _run_sync(build: Callable[[Any, Journal], World], prefix: tuple[str, ...], s
     _finish(world, recorder, search, found)
 
 
-async def _run_async(build: Callable[[Any, Journal], World], prefix: tuple[str, ...], search: _Search, found: Exploration) -> None:
+async def _run_async(
+    build: Callable[[Any, Journal], World], prefix: tuple[str, ...], search: _Search, found: Exploration
+) -> None:
     journal = Journal()
     scheduler = AsyncScheduler(journal)
     world = build(scheduler, journal)
@@ -1102,7 +1168,9 @@ async def _run_async(build: Callable[[Any, Journal], World], prefix: tuple[str, 
         found.points += 1
         if not gated:
             if not scheduler.finished():
-                raise HarnessError(f"nothing gated, parties still running: {[p.name for p in scheduler.parties if p.outcome is None]}")
+                raise HarnessError(
+                    f"nothing gated, parties still running: {[p.name for p in scheduler.parties if p.outcome is None]}"
+                )
             break
         pick = search.choose(len(recorder.schedule), gated, prefix, recorder.schedule)
         recorder.released(pick, point.gated)

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import json
 import operator
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pytest
@@ -50,6 +51,8 @@ from lgsim import (
     RecordingBucket,
     Scheduler,
     World,
+    _run_sync,
+    _Search,
     explore,
     inline,
 )
@@ -59,6 +62,21 @@ from typing_extensions import TypedDict
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
 
 THREAD = "t"
+NOT_AS_BEFORE = "[not as before the run] "
+"""Marks the rollback oracle's finding that the thread does not read as before the rolled-back run began."""
+ITEM_E = (
+    "issue 27 item e: delete_for_runs removes the rolled-back run's checkpoints but not the writes it put on the "
+    "checkpoint it resumed (its __resume__ and its node's writes), so the thread reads with the answer pending"
+)
+FORK_REFUSED = "[fork refused] "
+"""Marks the finding that a time traveller's run was refused (``CheckpointConflictError``) though it forked."""
+REPLAY_REFUSED = (
+    "a replay's next step is refused when another run's step committed between the replay's id for its fork and "
+    "the fork's put: the fork lands as a detached record (its id is older than the head's), and the replay's next "
+    "put, continuing its own fork (unread), finds the head holds another checkpoint: CheckpointConflictError, "
+    "where InMemorySaver stores the branch (see test_a_replay_continues_its_fork_past_a_concurrent_step)"
+)
+EXPLORED: dict[str, Exploration] = {}
 FULL = os.environ.get("LGS3_LG_SIM") == "full"
 STATS: dict[str, dict[str, Any]] = {}
 
@@ -193,7 +211,11 @@ class Family:
     durability: str = "sync"
     reduce: bool = False
     """Explore with the partial-order reduction (``lgsim.explore``) instead of every schedule."""
-    xfail: str | None = None
+    sample: int | None = None
+    """In CI, run this many random schedules instead of every one (``LGS3_LG_SIM=full`` runs every one)."""
+    known: tuple[tuple[str, str], ...] = ()
+    """Findings not fixed yet: (tag, reason). Failures so tagged are left to ``test_known_findings``, which
+    xfails strictly until the fix lands."""
 
     @property
     def kind(self) -> str:
@@ -262,7 +284,7 @@ def linearity_problems(listed: list[tuple[str, str | None]], where: str) -> list
     twice = sorted({p for p in parents if parents.count(p) > 1})
     if twice:
         problems.append(f"{where}: a checkpoint with two children: {twice}")
-    for (newer, parent), (older, _) in zip(listed, listed[1:], strict=False):
+    for (newer, parent), (older, _) in itertools.pairwise(listed):
         if parent != older:
             problems.append(f"{where}: {newer} has parent {parent}, but list() shows {older} below it (off the chain)")
             break
@@ -291,6 +313,49 @@ class Rollback:
     run: str = ""
 
 
+@dataclass
+class BaseHistory:
+    """The thread before the parties start: the bucket's objects, the base run's journal entries, and views."""
+
+    objects: Any
+    entries: list[Any]
+    ids: set[str]
+    before: Any
+    old: RunnableConfig
+    latest: RunnableConfig
+
+
+_BASES: dict[tuple[str, str], BaseHistory] = {}
+
+
+def _base_history(family: Family) -> BaseHistory:
+    """The base run, made once per graph and durability and restored into each schedule's fresh bucket: every
+    schedule starts from the very same objects (same ids), and the base run's cost is paid once."""
+    key = (family.graph, family.durability)
+    if key not in _BASES:
+        graph_spec = GRAPHS[family.graph]
+        journal = Journal()
+        bucket = RecordingBucket()
+        base_saver = GatedSaver(scheduler=Scheduler(journal), journal=journal, index=-1, bucket="b", client=bucket)
+        base = graph_spec.builder(False).compile(checkpointer=base_saver)
+        base.invoke(
+            graph_spec.first_input,
+            thread_config(run_id="base"),
+            interrupt_before=list(graph_spec.stop_before) or None,
+            durability=family.durability,
+        )
+        history = list(base.get_state_history(thread_config()))
+        _BASES[key] = BaseHistory(
+            objects=bucket.snapshot(),
+            entries=list(journal.entries),
+            ids={s.config["configurable"]["checkpoint_id"] for s in history},
+            before=in_own_chain(thread_view, bucket, graph_spec),
+            old=older_checkpoint(history),
+            latest=history[0].config,
+        )
+    return _BASES[key]
+
+
 class ThreadWorld(World):
     """A thread on a fresh in-memory bucket, its base history, and the family's parties (sync or async API)."""
 
@@ -307,19 +372,10 @@ class ThreadWorld(World):
         ]
         builder = self.graph.builder(family.asynchronous)
         self.graphs = [builder.compile(checkpointer=s) for s in self.savers]
-        base_saver = GatedSaver(scheduler=scheduler, journal=journal, index=-1, bucket="b", client=self.bucket)  # type: ignore[arg-type]
-        base = self.graph.builder(False).compile(checkpointer=base_saver)
-        base.invoke(
-            self.graph.first_input,
-            thread_config(run_id="base"),
-            interrupt_before=list(self.graph.stop_before) or None,
-            durability=family.durability,
-        )
-        history = list(base.get_state_history(thread_config()))
-        self.base_ids = {s.config["configurable"]["checkpoint_id"] for s in history}
-        self.before = in_own_chain(thread_view, self.bucket, self.graph)
-        self.old = older_checkpoint(history)
-        self.latest = history[0].config
+        base = _base_history(family)
+        self.bucket.restore(base.objects)
+        journal.entries.extend(base.entries)
+        self.base_ids, self.before, self.old, self.latest = base.ids, base.before, base.old, base.latest
         self.run_ids = {p.name: f"run-{p.name}" for p in family.parties}
         self.observations: list[Observation] = []
         self.reader_errors: list[str] = []
@@ -342,7 +398,11 @@ class ThreadWorld(World):
         calls: dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]] = {
             "run": ("invoke", (None, self._config(spec)), {"durability": durability}),
             "input": ("invoke", (self.graph.step(spec.name), self._config(spec)), {"durability": durability}),
-            "answer": ("invoke", (Command(resume=f"{spec.name} says yes"), self._config(spec)), {"durability": durability}),
+            "answer": (
+                "invoke",
+                (Command(resume=f"{spec.name} says yes"), self._config(spec)),
+                {"durability": durability},
+            ),
             "update": ("update_state", (self._config(spec), self.graph.step(spec.name)), {}),
             "update old": ("update_state", (self._config(spec, old), self.graph.step(spec.name)), {}),
             "replay": ("invoke", (None, self._config(spec, old)), {"durability": durability}),
@@ -363,6 +423,7 @@ class ThreadWorld(World):
         graph = self.graphs[spec.saver]
         saver = self.savers[spec.saver]
         self.rollback.run = self.run_ids[victim.name]
+        self.waits_for = {victim.name: (spec.name,)}
 
         def work() -> Any:
             party = next(p for p in self.scheduler.parties if p.name == victim.name)
@@ -389,7 +450,7 @@ class ThreadWorld(World):
         try:
             state = in_own_chain(graph.get_state, thread_config())
             history = in_own_chain(lambda: list(graph.get_state_history(thread_config())))
-        except Exception as error:  # noqa: BLE001 - a reader's error is a finding
+        except Exception as error:
             self.reader_errors.append(f"the reader at point {point.index} raised {type(error).__name__}: {error}")
             return
         self._observed(point, state, history)
@@ -402,7 +463,7 @@ class ThreadWorld(World):
 
         try:
             state, history = await asyncio.get_running_loop().create_task(read(), context=contextvars.Context())
-        except Exception as error:  # noqa: BLE001 - a reader's error is a finding
+        except Exception as error:
             self.reader_errors.append(f"the reader at point {point.index} raised {type(error).__name__}: {error}")
             return
         self._observed(point, state, history)
@@ -442,7 +503,9 @@ class ThreadWorld(World):
             problems += self._forks_as_in_memory()
         else:
             problems += self._rolled_back()
-        rolled_back = {e.args[1]["id"] for e in self.journal.puts() if self.family.kind == "rollback" and e.party == "A"}
+        rolled_back = {
+            e.args[1]["id"] for e in self.journal.puts() if self.family.kind == "rollback" and e.party == "A"
+        }
         for seen in self.observations:
             lost = [cid for cid, _ in seen.history if ("", cid) not in committed and cid not in rolled_back]
             if lost:
@@ -463,7 +526,8 @@ class ThreadWorld(World):
             if error is None:
                 continue
             if spec.act in TIME_TRAVEL and not (isinstance(error, CheckpointConflictError) and self._continued(spec)):
-                problems.append(f"{spec.name} travels in time and {outcome!r}")
+                tag = FORK_REFUSED if isinstance(error, CheckpointConflictError) else ""
+                problems.append(f"{tag}{spec.name} travels in time and {outcome!r}")
             elif not isinstance(error, CheckpointConflictError) and type(error).__name__ != "RunCancelled":
                 problems.append(f"{spec.name} {outcome!r}")
         if self.family.kind == "continue" and all(
@@ -481,9 +545,15 @@ class ThreadWorld(World):
             None,
         )
         target = checkpoint_id_of(self.latest)
-        if addressed is not None and self.journal.entries[addressed].args[0]["configurable"].get("checkpoint_id") == target:
+        if (
+            addressed is not None
+            and self.journal.entries[addressed].args[0]["configurable"].get("checkpoint_id") == target
+        ):
             moved = any(
-                e.method == "put" and e.outcome.ok and e.party is not None and not e.args[0]["configurable"].get("checkpoint_ns")
+                e.method == "put"
+                and e.outcome.ok
+                and e.party is not None
+                and not e.args[0]["configurable"].get("checkpoint_ns")
                 for e in self.journal.entries[:addressed]
             )
             if not moved:
@@ -518,8 +588,10 @@ class ThreadWorld(World):
                 problems.append(f"{entry.party}'s put of {cid} (ns={ns!r}) returned but is not in the history")
             fork = id(entry) in forks
             if (ns, parent) in successes and not fork and entry.party is not None:
-                problems.append(f"two puts on one parent {parent} returned: {successes[(ns, parent)]} and {entry.party}'s {cid}")
-            if not fork:
+                problems.append(
+                    f"two puts on one parent {parent} returned: {successes[(ns, parent)]} and {entry.party}'s {cid}"
+                )
+            if not fork and not rolled_back:  # a rolled-back put's parent is free again for the next run
                 successes[(ns, parent)] = f"{entry.party}'s {cid}"
         return problems
 
@@ -536,14 +608,25 @@ class ThreadWorld(World):
         return problems
 
     def _forks_as_in_memory(self) -> list[str]:
-        """The time traveller's checkpoints hold what the same time travel holds on InMemorySaver, alone, from
-        the same base history (ids aside): the other party changes nothing of the fork."""
+        """The time traveller's checkpoints hold what the same time travel holds on InMemorySaver from the same
+        base history (ids aside) in one of the two serial orders: before the other party (or alone), or after
+        it (the other party's writes on the checkpoint the traveller addresses are then its pending writes)."""
         traveller = next(p for p in self.family.parties if p.act in TIME_TRAVEL)
+        outcome = next(p.outcome for p in self.scheduler.parties if p.name == traveller.name)
+        assert outcome is not None
+        refused = isinstance(outcome.error, CheckpointConflictError)
+        if refused and self._continued(traveller):
+            return []  # it was continuing the thread and lost as such (``_outcomes``): no fork to compare
         ours = [e for e in self.journal.puts(traveller.name) if e.outcome.ok]
-        alone = _time_travel_alone(self.family, traveller)
+        other = next(p for p in self.family.parties if p is not traveller)
+        serial = [_time_travel_alone(self.family, traveller), _time_travel_alone(self.family, traveller, other)]
         got = [_values_of(e) for e in ours]
-        if got != alone:
-            return [f"{traveller.name}'s time travel stored {got}; alone on InMemorySaver it stores {alone}"]
+        if got not in serial:
+            tag = FORK_REFUSED if refused else ""  # a refused fork stores less: the same finding as its error
+            return [
+                f"{tag}{traveller.name}'s time travel stored {got}; on InMemorySaver it stores {serial[0]} first "
+                f"and {serial[1]} after {other.name}"
+            ]
         return []
 
     def _rolled_back(self) -> list[str]:
@@ -551,8 +634,8 @@ class ThreadWorld(World):
             return ["the rollback never ran"]
         if self.rollback.after != self.before:
             return [
-                f"after delete_for_runs([{self.rollback.run!r}]) the thread reads {self.rollback.after}, "
-                f"before the run began it read {self.before}"
+                f"{NOT_AS_BEFORE}after delete_for_runs([{self.rollback.run!r}]) the thread reads "
+                f"{self.rollback.after}, before the run began it read {self.before}"
             ]
         return []
 
@@ -607,21 +690,37 @@ def older_checkpoint(history: list[Any]) -> RunnableConfig:
     return history[-1 if len(history) == 2 else -2].config
 
 
-_ALONE: dict[tuple[str, str], Any] = {}
+_ALONE: dict[tuple[str, str, str | None], Any] = {}
 
 
-def _time_travel_alone(family: Family, traveller: PartySpec) -> Any:
-    """The checkpoints the time travel puts on InMemorySaver, alone, from the base history (ids aside)."""
-    key = (family.graph, traveller.act)
+def _time_travel_alone(family: Family, traveller: PartySpec, first: PartySpec | None = None) -> Any:
+    """The checkpoints the time travel puts on InMemorySaver from the base history (ids aside): alone, or
+    (``first``) after the other party's whole act, the serial order in which the other goes first."""
+    key = (family.graph, traveller.act, first and first.act)
     if key not in _ALONE:
         graph_spec = GRAPHS[family.graph]
         saver = RecordingSaver()
         graph = graph_spec.builder(False).compile(checkpointer=saver)
         config = thread_config(run_id="base")
-        graph.invoke(graph_spec.first_input, config, interrupt_before=list(graph_spec.stop_before) or None, durability=family.durability)
+        graph.invoke(
+            graph_spec.first_input,
+            config,
+            interrupt_before=list(graph_spec.stop_before) or None,
+            durability=family.durability,
+        )
         history = list(graph.get_state_history(thread_config()))
         old = thread_config(checkpoint_id_of(older_checkpoint(history)), run_id=f"run-{traveller.name}")
         latest = thread_config(checkpoint_id_of(history[0].config), run_id=f"run-{traveller.name}")
+        if first is not None:
+            mine = thread_config(run_id=f"run-{first.name}")
+            if first.act == "run":
+                graph.invoke(None, mine, durability=family.durability)
+            elif first.act == "input":
+                graph.invoke(graph_spec.step(first.name), mine, durability=family.durability)
+            elif first.act == "answer":
+                graph.invoke(Command(resume=f"{first.name} says yes"), mine, durability=family.durability)
+            else:
+                raise AssertionError(f"no serial order with {first.act!r} first")
         saver.puts.clear()
         if traveller.act == "update old":
             graph.update_state(old, graph_spec.step(traveller.name))
@@ -645,12 +744,15 @@ class RecordingSaver(InMemorySaver):
         return super().put(config, checkpoint, metadata, new_versions)
 
 
-def run_family(family: Family, limit: int | None = None, progress: Any = None, reduce: bool | None = None) -> Exploration:
+def run_family(
+    family: Family, limit: int | None = None, progress: Any = None, reduce: bool | None = None, full: bool = FULL
+) -> Exploration:
     return explore(
         lambda scheduler, journal: ThreadWorld(scheduler, journal, family),
         asynchronous=family.asynchronous,
         reduce=family.reduce if reduce is None else reduce,
         limit=limit,
+        sample=None if full else family.sample,
         progress=progress,
     )
 
@@ -659,20 +761,29 @@ def two(act: str, other: str | None = None, savers: int = 1) -> tuple[PartySpec,
     return (PartySpec("A", act, 0), PartySpec("B", other or act, savers - 1))
 
 
+CI_SAMPLE = 200
+"""Random schedules per family where every schedule would take CI more than a minute."""
 CI_FAMILIES = [
     Family("delta: two runs, one saver", "delta", two("run")),
     Family("delta: two runs, two savers", "delta", two("run", savers=2), savers=2),
-    Family("interrupt: two answers, one saver", "interrupt", two("answer")),
-    Family("interrupt: two answers, AsyncS3Saver", "interrupt", two("answer"), asynchronous=True),
+    Family("interrupt: two answers, one saver", "interrupt", two("answer"), sample=CI_SAMPLE),
+    Family("interrupt: two answers, AsyncS3Saver", "interrupt", two("answer"), asynchronous=True, sample=CI_SAMPLE),
     Family("join: two runs, one saver", "join", two("run")),
-    Family("subgraph: a run and an update_state", "subgraph", two("run", "update")),
+    Family("subgraph: a run and an update_state", "subgraph", two("run", "update"), sample=CI_SAMPLE),
     Family("time travel: update_state on an older checkpoint", "delta", two("run", "update old")),
-    Family("time travel: replay from an older checkpoint", "join", two("run", "replay")),
-    Family("time travel: Command(resume) addressed by id", "interrupt", two("answer", "answer old")),
+    Family(
+        "time travel: replay from an older checkpoint",
+        "join",
+        two("run", "replay"),
+        sample=CI_SAMPLE,
+        known=((FORK_REFUSED, REPLAY_REFUSED),),
+    ),
+    Family("time travel: Command(resume) addressed by id", "interrupt", two("answer", "answer old"), sample=CI_SAMPLE),
     Family(
         "rollback: cancel and roll back an answer, answer again",
         "interrupt",
         (PartySpec("A", "answer"), PartySpec("R", "rollback")),
+        known=((NOT_AS_BEFORE, ITEM_E),),
     ),
 ]
 FULL_FAMILIES = [
@@ -682,8 +793,20 @@ FULL_FAMILIES = [
     Family("join: two fan-outs, one saver", "join, fan-out", two("run")),
     Family("join: two fan-outs, AsyncS3Saver", "join, fan-out", two("run"), asynchronous=True),
     Family("subgraph: two runs, one saver", "subgraph", two("run")),
-    Family("subgraph: two runs with new input, two savers", "subgraph, new input", two("input", savers=2), savers=2, reduce=True),
-    Family("time travel: replay, two savers", "join", two("run", "replay", savers=2), savers=2),
+    Family(
+        "subgraph: two runs with new input, two savers",
+        "subgraph, new input",
+        two("input", savers=2),
+        savers=2,
+        reduce=True,
+    ),
+    Family(
+        "time travel: replay, two savers",
+        "join",
+        two("run", "replay", savers=2),
+        savers=2,
+        known=((FORK_REFUSED, REPLAY_REFUSED),),
+    ),
     Family("time travel: update_state, AsyncS3Saver", "delta", two("run", "update old"), asynchronous=True),
 ]
 FAMILIES = CI_FAMILIES + (FULL_FAMILIES if FULL else [])
@@ -699,18 +822,90 @@ def _report_stats() -> Any:
             json.dump(STATS, f, indent=1, sort_keys=True)
 
 
+def explored(family: Family) -> Exploration:
+    """The family's exploration, run once per session (the rollback's two tests share it)."""
+    if family.name not in EXPLORED:
+        found = EXPLORED[family.name] = run_family(family)
+        STATS[family.name] = {
+            "schedules": found.schedules,
+            "points": found.points,
+            "seconds": round(found.seconds, 1),
+            "reduced": family.reduce,
+            "sampled": None if FULL else family.sample,
+            "distinct": len(found.distinct),
+            "replays_retried": found.replays_retried,
+            "outcomes": dict(found.outcomes),
+        }
+        print(
+            f"\n{family.name}: {found.schedules} schedules ({len(found.distinct)} distinct), {found.points} points, "
+            f"{found.seconds:.1f} s, {found.replays_retried} run again"
+        )
+        for outcome, n in sorted(found.outcomes.items()):
+            print(f"  {n:5} x {outcome}")
+    return EXPLORED[family.name]
+
+
+def _failures(found: Exploration, tags: Sequence[str], *, tagged: bool) -> list[str]:
+    """The failing schedules with one of ``tags`` (a known finding), or (``tagged=False``) without any."""
+    return [f for f in found.failures if any(f"=> {t}" in f for t in tags) == tagged]
+
+
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_interleaving_of_two_parties(family: Family) -> None:
-    found = run_family(family)
-    STATS[family.name] = {
-        "schedules": found.schedules,
-        "points": found.points,
-        "seconds": round(found.seconds, 1),
-        "reduced": family.reduce,
-        "outcomes": dict(found.outcomes),
-    }
-    print(f"{family.name}: {found.schedules} schedules, {found.points} points, {found.seconds:.1f} s")
-    for outcome, n in sorted(found.outcomes.items()):
-        print(f"  {n:5} x {outcome}")
+    found = explored(family)
     assert found.schedules > 1
-    assert not found.failures, f"{len(found.failures)} failing schedule(s):\n" + "\n".join(found.failures[:5])
+    failures = _failures(found, [tag for tag, _ in family.known], tagged=False)
+    assert not failures, f"{len(failures)} failing schedule(s):\n" + "\n".join(failures[:5])
+
+
+@pytest.mark.parametrize(
+    ("family", "tag"),
+    [
+        pytest.param(f, tag, marks=pytest.mark.xfail(strict=True, reason=reason), id=f"{f.name}: {tag.strip(' []')}")
+        for f in FAMILIES
+        for tag, reason in f.known
+    ],
+)
+def test_known_findings(family: Family, tag: str) -> None:
+    """The family's oracle findings that are not fixed yet (e.g. after ``delete_for_runs`` the thread reads as
+    before the run began), each strictly xfailed with its reason until the fix lands."""
+    found = explored(family)
+    failures = _failures(found, [tag], tagged=True)
+    assert not failures, f"{len(failures)} of {found.schedules} schedule(s):\n" + "\n".join(failures[:3])
+
+
+def run_schedule(family: Family, schedule: Sequence[str]) -> list[str]:
+    """One schedule of the family (the labels of the released calls, as a failure names them): its findings."""
+    search = _Search(reduce=False)
+    search.next_prefix = tuple(schedule)
+    found = Exploration()
+    world: list[ThreadWorld] = []
+
+    def build(scheduler: Any, journal: Journal) -> ThreadWorld:
+        world.append(ThreadWorld(scheduler, journal, family))
+        return world[0]
+
+    _run_sync(build, tuple(schedule), search, found)
+    return found.failures
+
+
+REPLAY_FAMILY = next(f for f in CI_FAMILIES if f.name == "time travel: replay from an older checkpoint")
+
+
+@pytest.mark.xfail(strict=True, reason=REPLAY_REFUSED)
+def test_a_replay_continues_its_fork_past_a_concurrent_step() -> None:
+    """The replay (B) reads the base's older checkpoint by id and makes its fork's id; run A reads the head,
+    puts its step (an id newer than the fork's) and commits; B's fork lands behind it (a detached record, as
+    the table says); B's next step, on its own fork, must commit as on InMemorySaver: it raises instead."""
+    schedule = [
+        "B:get_tuple(by id)",
+        "B:get_tuple()",
+        "B:put_writes(task=~__pregel_pull, a, channels=steps+join:a+b:j)",
+        "A:get_tuple()",
+        "A:put(source=loop, step=2)",
+        "A:put_writes(task=~__pregel_pull, j, channels=steps)",
+        "B:put_writes(task=~__pregel_pull, b, channels=steps+join:a+b:j)",
+        "B:put(source=fork, step=1)",
+        "B:put(source=loop, step=2)",
+    ]
+    assert run_schedule(REPLAY_FAMILY, schedule) == []
