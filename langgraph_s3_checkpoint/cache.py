@@ -51,22 +51,23 @@ from .keys import (
     namespace_segment,
 )
 from .options import (
+    CACHE,
     check_encryption,
     check_extra_headers,
     check_flags,
     check_location,
+    check_seconds,
     check_serde,
     check_whole_numbers,
+    parse_url,
 )
 from .plans import all_of, chunks, deletes, one
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 from .saver import (
     DEFAULT_COMPRESS_THRESHOLD,
     DEFAULT_OPERATION_TIMEOUT,
-    _seconds,
     make_bucket_io,
     make_client,
-    parse_url,
 )
 from .shell import BucketIO, ClosesAtBlockEnd
 
@@ -81,8 +82,6 @@ DATE_RESOLUTION = timedelta(seconds=1)
 """How precisely a server dates objects and replies: HTTP's ``Last-Modified`` and ``Date`` have whole seconds."""
 READ_CHUNK = 128
 """Entries a sweep reads in parallel at once (bounds the bodies held in memory)."""
-URL_OPTIONS_IGNORED = ("inline_threshold", "cache_bytes", "memory_bytes", "vector_shards")
-"""Options of the location URL that only the saver or the store use (``from_conn_string`` ignores them)."""
 _LONGEST_ENTRY_KEY = len(CACHE_FOLDER) + MAX_SEGMENT + 1 + MAX_SEGMENT
 """Bytes of the longest key below the prefix: both segments are ASCII and at most ``MAX_SEGMENT`` long."""
 
@@ -461,7 +460,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
                 f"prefix {prefix!r} is too long for the node cache: its entries' keys could pass S3's "
                 f"{MAX_KEY_BYTES} bytes. Use a prefix of at most {MAX_KEY_BYTES - _LONGEST_ENTRY_KEY - 1} bytes"
             )
-        deadline = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
+        deadline = None if operation_timeout is None else check_seconds("operation_timeout", operation_timeout)
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options)
@@ -499,9 +498,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
     def from_conn_string(cls, url: str, **kwargs: Any) -> S3Cache[Any]:
         """A cache at ``s3://bucket/prefix?options`` (the saver's URL; options only the saver or the store use are
         ignored). Keyword arguments override URL options. Use it in ``with`` or ``async with``, which close it."""
-        bucket, prefix, options = parse_url(url)
-        for name in URL_OPTIONS_IGNORED:
-            options.pop(name, None)
+        bucket, prefix, options = parse_url(url, used_by=CACHE)
         options.update(kwargs)
         return cls(bucket=bucket, prefix=prefix, **options)
 

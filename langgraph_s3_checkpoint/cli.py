@@ -63,7 +63,8 @@ from .errors import (
     S3RequestError,
     TargetThreadExistsError,
 )
-from .saver import S3Saver, parse_url
+from .options import SAVER, parse_url
+from .saver import S3Saver
 from .shell import BucketIO
 
 if TYPE_CHECKING:
@@ -715,9 +716,17 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
         )
     else:
         for p in problems:
-            ctx.out.write(f"PROBLEM {p.key}: {p.problem}\n")
+            ctx.out.write(f"{'UNDECRYPTABLE' if p.undecryptable else 'PROBLEM'} {p.key}: {p.problem}\n")
         verdict = "OK" if not problems else f"{len(problems)} problem(s)"
         ctx.out.write(f"checked {checked} objects in {len(threads)} thread(s): {verdict}\n")
+    undecryptable = sum(p.undecryptable for p in problems)
+    if undecryptable:  # a configuration error, not damage: restoring from a backup would not help
+        raise Failure(
+            EXIT_USAGE,
+            f"{undecryptable} object(s) could not be decrypted: the decryption key is wrong or missing, the objects "
+            "are not damaged (do not delete or restore them). Pass the serializer that wrote them (--serde, "
+            "LANGGRAPH_AES_KEY) and verify again",
+        )
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
@@ -1250,7 +1259,7 @@ def _open(args: argparse.Namespace) -> Context:
     if not url:
         raise Failure(EXIT_USAGE, f"no location: pass --url s3://bucket/prefix or set {ENV_URL}")
     try:
-        bucket, prefix, options = parse_url(url)
+        bucket, prefix, options = parse_url(url, used_by=SAVER)  # the store and the cache read their own
     except ValueError as exc:  # a malformed option value (e.g. a non-integer threshold) is a usage error
         raise Failure(EXIT_USAGE, f"bad option in the location URL: {exc}") from None
     if args.endpoint_url:

@@ -17,7 +17,6 @@ newer format version fails with a clear error instead of guessing.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +26,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
 from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
+from .writes import StoredWrite, TaskWrites, restored
 
 MAGIC = b"LGS3"
 FORMAT_VERSION = 1
 _PLAIN = 0
 _ZLIB = 1
-
-RawWrite = tuple[int, str, list[Any]]
-"""One pending write as stored: (idx, channel, [serde type tag, bytes]), not deserialized."""
 
 
 def corrupt(key: str, reason: str) -> CorruptObjectError:
@@ -68,12 +65,11 @@ class Record:
 
 @dataclass
 class WriteBatch:
-    """The writes of one ``put_writes`` call (or one special-channel write)."""
+    """The writes a reader sees in one writes object: one task's (or, from earlier releases, one call's)."""
 
     task_id: str
-    task_path: str
-    writes: list[tuple[int, str, Any]]
-    """(idx, channel, value)."""
+    writes: list[tuple[int, str, Any, str]]
+    """(idx, channel, value, task_path)."""
 
 
 @dataclass(frozen=True)
@@ -250,31 +246,67 @@ class Codec:
             raise corrupt(key, f"record is missing a field ({exc})") from exc
 
     # -- writes and blobs -----------------------------------------------------------------------
-    def encode_task_writes(self, task_id: str, task_path: str, writes: Sequence[RawWrite]) -> bytes:
-        """One task's writes, values already encoded with :meth:`dump`."""
-        return self._frame({"task": task_id, "path": task_path, "writes": [[i, ch, *typed] for i, ch, typed in writes]})
+    def encode_task_writes(self, task: TaskWrites) -> bytes:
+        """One task's writes object (see :mod:`langgraph_s3_checkpoint.writes`), values already encoded with
+        :meth:`dump`.
 
-    def peek_task_writes(self, key: str, data: bytes) -> list[RawWrite]:
-        """A task's stored writes, values left encoded (to merge a later call into them)."""
+        ``task``, ``path`` and ``writes`` (the visible writes, ``[idx, channel, tag, bytes]``) are what every
+        release reads; the rest is read by this one and ignored by earlier ones: ``runs`` and ``paths``, the
+        run and task path of each visible write (left out when no write has a run, or every one has the
+        object's path), and ``hidden``, the writes another run's write hides at their index, kept so that a
+        rollback can bring them back (``[idx, channel, tag, bytes, run, path]``, in the order stored).
+        """
+        visible, hidden = task.visible(), task.hidden()
+        frame: dict[str, Any] = {
+            "task": task.task_id,
+            "path": task.path,
+            "writes": [[w.idx, w.channel, *w.typed] for w in visible],
+        }
+        if any(w.run is not None for w in task.stored):
+            frame["runs"] = [w.run for w in visible]
+        if any(w.path != task.path for w in visible):
+            frame["paths"] = [w.path for w in visible]
+        if hidden:
+            frame["hidden"] = [[w.idx, w.channel, *w.typed, w.run, w.path] for w in hidden]
+        return self._frame(frame)
+
+    def peek_task_writes(self, key: str, data: bytes) -> TaskWrites:
+        """A task's writes object, values left encoded (to merge a later call into it, or roll a run back).
+        Objects of earlier releases hold no runs: their writes are nobody's."""
         frame = self._unframe(key, data)
         try:
-            return [(int(idx), str(ch), [tag, raw]) for idx, ch, tag, raw in frame["writes"]]
+            task_id, path, writes = str(frame["task"]), str(frame["path"]), frame["writes"]
+            runs = frame.get("runs") or [None] * len(writes)
+            paths = frame.get("paths") or [path] * len(writes)
+            visible = [
+                StoredWrite(int(idx), str(ch), [tag, raw], _run(run), str(p))
+                for (idx, ch, tag, raw), run, p in zip(writes, runs, paths, strict=True)
+            ]
+            hidden = [
+                StoredWrite(int(idx), str(ch), [tag, raw], _run(run), str(p))
+                for idx, ch, tag, raw, run, p in frame.get("hidden") or ()
+            ]
         except (KeyError, TypeError, ValueError) as exc:
             raise corrupt(key, f"writes object is missing a field ({exc})") from exc
+        return restored(task_id, path, visible, hidden)
 
     def decode_writes(self, key: str, data: bytes) -> WriteBatch:
-        frame = self._unframe(key, data)
-        try:
-            return WriteBatch(
-                task_id=frame["task"],
-                task_path=frame["path"],
-                writes=[(idx, ch, self.load(key, (tag, raw))) for idx, ch, tag, raw in frame["writes"]],
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise corrupt(key, f"writes object is missing a field ({exc})") from exc
+        """The writes a reader sees in a writes object, values decoded (hidden writes are not)."""
+        task = self.peek_task_writes(key, data)
+        return WriteBatch(
+            task_id=task.task_id,
+            writes=[(w.idx, w.channel, self.load(key, w.typed), w.path) for w in task.visible()],
+        )
 
     def encode_blob(self, typed: list[Any]) -> bytes:
         return self._frame(typed)
 
     def decode_blob(self, key: str, data: bytes) -> Any:
         return self.load(key, self._unframe(key, data))
+
+
+def _run(stored: Any) -> str | None:
+    """A write's run id as stored: a str, or ``None``."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    raise ValueError(f"a run id is a {type(stored).__name__}")

@@ -19,7 +19,6 @@ from langgraph.checkpoint.base import (
 )
 
 from .chain import Standing
-from .codec import RawWrite
 from .errors import (
     CheckpointConflictError,
     ClockSkewError,
@@ -49,6 +48,7 @@ from .requests import (
     Written,
     same_etag,
 )
+from .writes import TaskWrites
 
 WRITE_ATTEMPTS = 8
 """How often ``put_writes`` merges into a task's writes object that another call changed meanwhile."""
@@ -88,7 +88,7 @@ class Committing(Reading):
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
         checkpoint_id = _checked_id(checkpoint["id"])
         stored_metadata = get_checkpoint_metadata(config, metadata)
-        run_id = _checked_run_id(stored_metadata.get("run_id"))
+        run_id = run_of(stored_metadata)
         read, read_etag = self.memory.callers.of(thread_id, ns, parent_id)
         rule = rule_for(parent_id, read, stored_metadata.get("source"))
         if parent_id is not None and checkpoint_id <= parent_id and _carries_time(checkpoint_id, parent_id):
@@ -369,6 +369,11 @@ class Committing(Reading):
         """Run-index entries (the run's first checkpoint id here), unless the parent the put continues is the run's."""
         if run_id is None or (parent is not None and parent.run_id == run_id):
             return []
+        return self._index_entries(run_id, thread_id, ns, checkpoint_id)
+
+    def _index_entries(self, run_id: str, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
+        """The two create-only entries that index a run in a namespace, naming the oldest checkpoint it touched
+        there (as far as the first writer knows: an entry that exists is not changed)."""
         marker = checkpoint_id.encode()
         return [
             Put(self.layout.run_entry(run_id, thread_id, ns), marker, if_none_match=True),
@@ -390,10 +395,16 @@ class Committing(Reading):
         """Store a task's writes with InMemorySaver's rule, per (task, idx): the first write of a regular
         channel wins, a special channel (error, interrupt, resume, scheduled) replaces.
 
-        One object per task holds all its writes. The first call creates it (``If-None-Match``: one
-        PUT, and a retried PUT changes nothing). A later call for the same task — a node that
-        interrupts and then completes, a task retried after a crash — reads it and replaces it with the
-        merge, conditional on the ETag it read, so concurrent calls cannot drop each other's writes.
+        One object per task holds all its writes (:mod:`langgraph_s3_checkpoint.writes`), each with the run
+        that wrote it (the config's ``run_id``, as ``put`` records it) so that a rollback can take one run's
+        writes out. The first call creates it (``If-None-Match``: one PUT, and a retried PUT changes
+        nothing). A later call for the same task — a node that interrupts and then completes, a task retried
+        after a crash, another run resuming it — reads it and replaces it with the merge, conditional on the
+        ETag it read, so concurrent calls cannot drop each other's writes.
+
+        A run writing to a checkpoint that is not its own (the one it resumes) is first indexed there, as
+        ``put`` indexes a run's first checkpoint (see :meth:`_writes_run_entries`), so that
+        ``delete_for_runs`` finds these writes even when the run never commits a checkpoint.
         """
         t = parse_config(config, need_checkpoint_id=True)
         assert t.checkpoint_id is not None
@@ -405,27 +416,49 @@ class Committing(Reading):
             )
         if not writes:
             return
+        run_id = run_of(get_checkpoint_metadata(config, {}))
         new = [
             (WRITES_IDX_MAP.get(channel, i), channel, self.codec.dump(f"the write to channel {channel!r}", value))
             for i, (channel, value) in enumerate(writes)
         ]
         key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
-        _refuse_long_keys(f"the writes of task {reprlib.repr(task_id)}", [key])
-        put = Put(key, self.codec.encode_task_writes(task_id, task_path, new), if_none_match=True)
+        entries = self._writes_run_entries(run_id, t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+        _refuse_long_keys(f"the writes of task {reprlib.repr(task_id)}", [key, *(e.key for e in entries)])
+        if entries:
+            # Index first, as put does: writes that landed without their entries could not be rolled back.
+            # Their replies do not matter (refused: the run is indexed here already).
+            yield from all_of(entries)
+        first = TaskWrites.of_call(task_id, task_path, run_id, new)
+        put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
         for _ in range(WRITE_ATTEMPTS):
             if isinstance((yield from one(put)), Written):
                 return
             stored = yield from one(Get(key))
-            if stored is None:
-                put = dataclasses.replace(put, if_match=None, if_none_match=True)
-                continue  # deleted meanwhile (a rollback): create it again
-            merged = merge_task_writes(self.codec.peek_task_writes(key, stored.body), new)
+            if stored is None:  # deleted meanwhile (a rollback): create it again
+                put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
+                continue
+            merged = self.codec.peek_task_writes(key, stored.body).merge(task_path, run_id, new)
             if merged is None:
-                return  # nothing new: a retry, or writes that lost to earlier ones
-            put = Put(key, self.codec.encode_task_writes(task_id, task_path, merged), if_match=stored.etag)
+                return  # nothing new: a retry, or writes that lost to earlier ones of the same run
+            put = Put(key, self.codec.encode_task_writes(merged), if_match=stored.etag)
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )
+
+    def _writes_run_entries(self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
+        """Run-index entries for writes to ``checkpoint_id``, unless the run's entry in the namespace is known
+        to name a checkpoint no newer than it: the head this saver last saw there is the run's and not newer
+        (a run's writes to its own checkpoints, the hot path, even while the put of that checkpoint is still
+        in flight). Otherwise (a run resuming another run's checkpoint, a saver that knows nothing of the
+        namespace) the entries are offered create-only, naming this checkpoint; an entry that exists already
+        stays, and a rollback walks down to the checkpoint it names, and to each parent its checkpoints have.
+        """
+        if run_id is None:
+            return []
+        head = self.memory.head_written_by(thread_id, ns)
+        if head is not None and head[1] == run_id and head[0] <= checkpoint_id:
+            return []
+        return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
 
 def _checked_id(checkpoint_id: Any) -> str:
@@ -436,15 +469,6 @@ def _checked_id(checkpoint_id: Any) -> str:
             f"got {checkpoint_id!r}"
         )
     return checkpoint_id
-
-
-def _checked_run_id(run_id: Any) -> str | None:
-    if run_id is None:
-        return None
-    if has_lone_surrogate(str(run_id)):
-        # the serializer stores it altered ("?"), so the run index would name a run no record has
-        raise InvalidConfigError(f"run_id must be valid Unicode (no lone surrogates), got {run_id!r}")
-    return str(run_id)
 
 
 def _refuse_long_keys(what: str, keys: Sequence[str]) -> None:
@@ -532,19 +556,14 @@ def _kept_from_parent(parent: HeadSeen | None, channel: str, version: str, new_v
     return _PARENTS_BLOB if channel in parent.blobs else _NO_VALUE
 
 
-def merge_task_writes(stored: Sequence[RawWrite], new: Sequence[RawWrite]) -> list[RawWrite] | None:
-    """InMemorySaver's rule for a later ``put_writes`` call of a task; ``None`` when nothing changes.
-
-    For each (idx, channel, value) of the call: a regular write (idx >= 0) is dropped if that index
-    is already stored; a special one (negative idx) replaces it.
-    """
-    merged = {write[0]: write for write in stored}
-    changed = False
-    for write in new:
-        idx = write[0]
-        if idx >= 0 and idx in merged:
-            continue
-        if merged.get(idx) != write:
-            merged[idx] = write
-            changed = True
-    return list(merged.values()) if changed else None
+def run_of(metadata: Mapping[str, Any]) -> str | None:
+    """The run a checkpoint's metadata (or, for writes, the config's, by LangGraph's rule) names, as a str:
+    LangGraph copies a ``run_id`` from the config as given (an int, a UUID), and the run index is keyed by
+    text, as PostgresSaver matches it."""
+    run_id = metadata.get("run_id")
+    if run_id is None:
+        return None
+    if has_lone_surrogate(str(run_id)):
+        # the serializer stores it altered ("?"), so the run index would name a run no record has
+        raise InvalidConfigError(f"run_id must be valid Unicode (no lone surrogates), got {str(run_id)!r}")
+    return str(run_id)

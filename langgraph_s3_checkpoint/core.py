@@ -4,9 +4,9 @@ what order, under which conditions, and how to turn the replies into a result or
 Every operation is a *plan*: a generator that yields batches of :mod:`requests` and receives their
 replies (see :mod:`langgraph_s3_checkpoint.requests`). The sync and async savers run the same plans
 through two small drivers (:mod:`langgraph_s3_checkpoint.shell`), so there is exactly one copy of the
-commit protocol, and it can be read top to bottom here.
+commit protocol: :meth:`.committing.Committing.put`, whose docstring states it step by step.
 
-The commit protocol (docs/design.md has the long form; ``Core.put`` states it in its docstring):
+In short (docs/design.md has the long form):
 
 1. ``put`` writes what the new record needs first, in parallel: large channel values that are not known
    to exist, run-index entries, ``name`` objects.
@@ -22,7 +22,7 @@ committed checkpoint whose record, if it did not land, is restored from the head
 
 from __future__ import annotations
 
-from .committing import Committing, merge_task_writes, refusal_error
+from .committing import Committing, refusal_error
 from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Rule, SaverMemory, settle
 from .maintenance import Maintenance
 from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
@@ -50,7 +50,6 @@ __all__ = [
     "SaverMemory",
     "checkpoint_config",
     "matches",
-    "merge_task_writes",
     "merge_writes",
     "parse_config",
     "refusal_error",

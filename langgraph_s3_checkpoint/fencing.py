@@ -397,6 +397,14 @@ class SaverMemory:
             seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
         return seen if seen is not None and seen.checkpoint_id == checkpoint_id else None
 
+    def head_written_by(self, thread_id: str, ns: str) -> tuple[str, str | None] | None:
+        """The checkpoint id of the head this saver last saw in the namespace and the run that wrote it
+        (``None``: it remembers no head there). Only asked, never changed, by ``put_writes``, and only to spare
+        the run-index entries of writes: forgetting costs two create-only PUTs, never correctness."""
+        with self._lock:
+            seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
+        return None if seen is None else (seen.checkpoint_id, seen.run_id)
+
     def forget_namespace(self, thread_id: str, ns: str) -> None:
         """After a surprise (a conflict, a rollback): the next put reads the head again."""
         with self._lock:

@@ -245,7 +245,7 @@ class _Collector:
 
     def flush(self, guard: _Walk | None = None) -> Plan[None]:
         """Delete what is queued. With ``guard`` (a namespace found headless), first check that it still
-        has no head: a first put that committed meanwhile may use_cache its objects (blobs, ``name``)."""
+        has no head: a first put that committed meanwhile may use its objects (blobs, ``name``)."""
         doomed, self.pending = self.pending, []
         if not doomed:
             return

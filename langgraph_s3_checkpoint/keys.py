@@ -76,9 +76,10 @@ COPYING = "copying"
 
 
 def marker_operation(body: bytes) -> tuple[str, str]:
-    """What a marker's body (``"{operation} {argument} {uuid}"``, written by maintenance) names: the operation
-    (``delete_thread``, ``expire_threads``, ``delete_for_runs``, ``copy_thread``) and its argument (a
-    rollback's run id; ``""`` for the others)."""
+    """What a marker's body (``"{operation} {uuid}"``, written by :func:`.plans.mark`) names: the operation
+    (``delete_thread``, ``expire_threads``, ``delete_for_runs``, ``copy_thread``, ``import_thread``) and its
+    argument (a rollback's run id, which its operation carries: ``"delete_for_runs {run_id} {uuid}"``; ``""`` for
+    the others)."""
     operation, _, argument = body.decode("utf-8", "replace").rsplit(" ", 1)[0].partition(" ")
     return operation, argument
 

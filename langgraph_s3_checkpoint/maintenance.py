@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 from .chain import Chain, Standing
 from .codec import Record
-from .committing import Committing
+from .committing import WRITE_ATTEMPTS, Committing
 from .errors import (
     CREATE_BUCKET_ADVICE,
     BucketNotFoundError,
@@ -43,6 +43,7 @@ from .plans import (
     exists,
     for_each_emitted,
     landed,
+    list_all,
     mark,
     one,
     own_folders_under,
@@ -69,6 +70,7 @@ from .requests import (
     Written,
     same_etag,
 )
+from .writes import TaskWrites
 
 ROLLBACK_ATTEMPTS = 5
 """How often ``delete_for_runs`` starts over when the run it deletes commits again meanwhile."""
@@ -391,8 +393,13 @@ class Maintenance(Committing):
 
     def _run_of(self, key: str, obj: StoredObject) -> str | None:
         """The run id a record (or head) was written by, as a str (as put() indexes it)."""
-        run_id = self.codec.peek_record(key, obj.body)[0].get("run_id")
-        return None if run_id is None else str(run_id)
+        return self._made_by(key, obj)[0]
+
+    def _made_by(self, key: str, obj: StoredObject) -> tuple[str | None, str | None]:
+        """The run a record (or head) was written by, as a str (as put() indexes it), and its parent's id."""
+        metadata, parent_id, _ = self.codec.peek_record(key, obj.body)
+        run_id = metadata.get("run_id")
+        return None if run_id is None else str(run_id), parent_id
 
     def _try_delete_run_in_ns(self, run_id: str, thread_id: str, ns: str, first_id: str) -> Plan[bool]:
         """Delete one namespace's checkpoints of a run; False if the run itself moved the head meanwhile.
@@ -406,14 +413,12 @@ class Maintenance(Committing):
         """
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
-        chain = Chain(None, None)
-        head_is_run = False
-        if head is not None:
-            chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
-            # Counted from the head itself: a head-only commit of the run has no record to find.
-            head_is_run = self._run_of(head_key, head) == run_id
-        found = _RunRecords(run_id, first_id, chain, wants_survivor=head_is_run)
+        found = self._below_head(head_key, head, run_id, first_id)
+        head_is_run = found.wants_survivor
         yield from self._find_run_records(self.layout.records(thread_id, ns), found)
+        # Before anything of the run goes: the checkpoints it started from are found through its own (their
+        # parents), so a rollback that dies after deleting those can still be finished by running it again.
+        yield from self._take_out_writes(run_id, thread_id, ns, found.started_from(), found.listed_writes)
         if not found.doomed_ids and not head_is_run:
             return True
         if found.orphans:
@@ -440,6 +445,19 @@ class Maintenance(Committing):
         self.memory.forget_namespace(thread_id, ns)
         return True
 
+    def _below_head(self, head_key: str, head: StoredObject | None, run_id: str, first_id: str) -> _RunRecords:
+        """Where a rollback's walk starts: the head's chain, and whether the head is the run's (then it must move
+        back to a survivor, and its parent is where the run started; counted from the head itself, since a
+        head-only commit of the run has no record to find)."""
+        if head is None:
+            return _RunRecords(run_id, first_id, Chain(None, None), wants_survivor=False)
+        chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
+        head_run, head_parent = self._made_by(head_key, head)
+        found = _RunRecords(run_id, first_id, chain, wants_survivor=head_run == run_id)
+        if found.wants_survivor and head_parent is not None:
+            found.parents.add(head_parent)
+        return found
+
     def _rolled_back(self, found: _RunRecords, headless: bool, head_is_run: bool, marker: str) -> Plan[list[str]]:
         """The keys a rollback deletes: the run's records and writes and, when the namespace is left without
         a head by this rollback or by one that died (its marker is there), other runs' records that
@@ -458,11 +476,14 @@ class Maintenance(Committing):
             page = yield from one(ListKeys(records, token=token))
             parsed = [(key, Layout.parse_checkpoint_key(records, key)) for key in page.keys]
             record_keys = [(key, p.checkpoint_id) for key, p in parsed if p is not None and p.is_record]
-            objs = yield from all_of([Get(key) for key, _ in record_keys])
-            for (key, cid), obj in zip(record_keys, objs, strict=True):
-                if obj is not None and not found.reached_below:
-                    self._place_for_rollback(found, key, cid, obj)
-            found.take_keys(parsed)
+            for chunk in chunks(record_keys, READ_BATCH):
+                objs = yield from all_of([Get(key) for key, _ in chunk])
+                for (key, cid), obj in zip(chunk, objs, strict=True):
+                    if obj is not None and not found.reached_below:
+                        self._place_for_rollback(found, key, cid, obj)
+                if found.reached_below:
+                    break  # the records below are not read: a long history costs what the run wrote
+            found.take_keys(parsed, complete=page.token is None)
             token = page.token
             if token is None or found.reached_below:
                 return
@@ -473,24 +494,80 @@ class Maintenance(Committing):
         checkpoint ends the walk."""
         try:
             previous, detached = self.codec.peek_link(key, obj.body)
-            run_of = self._run_of(key, obj)
+            run_of, parent_id = self._made_by(key, obj)
         except CorruptObjectError:
             return  # whose it is cannot be told: left alone (verify reports it), a missing link here
         standing = found.chain.standing(cid, previous, detached)
         if run_of == found.run_id:
             found.doomed_ids.add(cid)
+            if parent_id is not None:
+                found.parents.add(parent_id)
         elif standing is Standing.ORPHAN:
             found.orphan_ids.add(cid)
         elif standing is Standing.PENDING and previous is not None:
             found.stranded_ids.add(cid)
         elif standing is Standing.COMMITTED:
+            found.others.add(cid)
             if found.survivor is None and found.wants_survivor:
                 # A detached survivor (a fork older than the head was) becomes an ordinary head: its
                 # chain continues at the link below it, or everything older would be orphaned.
                 found.survivor = (
                     obj if not detached else StoredObject(self.codec.relink(key, obj.body, found.chain.link), "")
                 )
-            found.reached_below = cid < found.first_id
+            # The run's entry names its first checkpoint here, or the checkpoint of another run it wrote to
+            # first (the one it resumed): reaching that one is reaching below the run.
+            found.reached_below = cid <= found.first_id
+
+    def _take_out_writes(
+        self, run_id: str, thread_id: str, ns: str, checkpoint_ids: set[str], listed: dict[str, list[str]]
+    ) -> Plan[None]:
+        """Take the run's writes out of the writes objects of checkpoints that are not its own (the ones it
+        resumed or otherwise wrote to), so that they read as before the run began
+        (:meth:`~langgraph_s3_checkpoint.writes.TaskWrites.without_run`). Each object is replaced
+        ``If-Match`` the ETag just read (deleted, when nothing else is left in it), so a concurrent
+        ``put_writes`` of another run is merged again, never lost; a refused one is read again. Objects
+        without runs (written before writes recorded them) stay as they are. ``listed``: the writes keys the
+        walk has already listed, per checkpoint; the others' folders are listed here.
+        """
+        records = self.layout.records(thread_id, ns)
+        keys = [key for cid in sorted(checkpoint_ids) for key in listed.get(cid, [])]
+        unlisted = [self.layout.writes(thread_id, ns, cid) for cid in sorted(checkpoint_ids) if cid not in listed]
+        pages_ = (yield from all_of([ListKeys(folder) for folder in unlisted])) if unlisted else []
+        for folder, page in zip(unlisted, pages_, strict=True):
+            more = (yield from list_all(folder, page.token)) if page.token is not None else []
+            for key in [*page.keys, *more]:
+                parsed = Layout.parse_checkpoint_key(records, key)
+                if parsed is not None and not parsed.is_record:
+                    keys.append(key)
+        for chunk in chunks(keys, READ_BATCH):
+            pending = list(chunk)
+            for _ in range(WRITE_ATTEMPTS):
+                objs = yield from all_of([Get(key) for key in pending])
+                changes: list[Put | DeleteIfMatch] = []
+                for key, obj in zip(pending, objs, strict=True):
+                    rest = None if obj is None else self._without_run(key, obj, run_id)
+                    if rest is not None and obj is not None:
+                        changes.append(
+                            Put(key, self.codec.encode_task_writes(rest), if_match=obj.etag)
+                            if rest.stored
+                            else DeleteIfMatch(key, obj.etag)
+                        )
+                replies = (yield from all_of(changes)) if changes else []
+                pending = [c.key for c, reply in zip(changes, replies, strict=True) if reply is PRECONDITION_FAILED]
+                if not pending:
+                    break
+            else:
+                raise CheckpointConflictError(
+                    thread_id, ns, f" while run {run_id!r} was being deleted (its writes objects kept changing)"
+                )
+
+    def _without_run(self, key: str, obj: StoredObject, run_id: str) -> TaskWrites | None:
+        """A writes object without the run's writes; ``None`` if it holds none (or cannot be read: verify
+        reports it, and a rollback does not stop at it)."""
+        try:
+            return self.codec.peek_task_writes(key, obj.body).without_run(run_id)
+        except CorruptObjectError:
+            return None
 
     def _move_head_back(self, head_key: str, head: StoredObject, found: _RunRecords, run_id: str) -> Plan[bool]:
         """Move the head off the run: to the survivor, or, when the run holds the namespace's only
@@ -688,20 +765,54 @@ class _RunRecords:
     """Keys of other runs' records newer than the head that continue a checkpoint (puts that died or lost):
     they can never commit once the head is gone, and go with the run's when the namespace is left
     without one (``repair_thread`` would otherwise take the newest for a lost head)."""
+    parents: set[str] = field(default_factory=set)
+    """Parents of the run's records (and of its head): where the run started."""
+    others: set[str] = field(default_factory=set)
+    """Committed records of other runs met by the walk (the run may have written to them)."""
+    listed_writes: dict[str, list[str]] = field(default_factory=dict)
+    """The writes keys of the checkpoints :meth:`started_from` may name whose folder the walk listed to its end."""
+    _writes_of: dict[str, list[str]] = field(default_factory=dict)
+    """Writes keys of a checkpoint whose folder may continue on the next page."""
     survivor: StoredObject | None = None
     """The newest committed record of another run: the head's new body."""
     reached_below: bool = False
     """Whether a committed record older than the run's first checkpoint was met (the walk ends there)."""
 
-    def take_keys(self, parsed: Sequence[tuple[str, CheckpointKey | None]]) -> None:
-        """Sort a page's keys (records and writes) by their checkpoint's verdict."""
+    def started_from(self) -> set[str]:
+        """The checkpoints of other runs the run may have written to: the committed ones between the head and
+        the checkpoint its entry names (the first it touched here: its own, or the one it resumed), and the
+        parents of its own (where it started, below that range when it forked from an older checkpoint).
+        Its writes on its own checkpoints go with them."""
+        return (self.others | self.parents | {self.first_id}) - self.doomed_ids - {""}
+
+    def take_keys(self, parsed: Sequence[tuple[str, CheckpointKey | None]], *, complete: bool) -> None:
+        """Sort a page's keys (records and writes) by their checkpoint's verdict, and keep the writes keys of
+        the other checkpoints met (the one the run started from then needs no listing of its own). A
+        checkpoint's keys are listed together, so every folder of the page but its last is complete, and the
+        last too at the end of the listing (``complete``)."""
+        last: str | None = None
+        wanted = self.others | self.parents | {self.first_id}
         for key, p in parsed:
-            if p is not None and p.checkpoint_id in self.doomed_ids:
-                self.doomed.append(key)
-            elif p is not None and p.checkpoint_id in self.orphan_ids:
-                self.orphans.append(key)
-            elif p is not None and p.checkpoint_id in self.stranded_ids:
-                self.stranded.append(key)
+            if p is None:
+                continue
+            last = p.checkpoint_id
+            verdict = self._verdict(p.checkpoint_id)
+            if verdict is not None:
+                verdict.append(key)
+            elif p.checkpoint_id in wanted:
+                self._writes_of.setdefault(p.checkpoint_id, []).extend([] if p.is_record else [key])
+        for cid in [c for c in self._writes_of if complete or c != last]:
+            self.listed_writes[cid] = self._writes_of.pop(cid)
+
+    def _verdict(self, checkpoint_id: str) -> list[str] | None:
+        """Where the keys of a checkpoint go: the run's, the orphans', the stranded; ``None``: they stay."""
+        if checkpoint_id in self.doomed_ids:
+            return self.doomed
+        if checkpoint_id in self.orphan_ids:
+            return self.orphans
+        if checkpoint_id in self.stranded_ids:
+            return self.stranded
+        return None
 
 
 def _is_pair(relative: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from . import keys
 from .codec import Codec, Record
-from .errors import CorruptObjectError, TargetThreadExistsError
+from .errors import CorruptObjectError, DecryptionError, TargetThreadExistsError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
@@ -32,6 +32,7 @@ from .plans import (
     one,
     own_folders_under,
 )
+from .repair import repair_needed
 from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
 
 T = TypeVar("T")
@@ -293,6 +294,8 @@ def _put_all(puts: list[Put]) -> OpsPlan[None]:
 class Problem:
     key: str
     problem: str
+    undecryptable: bool = False
+    """The object is encrypted and this serializer has no key or another key: intact, not damaged."""
 
 
 @dataclass(frozen=True)
@@ -306,7 +309,9 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     """Emit a :class:`Problem` for every object of the thread that does not decode or is missing.
 
     Checks that every head and record decodes, that the record a head points at exists, that every
-    blob a record references exists and decodes, and that writes, run entries and names decode.
+    blob a record references exists and decodes, and that writes, run entries and names decode. Then
+    everything ``repair_thread`` would fix (:func:`repair.repair_needed`, its dry run's decision: a head
+    missing over a committed history, a damaged head, a lost thread ``name``) is a problem too.
     Emits :class:`Checked` as it goes and returns the number of objects read.
     """
     prefix = layout.thread(thread_id)
@@ -326,6 +331,8 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
         yield Emit(Checked(len(chunk)))
     for problem in _missing_references(prefix, present, wanted):
         yield Emit(problem)
+    for key, what in (yield from repair_needed(layout, codec, thread_id)):
+        yield Emit(Problem(key, what))
     return checked
 
 
@@ -346,6 +353,8 @@ def _check_object(codec: Codec, prefix: str, key: str, body: bytes, wanted: dict
             return Problem(key, _unfinished(key[len(prefix) :], body))
         else:
             return Problem(key, "unexpected key: not part of the checkpoint layout")
+    except DecryptionError as exc:
+        return Problem(key, exc.reason, undecryptable=True)
     except CorruptObjectError as exc:
         return Problem(key, exc.reason)  # the key is in the report; advice is the verifier's
     except UnicodeDecodeError as exc:

@@ -1,4 +1,9 @@
-"""The constructor options the saver and the store share, checked in one place.
+"""The options of saver, store and node cache: the location URL's table and the constructors' checks, in one place.
+
+One URL serves every component (``S3Saver``, ``S3Store``, ``S3Cache``, the Agent Server's factories, the
+``langgraph-s3`` command): :data:`URL_OPTIONS` says how each option is parsed and which components use it, and
+:func:`parse_url` hands each component its own options, ignoring the others'. An option no component knows is an
+error naming it and the valid ones.
 
 Why at construction: a wrong option found later is found in the wrong place. A ``create_bucket="no"`` is
 truthy and would create the bucket; a ``max_concurrency="4"`` fails as a ``TypeError`` inside the thread
@@ -11,8 +16,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from .errors import InvalidConfigError
 
@@ -215,3 +222,143 @@ def check_encryption(server_side_encryption: Any, sse_kms_key_id: Any, sse_custo
             raise InvalidConfigError(
                 f"sse_customer_key must be a 256-bit AES key: 32 bytes (or a string of 32 UTF-8 bytes), got {length}"
             )
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """A positive, finite number of seconds (a URL string or a number)."""
+    if isinstance(value, bool):
+        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise InvalidConfigError(f"{name}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """A boolean option, strictly: ``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case), nothing else.
+
+    Shared by the location URL and the Agent Server's environment, so ``create_bucket=ture`` is an error
+    everywhere rather than a silent ``False``.
+    """
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise InvalidConfigError(f"{name}={value!r}: expected true/false (or 1/0, yes/no, on/off)")
+
+
+# ------------------------------------------------------------------------------------------------
+# The location URL: s3://bucket/prefix?option=value&...
+# ------------------------------------------------------------------------------------------------
+TRANSPORTS = ("auto", "boto3", "direct")
+"""Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the
+boto3 client (:mod:`.watch`), else always boto3 or always direct."""
+CHECKSUM_SETTINGS = ("when_required", "when_supported")
+"""botocore's ``request_checksum_calculation`` / ``response_checksum_validation``. The clients the saver makes use
+``when_required``: botocore >= 1.36 otherwise adds CRC32 checksums to every PutObject (over https an aws-chunked body
+with a trailer) and asks for them on every GetObject, which several S3 providers reject (GCS, B2, older MinIO and
+Ceph); the direct transport does what the client's setting says, so both transports send the same headers."""
+
+SAVER, STORE, CACHE = "saver", "store", "cache"
+"""The components a location URL configures (the Agent Server and the CLI build them from it)."""
+
+
+def _text(name: str, value: str) -> str:
+    if not value:
+        raise InvalidConfigError(f"URL option {name} needs a value")
+    return value
+
+
+def _whole_number(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidConfigError(f"URL option {name}={value!r} must be a whole number") from None
+    check_whole_numbers(**{name: number})
+    return number
+
+
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        if value not in choices:
+            raise InvalidConfigError(f"URL option {name}={value!r} must be one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _headers(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    return check_extra_headers(value)
+
+
+@dataclass(frozen=True)
+class UrlOption:
+    """How a URL option's text becomes its value, which components use it, and their keyword for it."""
+
+    parse: Callable[[str, str], Any]
+    used_by: frozenset[str]
+    keyword: str = ""
+    """The constructors' keyword argument, when it is not the option's name."""
+
+
+_ALL = frozenset({SAVER, STORE, CACHE})
+_SAVER_AND_CACHE = frozenset({SAVER, CACHE})
+
+URL_OPTIONS: dict[str, UrlOption] = {
+    "endpoint_url": UrlOption(_text, _ALL),
+    "region": UrlOption(_text, _ALL, keyword="region_name"),
+    "addressing_style": UrlOption(_one_of("path", "virtual", "auto"), _ALL),
+    "connect_timeout": UrlOption(check_seconds, _ALL),
+    "read_timeout": UrlOption(check_seconds, _ALL),
+    "operation_timeout": UrlOption(check_seconds, _ALL),
+    "max_attempts": UrlOption(_whole_number, _ALL),
+    "inline_threshold": UrlOption(_whole_number, frozenset({SAVER})),
+    "compress_threshold": UrlOption(_whole_number, _ALL),
+    "max_concurrency": UrlOption(_whole_number, _ALL),
+    "ttl_days": UrlOption(_whole_number, _SAVER_AND_CACHE),
+    "cache_bytes": UrlOption(_whole_number, frozenset({SAVER})),
+    "memory_bytes": UrlOption(_whole_number, frozenset({SAVER})),
+    "vector_shards": UrlOption(_whole_number, frozenset({STORE})),
+    "create_bucket": UrlOption(parse_flag, _ALL),
+    "require_conditional_writes": UrlOption(parse_flag, _ALL),
+    "server_side_encryption": UrlOption(_text, _ALL),
+    "sse_kms_key_id": UrlOption(_text, _ALL),
+    "sse_customer_key": UrlOption(_text, _ALL),
+    "transport": UrlOption(_one_of(*TRANSPORTS), _ALL),
+    "extra_headers": UrlOption(_headers, _ALL),
+    "request_checksum_calculation": UrlOption(_one_of(*CHECKSUM_SETTINGS), _ALL),
+    "response_checksum_validation": UrlOption(_one_of(*CHECKSUM_SETTINGS), _ALL),
+}
+"""Every option the location URL accepts (docs/operations.md, "The location URL"): its parser and its users.
+A component ignores the options it does not use, so one URL configures saver, store and cache alike."""
+
+
+def parse_url(url: str, *, used_by: str | None = None) -> tuple[str, str, dict[str, Any]]:
+    """Split ``s3://bucket/prefix?option=value`` into bucket, prefix and typed options, keyed by the
+    constructors' keyword arguments (``region`` becomes ``region_name``).
+
+    Every option is parsed to its type (booleans strictly, see :func:`parse_flag`) and checked, whichever
+    component uses it; with ``used_by`` (``"saver"``, ``"store"`` or ``"cache"``) only that component's options
+    are returned, the others' are dropped. An option no component knows raises :class:`InvalidConfigError`
+    naming it and the valid ones.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise InvalidConfigError(f"expected a URL like 's3://bucket/prefix', got {url!r}")
+    options: dict[str, Any] = {}
+    for name, text in parse_qsl(parts.query, keep_blank_values=True):
+        option = URL_OPTIONS.get(name)
+        if option is None:
+            raise InvalidConfigError(f"unknown URL option {name!r}; valid options: {', '.join(sorted(URL_OPTIONS))}")
+        value = option.parse(name, text)
+        if used_by is None or used_by in option.used_by:
+            options[option.keyword or name] = value
+    return parts.netloc, parts.path.strip("/"), options

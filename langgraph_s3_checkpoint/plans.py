@@ -48,6 +48,12 @@ def one(request: Request[R]) -> Plan[R]:
     return replies[0]
 
 
+def two(a: Request[A], b: Request[B]) -> Plan[tuple[A, B]]:
+    """A plan of one batch of two requests run in parallel, returning their replies."""
+    reply_a, reply_b = yield [a, b]
+    return reply_a, reply_b
+
+
 def three(a: Request[A], b: Request[B], c: Request[C]) -> Plan[tuple[A, B, C]]:
     """A plan of one batch of three requests run in parallel, returning their replies."""
     reply_a, reply_b, reply_c = yield [a, b, c]

@@ -4,6 +4,7 @@ chain (:mod:`langgraph_s3_checkpoint.chain`): a record is shown only if it was c
 from __future__ import annotations
 
 import builtins
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -38,6 +39,7 @@ from .plans import (
     one,
     pages,
     three,
+    two,
 )
 from .requests import (
     Emit,
@@ -136,9 +138,8 @@ class _NsCursor:
         return self.chain.standing(record.checkpoint["id"], record.previous_head, record.detached) is Standing.COMMITTED
 
     def accept(self, page: Page) -> None:
-        # Start small and double: a walk that stops early (a page of history, the writes since the
-        # last DeltaChannel snapshot) lists and parses only a little more than it uses. Scans start
-        # at the full page size.
+        # Start small and double: a walk that stops early (a page of history) lists and parses only a
+        # little more than it uses. Scans start at the full page size.
         self.page_size = min(MAX_PAGE, self.page_size * 2)
         self.token = page.token
         head_id = self.chain.head_id
@@ -464,25 +465,21 @@ class Reading(CoreState):
         filter: dict[str, Any] | None,
         before_id: str | None,
         budget: _Budget,
-        use_cache: bool | None = None,
-        first_page: int | None = None,
     ) -> Plan[None]:
         """Stream a thread's committed tuples newest first.
 
-        ``use_cache`` says whether the records read may be served from and kept in the read cache; by
-        default only bounded listings use it: a walk over a whole history is a scan, which would
-        evict what is worth keeping and make the listing's memory grow with the history.
-        ``first_page`` starts a walk that will probably stop early with a small page (pages double).
+        Only bounded listings read through the read cache: a walk over a whole history is a scan, which
+        would evict what is worth keeping and make the listing's memory grow with the history.
         """
         namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
-        page_size = _first_page_size(budget, filter, first_page)
+        page_size = _first_page_size(budget, filter)
         cursors = [
             _NsCursor(
                 checkpoint_ns=name,
                 prefix=self.layout.records(thread_id, name),
                 start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
                 page_size=page_size,
-                use_cache=budget.remaining is not None if use_cache is None else use_cache,
+                use_cache=budget.remaining is not None,
             )
             for name in namespaces
         ]
@@ -615,37 +612,137 @@ class Reading(CoreState):
     def get_delta_channel_history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        """Each channel's writes since its last stored value (its seed), walking the target checkpoint's parents
+        as InMemorySaver does (only the target's own line of history counts).
+
+        An internal read: it remembers nothing (no head seen, no fork point, no age of a large value), so it
+        cannot change how a later put is fenced. The target is read with the first page of the namespace's
+        listing below it; then each ancestor, from the target's parent down, in one round trip with its
+        writes objects (each read with the ETag its listing showed: one already read costs nothing), until
+        every channel has met its seed. Reading an ancestor is what names the next one, so no record is read
+        that the answer does not need; the listing goes on only where the next ancestor's folder is.
+        """
         if not channels:
             return {}
-        target = yield from self._read_tuple(config, as_caller=False)  # LangGraph's own look-up: marks nothing
-        history = _DeltaHistory(channels, target.parent_config if target is not None else None)
-        if history.next_ancestor is not None:
-            yield from self._walk_ancestors(history.next_ancestor, history)
+        t = parse_config(config)
+        walk = _Ancestry(self.layout.records(t.thread_id, t.checkpoint_ns))
+        target = yield from self._delta_target(t, walk)
+        history = _DeltaHistory(channels, target.parent_id if target is not None else None)
+        yield from self._walk_ancestors(t, walk, history)
         return history.result()
 
-    def _walk_ancestors(self, parent: RunnableConfig, history: _DeltaHistory) -> Plan[None]:
-        """Offer ``history`` the records from ``parent`` down until it has found everything.
+    def _delta_target(self, t: CheckpointAddress, walk: _Ancestry) -> Plan[Record | None]:
+        """The checkpoint whose history is asked for (the head's, without an id), read in parallel with the
+        first page of the listing below it."""
+        head_key = self.layout.head(t.thread_id, t.checkpoint_ns)
+        if t.checkpoint_id is None:
+            head, page = yield from two(Get(head_key), walk.request())
+            walk.accept(page)
+            return None if head is None else self.codec.decode_record(head_key, head.body)
+        key = self.layout.record(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+        walk.start_after = key
+        obj, page = yield from two(Get(key), walk.request())
+        walk.accept(page)
+        if obj is None:
+            # A head-only commit (its record PUT was lost): the head holds the record.
+            head = yield from one(Get(head_key))
+            if head is None or not self._head_holds(head_key, head, t.checkpoint_id):
+                return None
+            obj, key = head, head_key
+        return self.codec.decode_record(key, obj.body)
 
-        One newest-first stream from the parent down, stopped at the last seed: ancestors come in
-        batches, and bodies already read (listed with the same ETag) are not read again.
+    def _walk_ancestors(self, t: CheckpointAddress, walk: _Ancestry, history: _DeltaHistory) -> Plan[None]:
+        """Offer ``history`` the ancestors from the target's parent down until it has found every seed.
+
+        Each round trip reads the next ancestor's record and writes objects, with the large values holding
+        the seeds the ancestor before it stored. An ancestor whose record is gone (pruned, rolled back) ends
+        the walk, as in InMemorySaver.
         """
-        t = parse_config(parent)
-        assert t.checkpoint_id is not None
+        large: list[tuple[str, Get]] = []
+        while True:
+            ancestor = history.next_ancestor if history.remaining else None
+            reads = (yield from walk.folder(ancestor)) if ancestor is not None else []
+            if not reads and not large:
+                return
+            replies = yield from all_of([*(read for _, read in large), *reads])
+            for (channel, read), blob in zip(large, replies, strict=False):
+                if blob is None:
+                    raise CorruptObjectError(read.key, "a channel value the checkpoint references is missing")
+                history.seeds[channel] = self.codec.decode_blob(read.key, blob.body)
+            found = replies[len(large) :]
+            if not reads or found[0] is None:
+                return  # no further ancestor (its record is gone)
+            record = self.codec.decode_record(reads[0].key, found[0].body)
+            batches = [
+                self._writes_to(read.key, obj.body, history.remaining)
+                for read, obj in zip(reads[1:], found[1:], strict=True)
+                if obj is not None
+            ]
+            large = [
+                (channel, Get(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])))
+                for channel in history.take(record, merge_writes(batches))
+            ]
 
-        def visit(tup: CheckpointTuple) -> Plan[bool]:
-            return history.take(tup)
-            yield  # a plan that needs no request of its own
-
-        ancestors = self._list_thread(
-            t.thread_id,
-            t.checkpoint_ns,
-            None,
-            _bound_including(t.checkpoint_id),
-            _Budget(None),
-            use_cache=True,
-            first_page=100,
+    def _writes_to(self, key: str, body: bytes, channels: set[str]) -> WriteBatch:
+        """A writes object's visible writes to ``channels`` (the others are not deserialized)."""
+        task = self.codec.peek_task_writes(key, body)
+        return WriteBatch(
+            task.task_id,
+            [
+                (w.idx, w.channel, self.codec.load(key, w.typed), w.path)
+                for w in task.visible()
+                if w.channel in channels
+            ],
         )
-        yield from for_each_emitted(ancestors, visit)
+
+
+@dataclass
+class _Ancestry:
+    """The listing of a namespace's records, newest first, consumed from a checkpoint down to its ancestors:
+    it hands out each ancestor's folder (record and writes keys, with the ETags listed) and lists further only
+    when the folder asked for is past the page it has. Keeps one page at most."""
+
+    prefix: str
+    page_size: int = 100
+    """Keys of the next page: small at first (an ancestor is a few keys), doubling up to :data:`MAX_PAGE`."""
+    start_after: str | None = None
+    token: str | None = None
+    exhausted: bool = False
+    listed: deque[tuple[str, bool, Get]] = field(default_factory=deque)
+    """(checkpoint id, whether it is the record, its read) of the keys listed and not yet passed."""
+
+    def request(self) -> ListKeys:
+        return ListKeys(
+            self.prefix,
+            start_after=None if self.token else self.start_after,
+            max_keys=self.page_size,
+            token=self.token,
+        )
+
+    def accept(self, page: Page) -> None:
+        self.page_size = min(MAX_PAGE, self.page_size * 2)
+        self.token = page.token
+        self.exhausted = page.token is None
+        for read in page.reads():
+            parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
+            if parsed is not None:  # not a folder marker, not a foreign object
+                self.listed.append((parsed.checkpoint_id, parsed.is_record, read))
+
+    def folder(self, checkpoint_id: str) -> Plan[list[Get]]:
+        """The reads of a checkpoint's record and then its writes objects, or ``[]`` if no record of it is
+        listed. Checkpoints are asked for newest first; the keys of newer ones (other branches) are passed."""
+        found: list[tuple[bool, Get]] = []
+        while True:
+            # Listed newest first: the order of checkpoint ids is the order of their folders.
+            while self.listed and self.listed[0][0] > checkpoint_id:
+                self.listed.popleft()
+            while self.listed and self.listed[0][0] == checkpoint_id:
+                found.append(self.listed.popleft()[1:])
+            if self.listed or self.exhausted:
+                break  # an older checkpoint's key follows, or nothing: the folder is complete
+            self.accept((yield from one(self.request())))
+        records = [read for is_record, read in found if is_record]
+        return [*records, *(read for is_record, read in found if not is_record)] if records else []
 
 
 @dataclass
@@ -653,8 +750,8 @@ class _DeltaHistory:
     """What ``get_delta_channel_history`` has gathered so far while walking a checkpoint's ancestors."""
 
     channels: Sequence[str]
-    next_ancestor: RunnableConfig | None
-    """The config of the next ancestor to take (``None``: the walk is over)."""
+    next_ancestor: str | None
+    """The id of the next ancestor to take (``None``: the walk is over)."""
     collected: dict[str, list[PendingWrite]] = field(default_factory=dict)
     """Each channel's writes since its seed, newest first."""
     seeds: dict[str, Any] = field(default_factory=dict)
@@ -665,19 +762,23 @@ class _DeltaHistory:
         self.collected = {c: [] for c in self.channels}
         self.remaining = set(self.channels)
 
-    def take(self, tup: CheckpointTuple) -> bool:
-        """Take one ancestor's writes (or its value as the seed); False once nothing is left to find."""
-        if self.next_ancestor is None or tup.checkpoint["id"] != self.next_ancestor["configurable"]["checkpoint_id"]:
-            return True  # a record of another branch: not an ancestor
-        for write in reversed(tup.pending_writes or []):
+    def take(self, ancestor: Record, writes: Sequence[PendingWrite]) -> list[str]:
+        """Take the next ancestor: its writes to channels without a seed yet (the seed's own writes too: they
+        made its child), and the values it stores as seeds. Returns the channels whose seed is a large value,
+        which the caller reads into :attr:`seeds`."""
+        for write in reversed(writes):
             if write[1] in self.remaining:
                 self.collected[write[1]].append(write)
-        for ch in list(self.remaining):
-            if ch in tup.checkpoint["channel_values"]:
-                self.seeds[ch] = tup.checkpoint["channel_values"][ch]
+        large = []
+        for ch in sorted(self.remaining):
+            if ch in ancestor.inline:
+                self.seeds[ch] = ancestor.inline[ch]
                 self.remaining.discard(ch)
-        self.next_ancestor = tup.parent_config
-        return self.next_ancestor is not None and bool(self.remaining)
+            elif ch in ancestor.blobs:
+                large.append(ch)
+                self.remaining.discard(ch)
+        self.next_ancestor = ancestor.parent_id
+        return large
 
     def result(self) -> dict[str, DeltaChannelHistory]:
         """Each channel's writes oldest first, with its seed when one was found."""
@@ -700,12 +801,10 @@ def _records_between(prefix: str, page: Page, oldest: str, newest: str) -> list[
     return reads
 
 
-def _first_page_size(budget: _Budget, filter: dict[str, Any] | None, first_page: int | None) -> int:
+def _first_page_size(budget: _Budget, filter: dict[str, Any] | None) -> int:
     """Keys of a listing's first page. Records and their writes share one listing, so a bounded listing
     asks for a generous page (one LIST for a small ``limit``); a scan (no limit, or a filter) takes full
     pages, so that its peak memory is the same at any history length."""
-    if first_page is not None:
-        return first_page
     if budget.remaining is None or filter:
         return MAX_PAGE
     return min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
@@ -718,24 +817,21 @@ def seen_in(head: StoredObject, record: Record) -> HeadSeen:
     return head_seen(record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded)
 
 
-def _bound_including(checkpoint_id: str) -> str:
-    """A ``before`` bound that includes ``checkpoint_id`` itself (the smallest id greater than it)."""
-    return checkpoint_id + "\x00"
-
-
 def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     return not filter or all(metadata.get(k) == v for k, v in filter.items())
 
 
 def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
-    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order.
+    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order, each write by
+    its own ``task_path`` (as InMemorySaver orders them).
 
-    A standalone special write (an error, interrupt or resume value) replaces the same index from a
-    combined call; otherwise the first stored write for an index is the one that counts.
+    A task's object already holds one write per index. Earlier releases stored one object per call
+    (``w/{task}/{idx}``): there a standalone special write (an error, interrupt or resume value) replaces
+    the same index from a combined call.
     """
     chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
     for batch in sorted(batches, key=lambda b: len(b.writes) == 1 and b.writes[0][0] < 0):
-        for idx, channel, value in batch.writes:
-            chosen[(batch.task_id, idx)] = (batch.task_path, channel, value)
+        for idx, channel, value, path in batch.writes:
+            chosen[(batch.task_id, idx)] = (path, channel, value)
     ordered = sorted(chosen.items(), key=lambda kv: writes_sort_key(kv[1][0], kv[0][0], kv[0][1]))
     return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]

@@ -111,7 +111,7 @@ class SkippingCodec(Codec):
             raise
         except CorruptObjectError as exc:
             self.report(exc)
-            return WriteBatch(task_id="", task_path="", writes=[])
+            return WriteBatch(task_id="", writes=[])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -150,6 +150,8 @@ class RepairReport:
     name_restored: bool = False
     """Whether the thread's ``name`` object (long ids only) was missing or damaged and was (or, dry, would be)
     written again."""
+    prefixes: list[str] = field(default_factory=list, repr=False)
+    """The folder of each namespace, in the order of :attr:`namespaces`."""
 
     @property
     def repaired(self) -> list[NamespaceRepair]:
@@ -260,7 +262,30 @@ def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str
 
 def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:
     """Check every namespace of a thread and rebuild each damaged or missing head (see the module docs)."""
-    layout = core.layout
+    report = yield from _repair(core.layout, core.codec, thread_id, dry_run)
+    for outcome in report.namespaces:
+        if outcome.status in (REPAIRED, CHANGED):
+            core.memory.forget_namespace(thread_id, outcome.checkpoint_ns)
+    return report
+
+
+def repair_needed(layout: Layout, codec: Codec, thread_id: str) -> Plan[list[tuple[str, str]]]:
+    """What ``repair_thread`` would fix in a thread, as (key, problem) pairs: the same decision as its dry run
+    (nothing is written), which ``verify`` reports. A head it would rebuild (missing with a committed history, or
+    damaged) is named by the head's key; a thread ``name`` it would write again, by the name's key."""
+    report = yield from _repair(layout, codec, thread_id, dry_run=True)
+    command = f"`langgraph-s3 repair {thread_id}` (repair_thread) would"
+    found = []
+    if report.name_restored:
+        found.append((layout.thread_name(thread_id), f"{command} write it again: it is missing or holds another id"))
+    for ns, prefix in zip(report.namespaces, report.prefixes, strict=True):
+        if ns.status == WOULD_REPAIR:
+            reason = ns.reason.rstrip(".")
+            found.append((Layout.head_in(prefix), f"{reason}; {command} make checkpoint {ns.head_id!r} the head"))
+    return found
+
+
+def _repair(layout: Layout, codec: Codec, thread_id: str, dry_run: bool) -> Plan[RepairReport]:
     root = layout.namespaces(thread_id)
     report = RepairReport(thread_id, dry_run)
     folders = yield from own_folders_under(root)  # a foreign folder holds nothing of ours to repair
@@ -272,10 +297,8 @@ def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairRepo
         if name is None:  # a digest without its name: shown as is
             name = segment
         markers = (layout.deleting(thread_id), layout.copying(thread_id))
-        outcome = yield from _repair_namespace(core.codec, ns_prefix, name, dry_run, markers)
-        if outcome.status in (REPAIRED, CHANGED):
-            core.memory.forget_namespace(thread_id, name)
-        report.namespaces.append(outcome)
+        report.namespaces.append((yield from _repair_namespace(codec, ns_prefix, name, dry_run, markers)))
+        report.prefixes.append(ns_prefix)
     return report
 
 
@@ -546,4 +569,4 @@ def _write_head(
     return dataclasses.replace(planned, status=REPAIRED)
 
 
-__all__ = ["NamespaceRepair", "RepairReport", "SkippingCodec", "repair_plan"]
+__all__ = ["NamespaceRepair", "RepairReport", "SkippingCodec", "repair_needed", "repair_plan"]

@@ -7,7 +7,7 @@ Nothing here performs I/O.
 
 Each request type states the type of its reply: :class:`Get` is a ``Request[StoredObject | None]``, a
 :class:`Put` a ``Request[Written | PreconditionFailed]``, and so on. The parameter exists only for the
-type checker; :func:`.plans.one`, :func:`.plans.both`, :func:`.plans.three` and :func:`.plans.all_of` carry it
+type checker; :func:`.plans.one`, :func:`.plans.three` and :func:`.plans.all_of` carry it
 to the replies. A bare ``Request`` (a shell's view) is one whose reply type is not known.
 """
 

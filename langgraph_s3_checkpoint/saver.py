@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -41,12 +40,18 @@ from .keys import EXPIRY_TAG, Layout
 from .memory import MemoryBucket
 from .native import NativeTransport
 from .options import (
+    CHECKSUM_SETTINGS,
+    SAVER,
+    TRANSPORTS,
+    URL_OPTIONS,
     check_encryption,
     check_extra_headers,
     check_flags,
     check_location,
+    check_seconds,
     check_serde,
     check_whole_numbers,
+    parse_url,
 )
 from .repair import RepairReport, SkippingCodec, repair_plan
 from .requests import Plan
@@ -78,105 +83,12 @@ unanswered gets the read timeout more to answer (:mod:`.deadline`); the call end
 calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the last
 byte received)."""
 
-TRANSPORTS = ("auto", "boto3", "direct")
-"""Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the
-boto3 client (:mod:`.watch`), else always boto3 or always direct."""
-CHECKSUM_SETTINGS = ("when_required", "when_supported")
-"""botocore's ``request_checksum_calculation`` / ``response_checksum_validation``. The clients the saver makes use
-``when_required``: botocore >= 1.36 otherwise adds CRC32 checksums to every PutObject (over https an aws-chunked body
-with a trailer) and asks for them on every GetObject, which several S3 providers reject (GCS, B2, older MinIO and
-Ceph); the direct transport does what the client's setting says, so both transports send the same headers."""
 logger = logging.getLogger("langgraph_s3_checkpoint")
 
-_OPTION_TYPES: dict[str, str] = {
-    "endpoint_url": "str",
-    "region": "str",
-    "addressing_style": "path|virtual|auto",
-    "connect_timeout": "seconds",
-    "read_timeout": "seconds",
-    "operation_timeout": "seconds",
-    "max_attempts": "count",
-    "inline_threshold": "int",
-    "compress_threshold": "int",
-    "max_concurrency": "count",
-    "ttl_days": "count",
-    "cache_bytes": "int",
-    "memory_bytes": "int",
-    "create_bucket": "bool",
-    "require_conditional_writes": "bool",
-    "server_side_encryption": "str",
-    "sse_kms_key_id": "str",
-    "sse_customer_key": "str",
-    "transport": "|".join(TRANSPORTS),
-    "extra_headers": "headers",
-    "request_checksum_calculation": "|".join(CHECKSUM_SETTINGS),
-    "response_checksum_validation": "|".join(CHECKSUM_SETTINGS),
-}
-"""Every option the location URL accepts (docs/operations.md) and how its value is parsed."""
-URL_OPTIONS = tuple(_OPTION_TYPES)
 _MAINTENANCE = frozenset(
     {"delete_thread", "delete_for_runs", "copy_thread", "prune", "expire_threads", "repair_thread"}
 )
 """Methods that may legitimately take long on a large thread: each request is bounded, the call is not."""
-_STORE_OPTION_TYPES: dict[str, str] = {"vector_shards": "count"}
-"""Options only the store (``store.py``) takes; parsed here so both share one URL parser."""
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-def parse_flag(name: str, value: str) -> bool:
-    """A boolean option, strictly: ``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case), nothing else.
-
-    Shared by the location URL and the Agent Server's environment, so ``create_bucket=ture`` is an error
-    everywhere rather than a silent ``False``.
-    """
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise InvalidConfigError(f"{name}={value!r}: expected true/false (or 1/0, yes/no, on/off)")
-
-
-def _parse_option(name: str, value: str) -> Any:
-    kind = _OPTION_TYPES.get(name) or _STORE_OPTION_TYPES[name]
-    if kind == "bool":
-        return parse_flag(name, value)
-    if kind in ("int", "count"):
-        try:
-            number = int(value)
-        except ValueError:
-            raise InvalidConfigError(f"URL option {name}={value!r} must be an integer") from None
-        if number < (1 if kind == "count" else 0):
-            raise InvalidConfigError(f"URL option {name}={value!r} must be >= {1 if kind == 'count' else 0}")
-        return number
-    if kind == "seconds":
-        return _seconds(name, value)
-    if kind == "headers":
-        return check_extra_headers(value)
-    if "|" in kind:
-        if value not in kind.split("|"):
-            raise InvalidConfigError(f"URL option {name}={value!r} must be one of {kind.replace('|', ', ')}")
-        return value
-    if not value:
-        raise InvalidConfigError(f"URL option {name} needs a value")
-    return value
-
-
-def _seconds(name: str, value: Any) -> float:
-    """A positive number of seconds (a URL string or a number)."""
-    if isinstance(value, bool):
-        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise InvalidConfigError(f"{name}={value!r} must be a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise InvalidConfigError(f"{name}={value!r} must be a positive number of seconds")
-    return seconds
-
-
 _CLIENT_KWARGS = frozenset(
     {
         "aws_access_key_id",
@@ -217,6 +129,15 @@ def make_client(
     from botocore.config import Config
 
     unknown = sorted(set(client_kwargs) - _CLIENT_KWARGS)
+    if misplaced := [name for name in unknown if name in URL_OPTIONS and not URL_OPTIONS[name].keyword]:
+        # A constructor takes its own options by name: what reaches the client here is another component's.
+        raise InvalidConfigError(
+            "; ".join(
+                f"{name} is an option of the {' and '.join(sorted(URL_OPTIONS[name].used_by))} only"
+                for name in misplaced
+            )
+            + " (a location URL may carry it: the components that do not use it ignore it there)"
+        )
     if unknown:
         raise InvalidConfigError(
             f"unknown option(s) {', '.join(unknown)}; valid options: "
@@ -237,8 +158,8 @@ def make_client(
             raise InvalidConfigError(f"{name}={setting!r} must be one of {', '.join(CHECKSUM_SETTINGS)}")
     region_name = region_name or os.environ.get("AWS_REGION") or None
     config = Config(
-        connect_timeout=_seconds("connect_timeout", connect_timeout),
-        read_timeout=_seconds("read_timeout", read_timeout),
+        connect_timeout=check_seconds("connect_timeout", connect_timeout),
+        read_timeout=check_seconds("read_timeout", read_timeout),
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": addressing_style} if addressing_style else None,
@@ -267,23 +188,6 @@ def without_expect_continue(client: Any) -> Any:
 
     client.meta.events.unregister("before-call.s3", add_expect_header)
     return client
-
-
-def parse_url(url: str) -> tuple[str, str, dict[str, Any]]:
-    """Split ``s3://bucket/prefix?option=value`` into bucket, prefix and typed options.
-
-    Every option is parsed to its type (booleans strictly, see :func:`parse_flag`); an unknown option
-    raises :class:`InvalidConfigError` naming it and the valid ones.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "s3" or not parts.netloc:
-        raise InvalidConfigError(f"expected a URL like 's3://bucket/prefix', got {url!r}")
-    options: dict[str, Any] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name not in _OPTION_TYPES and name not in _STORE_OPTION_TYPES:
-            raise InvalidConfigError(f"unknown URL option {name!r}; valid options: {', '.join(sorted(URL_OPTIONS))}")
-        options["region_name" if name == "region" else name] = _parse_option(name, value)
-    return parts.netloc, parts.path.strip("/"), options
 
 
 def make_bucket_io(
@@ -444,7 +348,9 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             )
             if value is not None
         }
-        self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
+        self.operation_timeout = (
+            None if operation_timeout is None else check_seconds("operation_timeout", operation_timeout)
+        )
         if client is None:
             client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
             client = make_client(**client_options, **timeouts)
@@ -498,7 +404,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
 
     @classmethod
     def _from_url(cls: type[SaverT], url: str, **kwargs: Any) -> SaverT:
-        bucket, prefix, options = parse_url(url)
+        bucket, prefix, options = parse_url(url, used_by=SAVER)
         options.update(kwargs)
         return cls(bucket=bucket, prefix=prefix, **options)
 

@@ -15,15 +15,15 @@ last dot, so the ``module:attribute`` spelling only works for file paths (``./fi
 Environment:
 
 ``LANGGRAPH_S3_URL`` (required)
-    ``s3://bucket/prefix?option=value&...``; every saver option can be given in the query string
-    (see docs/operations.md).
+    ``s3://bucket/prefix?option=value&...``; every option of the saver, the store and the node cache can be
+    given in the query string, and each ignores the others' (see docs/operations.md).
 ``LANGGRAPH_S3_ENDPOINT_URL``
     S3 endpoint for non-AWS servers. boto3 also honours ``AWS_ENDPOINT_URL`` on its own.
 ``LANGGRAPH_S3_REGION``
     Region name (otherwise the boto3 chain: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, config file).
 ``LANGGRAPH_S3_CREATE_BUCKET``
     ``true`` to create the bucket at startup when it is missing. Parsed like the URL's booleans
-    (:func:`~langgraph_s3_checkpoint.saver.parse_flag`): anything but true/false, 1/0, yes/no, on/off
+    (:func:`~langgraph_s3_checkpoint.options.parse_flag`): anything but true/false, 1/0, yes/no, on/off
     is an error.
 
 Credentials come from the standard boto3 chain (environment, shared files, instance or task role).
@@ -39,7 +39,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidConfigError
-from .saver import AsyncS3Saver, parse_flag, parse_url
+from .options import parse_flag
+from .saver import AsyncS3Saver
 
 if TYPE_CHECKING:
     from .store import AsyncS3Store
@@ -80,9 +81,7 @@ def saver_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> A
     """
     url, overrides = options_from_env(environ)
     overrides.update(kwargs)
-    bucket, prefix, options = parse_url(url)
-    options.update(overrides)
-    return AsyncS3Saver(bucket=bucket, prefix=prefix, **options)
+    return AsyncS3Saver._from_url(url, **overrides)
 
 
 @asynccontextmanager
@@ -101,8 +100,8 @@ async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
 
 def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Store:
     """An :class:`~langgraph_s3_checkpoint.store.AsyncS3Store` on the checkpointer's location (same
-    environment variables; saver-only URL options are ignored). Keyword arguments (``index=``, ``ttl=``,
-    ``serde=``) override the URL and the environment."""
+    environment variables; URL options only the saver or the cache use are ignored). Keyword arguments
+    (``index=``, ``ttl=``, ``serde=``) override the URL and the environment."""
     from .store import AsyncS3Store
 
     url, overrides = options_from_env(environ)

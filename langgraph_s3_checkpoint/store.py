@@ -68,12 +68,15 @@ from .errors import (
 )
 from .keys import MAX_KEY_BYTES, MAX_SEGMENT, Layout, has_lone_surrogate, is_digest, key_bytes, made_by
 from .options import (
+    STORE,
     check_encryption,
     check_extra_headers,
     check_flags,
     check_location,
+    check_seconds,
     check_serde,
     check_whole_numbers,
+    parse_url,
 )
 from .plans import all_pages, chunks, one
 from .requests import (
@@ -93,10 +96,8 @@ from .requests import (
 from .saver import (
     DEFAULT_COMPRESS_THRESHOLD,
     DEFAULT_OPERATION_TIMEOUT,
-    _seconds,
     make_bucket_io,
     make_client,
-    parse_url,
 )
 from .shell import ClosesAtBlockEnd
 
@@ -110,8 +111,6 @@ DEFAULT_VECTOR_SHARDS = 16
 READ_CHUNK = 128
 """Items read in parallel at once by a scan (bounds the bodies held in memory)."""
 MAX_SHARD_ATTEMPTS = 20
-SAVER_ONLY_OPTIONS = ("inline_threshold", "cache_bytes", "memory_bytes", "ttl_days")
-"""URL options of the saver that do not apply to the store (``from_conn_string`` ignores them)."""
 
 Vectors = dict[str, list[float]]
 """Path of an embedded field (``"text"``, ``"tags.1"`` ...) -> its vector."""
@@ -1413,7 +1412,9 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
-        self.operation_timeout = None if operation_timeout is None else _seconds("operation_timeout", operation_timeout)
+        self.operation_timeout = (
+            None if operation_timeout is None else check_seconds("operation_timeout", operation_timeout)
+        )
         """Deadline of one call, as the saver's (the TTL sweep, which reads every item, is bounded per request only)."""
         self.serde: SerializerProtocol = maybe_add_typed_methods(serde or JsonPlusSerializer())
         self.ttl_config = ttl
@@ -1457,16 +1458,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     @classmethod
     def _from_url(cls: type[StoreT], url: str, **kwargs: Any) -> StoreT:
-        bucket, prefix, options = parse_url(url)
-        # One URL serves saver and store: options that only the saver uses are ignored here.
-        for name in SAVER_ONLY_OPTIONS:
-            options.pop(name, None)
-        for name in ("vector_shards",):
-            if isinstance(options.get(name), str):
-                try:
-                    options[name] = int(options[name])
-                except ValueError:
-                    raise InvalidConfigError(f"URL option {name}={options[name]!r} must be an integer") from None
+        bucket, prefix, options = parse_url(url, used_by=STORE)  # one URL serves saver, store and cache
         options.update(kwargs)
         return cls(bucket=bucket, prefix=prefix, **options)
 

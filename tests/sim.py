@@ -22,6 +22,7 @@ Names in reports: checkpoint ``cN`` is id :func:`cid(N) <cid>`; keys are shorten
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -370,6 +371,8 @@ class Oracle:
 
     def __init__(self) -> None:
         self.mem = InMemorySaver()
+        self.calls: dict[tuple[str, str, str], list[tuple[str, list[tuple[str, Any]], str, str | None]]] = {}
+        """Every put_writes call per checkpoint, with its run, in order: what a rollback replays without the run."""
 
     def clone(self) -> Oracle:
         other = Oracle()
@@ -378,28 +381,52 @@ class Oracle:
             dst = getattr(other.mem, name)
             for k, v in src.items():
                 dst[k] = copy.deepcopy(v)
+        other.calls = copy.deepcopy(self.calls)
         return other
 
     def put(self, config: dict[str, Any], checkpoint: Checkpoint, metadata: dict[str, Any]) -> None:
         # Every channel version is written, so values never depend on which puts were fed.
         self.mem.put(config, checkpoint, metadata, dict(checkpoint["channel_versions"]))  # type: ignore[arg-type]
 
-    def put_writes(self, config: dict[str, Any], writes: Sequence[tuple[str, Any]], task_id: str, path: str) -> None:
+    def put_writes(
+        self,
+        config: dict[str, Any],
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        path: str,
+        run: str | None = None,
+    ) -> None:
+        conf = config["configurable"]
+        where = (conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        self.calls.setdefault(where, []).append((task_id, list(writes), path, run))
         self.mem.put_writes(config, writes, task_id, path)  # type: ignore[arg-type]
 
     def delete_thread(self, thread_id: str) -> None:
         self.mem.delete_thread(thread_id)
+        self.calls = {k: v for k, v in self.calls.items() if k[0] != thread_id}
 
     def _drop(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         del self.mem.storage[thread_id][ns][checkpoint_id]
         self.mem.writes.pop((thread_id, ns, checkpoint_id), None)
+        self.calls.pop((thread_id, ns, checkpoint_id), None)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """The runs' checkpoints go; every other checkpoint reads as if the runs had never written to it (its
+        writes are InMemorySaver's rule replayed over the other runs' calls)."""
         for thread_id, namespaces in list(self.mem.storage.items()):
             for ns, checkpoints in list(namespaces.items()):
                 for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
                     if self.mem.serde.loads_typed(metadata).get("run_id") in run_ids:
                         self._drop(thread_id, ns, checkpoint_id)
+        for where, calls in list(self.calls.items()):
+            if not any(run in run_ids for *_, run in calls):
+                continue
+            self.mem.writes.pop(where, None)
+            self.calls[where] = []
+            config = cfg(*where)
+            for task_id, writes, path, run in calls:
+                if run not in run_ids:
+                    self.put_writes(config, writes, task_id, path, run)
 
     def prune(self, thread_ids: Sequence[str]) -> None:
         for thread_id in thread_ids:
@@ -415,6 +442,9 @@ class Oracle:
         for (t, ns, c), writes in list(self.mem.writes.items()):
             if t == source:
                 self.mem.writes[(target, ns, c)] = dict(writes)
+        for (t, ns, c), calls in list(self.calls.items()):
+            if t == source:
+                self.calls[(target, ns, c)] = list(calls)
         for (t, ns, ch, v), blob in list(self.mem.blobs.items()):
             if t == source:
                 self.mem.blobs[(target, ns, ch, v)] = blob
@@ -570,10 +600,32 @@ def compare(q: Query, expected: Any, got: Any) -> str | None:
     return None
 
 
-def compare_between(q: Query, before: Any, after: Any, got: Any) -> str | None:
+def writes_per_task(got: TView, options: Sequence[TView]) -> bool:
+    """Whether ``got`` is one of two views of a checkpoint (before and after an operation) except that each
+    task's writes are those of either: what an operation shows when it dies while rewriting a checkpoint's
+    writes objects one at a time (each object is replaced atomically, so no task is ever half rewritten)."""
+    if len(options) != 2 or dataclasses.replace(got, writes=[]) not in [
+        dataclasses.replace(o, writes=[]) for o in options
+    ]:
+        return False
+
+    def by_task(view: TView) -> dict[str, list[Any]]:
+        tasks: dict[str, list[Any]] = {}
+        for write in view.writes:
+            tasks.setdefault(write[0], []).append(write)
+        return tasks
+
+    mine, a, b = by_task(got), by_task(options[0]), by_task(options[1])
+    return all(mine.get(t, []) in (a.get(t, []), b.get(t, [])) for t in {*mine, *a, *b})
+
+
+def compare_between(q: Query, before: Any, after: Any, got: Any, per_task: bool = False) -> str | None:
     """A crashed maintenance operation: each answer must be the state before it, after it, or (lists)
-    in between: no checkpoint that neither state has, none that both have missing."""
+    in between: no checkpoint that neither state has, none that both have missing. ``per_task``: a
+    checkpoint's writes may also be, task by task, those before or after (:func:`writes_per_task`)."""
     if got in (before, after):
+        return None
+    if per_task and all(isinstance(x, TView) for x in (before, after, got)) and writes_per_task(got, [before, after]):
         return None
     if before == after:
         d = compare(q, before, got)
@@ -592,7 +644,7 @@ def compare_between(q: Query, before: Any, after: Any, got: Any) -> str | None:
             return f"{name} (mid-operation): uncommitted/deleted checkpoint(s) visible {unknown}"
         for v in got:
             options = [x for x in before + after if x.id == v.id]
-            if all(x.diff(v) for x in options):
+            if all(x.diff(v) for x in options) and not (per_task and writes_per_task(v, options)):
                 return f"{name} (mid-operation): {options[0].diff(v)}"
         if [v.id for v in got] != sorted((v.id for v in got), reverse=True):
             return f"{name} (mid-operation): wrong order"
@@ -739,27 +791,37 @@ class World:
         return self.put(saver, self.spec(thread, parent, ns=ns, run=run, big=big))
 
     def writes_op(
-        self, saver: S3Saver, thread: str, n: int, writes: Sequence[tuple[str, Any]], task: str, ns: str = ""
+        self,
+        saver: S3Saver,
+        thread: str,
+        n: int,
+        writes: Sequence[tuple[str, Any]],
+        task: str,
+        ns: str = "",
+        run: str | None = None,
+        path: str = "",
     ) -> Op:
-        plan = saver._core.put_writes(cfg(thread, ns, cid(n)), list(writes), task, "")
-        return Op(f"put_writes {cname(cid(n))} {task}", saver, plan)
+        plan = saver._core.put_writes(writes_config(thread, ns, n, run), list(writes), task, path)
+        return Op(f"put_writes {cname(cid(n))} {task}" + (f" ({run})" if run else ""), saver, plan)
 
     def settle_writes(
-        self, op: Op, thread: str, n: int, writes: Sequence[tuple[str, Any]], task: str, ns: str = ""
+        self,
+        op: Op,
+        thread: str,
+        n: int,
+        writes: Sequence[tuple[str, Any]],
+        task: str,
+        ns: str = "",
+        run: str | None = None,
+        path: str = "",
     ) -> None:
+        """Feed the oracle the call if it took effect: it returned, or its PUT of the task's writes object
+        landed (the object holds all of the call's writes, or none)."""
         config = cfg(thread, ns, cid(n))
-        if op.status == "returned":
-            self.oracle.put_writes(config, writes, task, "")
-            return
-        # Partly done: exactly the writes whose PUT landed count.
-        landed = [r for r, reply in op.applied if isinstance(r, Put) and isinstance(reply, Written)]
-        if len(op.batches[0]) == 1 and landed:
-            self.oracle.put_writes(config, writes, task, "")
-        elif len(op.batches[0]) > 1:
-            batch = op.batches[0]
-            for request, write in zip(batch, writes, strict=True):
-                if request in landed:
-                    self.oracle.put_writes(config, [write], task, "")
+        key = op.saver._core.layout.task_writes(thread, ns, cid(n), task)
+        landed = any(isinstance(r, Put) and r.key == key and isinstance(reply, Written) for r, reply in op.applied)
+        if op.status == "returned" or landed:
+            self.oracle.put_writes(config, writes, task, path, run)
 
     def put_writes(
         self,
@@ -770,9 +832,11 @@ class World:
         task: str,
         ns: str = "",
         fault: Fault | None = None,
+        run: str | None = None,
+        path: str = "",
     ) -> Op:
-        op = self.writes_op(saver, thread, n, writes, task, ns).finish(fault)
-        self.settle_writes(op, thread, n, writes, task, ns)
+        op = self.writes_op(saver, thread, n, writes, task, ns, run, path).finish(fault)
+        self.settle_writes(op, thread, n, writes, task, ns, run, path)
         if op.status == "raised" and not isinstance(op.error, S3RequestError):
             self.failures.append(f"{op.label} raised {type(op.error).__name__}: {op.error}")
         return op
@@ -798,11 +862,19 @@ class World:
                     problems.append(f"{who}: {d}")
         return problems
 
-    def check_between(self, saver: S3Saver, before: Oracle, after: Oracle) -> list[str]:
+    def check_between(self, saver: S3Saver, before: Oracle, after: Oracle, per_task: bool = False) -> list[str]:
         queries = _queries(self.pairs(), self.attempted)
         b, a = observe_oracle(before, queries), observe_oracle(after, queries)
         got = observe_saver(saver, queries)
-        return [f"fresh saver: {d}" for q in queries if (d := compare_between(q, b[q], a[q], got[q]))]
+        return [f"fresh saver: {d}" for q in queries if (d := compare_between(q, b[q], a[q], got[q], per_task))]
+
+
+def writes_config(thread: str, ns: str, n: int, run: str | None) -> dict[str, Any]:
+    """The config LangGraph passes to put_writes: the checkpoint's, with the run's id in its metadata."""
+    config = cfg(thread, ns, cid(n))
+    if run is not None:
+        config["metadata"] = {"run_id": run}
+    return config
 
 
 def put_committed(op: Op, spec: PutSpec) -> bool:

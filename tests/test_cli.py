@@ -109,6 +109,13 @@ class Env:
         assert done.stderr == ""
         return json.loads(done.stdout)
 
+    def json_problems(self, *args: str) -> list[dict[str, str]]:
+        """The problems ``verify`` reports as JSON (it exits 1 when there are some)."""
+        done = self.run("--json", *args)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        problems: list[dict[str, str]] = json.loads(done.stdout)["problems"]
+        return problems
+
     def paused(self, thread_id: str) -> None:
         self.graph.invoke({"messages": [HumanMessage("write the report")]}, _config(thread_id))
 
@@ -669,3 +676,45 @@ def test_store_on_a_missing_bucket_is_an_s3_error(env: Env) -> None:
     done = env.run("store", "ls", "--url", url)
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("langgraph-s3: error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_verify_reports_what_repair_would_fix(env: Env) -> None:
+    """A thread whose head was deleted reads as empty; ``verify`` used to print OK and exit 0 while
+    ``repair --dry-run`` knew the head was missing and which checkpoint to restore. Now verify reports exactly what
+    repair would fix (one decision, repair's), and is clean once repair has run. A damaged head: both the damage
+    and the checkpoint repair would rebuild it from. A long thread id whose name object is gone: the name."""
+    env.finished("lost-head")
+    env.finished("kept")
+    head = env.layout.head("lost-head", "")
+    newest = env.history_ids("lost-head")[0]
+    env.client.delete_object(Bucket=CLI_BUCKET, Key=head)
+    assert env.saver.get_tuple(_config("lost-head")) is None  # what made it look fine: it reads as empty
+
+    planned = env.json("repair", "--dry-run", "lost-head")
+    repairs = [(n["checkpoint_ns"], n["status"], n["head_id"]) for n in planned["namespaces"] if n["status"] != "ok"]
+    assert repairs == [("", "would-repair", newest)]  # the root namespace; the subgraph's head is there
+    found = env.run("--json", "verify", "lost-head")
+    assert found.returncode == 1, found.stdout
+    [problem] = json.loads(found.stdout)["problems"]
+    assert problem["key"] == head and newest in problem["problem"] and "the head is missing" in problem["problem"]
+    everything = env.run("verify")
+    assert everything.returncode == 1 and everything.stdout.strip().endswith("1 problem(s)")
+    assert f"PROBLEM {head}: " in everything.stdout and "langgraph-s3 repair lost-head" in everything.stdout
+
+    env.run("repair", "--yes", "lost-head")
+    assert env.run("verify").returncode == 0
+    assert env.saver.get_tuple(_config("lost-head")).config["configurable"]["checkpoint_id"] == newest  # type: ignore[union-attr]
+
+    body = env.client.get_object(Bucket=CLI_BUCKET, Key=head)["Body"].read()
+    env.client.put_object(Bucket=CLI_BUCKET, Key=head, Body=body[: len(body) // 2])
+    damaged = [p for p in env.json_problems("verify", "lost-head") if p["key"] == head]
+    assert len(damaged) == 2 and any("truncated" in p["problem"] for p in damaged)
+    assert any(f"make checkpoint {newest!r} the head" in p["problem"] for p in damaged)
+
+    long_id = "L" * 200
+    env.finished(long_id)
+    name = env.layout.thread_name(long_id)
+    env.client.delete_object(Bucket=CLI_BUCKET, Key=name)
+    assert env.json("repair", "--dry-run", long_id)["name_restored"] is True
+    assert [p["key"] for p in env.json_problems("verify", long_id)] == [name]
+    assert env.run("verify", "kept").returncode == 0

@@ -48,6 +48,7 @@ from langgraph_s3_checkpoint import (
 from langgraph_s3_checkpoint.gc import agc, gc
 from langgraph_s3_checkpoint.keys import escape
 from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.writes import TaskWrites
 
 ITERATIONS = int(os.environ.get("LGS3_CRASH_ITERATIONS", "10"))
 OPS_ITERATIONS = max(2, ITERATIONS * 2 // 5)
@@ -452,7 +453,7 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
     root = layout.prefix
     raw = {
         layout.task_writes("live", "", ghost, "task"): codec.encode_task_writes(
-            "task", "", [(0, "log", codec.dump("x", "x"))]
+            TaskWrites.of_call("task", "", None, [(0, "log", codec.dump("x", "x"))])
         ),
         f"{root}runs/ghost-run/{escape('live')}/~": b"1f0",
         layout.probe("interrupted"): b"1",
@@ -542,7 +543,7 @@ def test_gc_collects_orphan_records_below_the_head(s3_server: LocalS3Server, buc
     orphans = {
         layout.record("t", "", lost): record(lost, first, blob="lost-version"),
         layout.task_writes("t", "", lost, "task"): codec.encode_task_writes(
-            "task", "", [(0, "log", codec.dump("x", "x"))]
+            TaskWrites.of_call("task", "", None, [(0, "log", codec.dump("x", "x"))])
         ),
         layout.blob("t", "", "big", "lost-version"): codec.encode_blob(codec.dump("x", "L" * 9000)),
         # Older than the thread's first commit: no link is left below the first record.

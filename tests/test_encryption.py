@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import boto3
@@ -151,10 +151,10 @@ def test_cli_reads_encrypted_checkpoints_with_serde_option(seaweedfs_server: loc
     )
     serde = "--serde=langgraph.checkpoint.serde.encrypted:EncryptedSerializer.from_pycryptodome_aes"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    def cli(*args: str, env_key: str | None = AES_KEY) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
-            env=environ,
+            env={**environ, "LANGGRAPH_AES_KEY": env_key} if env_key is not None else environ,
             capture_output=True,
             text=True,
             timeout=120,
@@ -169,9 +169,26 @@ def test_cli_reads_encrypted_checkpoints_with_serde_option(seaweedfs_server: loc
     assert without.returncode == 2  # a configuration error: the data is intact, the key is missing
     assert "could not be decrypted" in without.stderr and "data is intact" in without.stderr
     assert "delete" not in without.stderr.replace("do not delete", "")
-    assert cli("verify").returncode == 1
+    _verify_without_the_key_is_a_configuration_error(cli, serde)
     bad = cli("--serde=langgraph.checkpoint.serde.encrypted:NoSuchThing", "show", "vault")
     assert bad.returncode == 2
+
+
+def _verify_without_the_key_is_a_configuration_error(
+    cli: Callable[..., subprocess.CompletedProcess[str]], serde: str
+) -> None:
+    """``verify`` with no key or a wrong one exits 2 naming the key, not 1 ("damaged"), which would invite a
+    restore from backup of objects that are intact."""
+    for env_key, args in ((None, ()), ("0" * 32, (serde,))):
+        done = cli(*args, "verify", env_key=env_key)
+        assert done.returncode == 2, (env_key, done.stdout, done.stderr)
+        error = done.stderr.strip()
+        assert error.startswith("langgraph-s3: error:") and "\n" not in error, error
+        assert "key is wrong or missing" in error and "not damaged" in error
+        assert "UNDECRYPTABLE" in done.stdout and "PROBLEM" not in done.stdout, done.stdout
+        listed = json.loads(cli("--json", *args, "verify", env_key=env_key).stdout)
+        assert listed["problems"] and all(p["undecryptable"] for p in listed["problems"])
+    assert cli(serde, "verify").returncode == 0  # the right key again: nothing was wrong
 
 
 # -- server-side encryption ------------------------------------------------------------------------

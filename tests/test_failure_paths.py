@@ -46,8 +46,8 @@ from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.ops import Problem, verify_thread
+from langgraph_s3_checkpoint.options import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.requests import Put
-from langgraph_s3_checkpoint.saver import URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env
 
 
@@ -111,7 +111,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
         "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
         "&transport=direct&extra_headers=X-Tigris-Consistent:true&request_checksum_calculation=when_supported"
-        "&response_checksum_validation=when_required"
+        "&response_checksum_validation=when_required&vector_shards=8"
     )
     bucket, prefix, options = parse_url(url)
     assert (bucket, prefix) == ("b", "p")
@@ -138,6 +138,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "extra_headers": (("X-Tigris-Consistent", "true"),),
         "request_checksum_calculation": "when_supported",
         "response_checksum_validation": "when_required",
+        "vector_shards": 8,
     }
     assert set(URL_OPTIONS) == {"region", *(k for k in options if k != "region_name")}
     # The documentation's table names each of them.
@@ -667,53 +668,13 @@ def test_an_unparsable_reply_is_not_s3() -> None:
 
 
 def test_everything_derives_from_the_package_error() -> None:
+    import langgraph_s3_checkpoint
     import langgraph_s3_checkpoint.errors as errors
 
     classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
     assert all(issubclass(c, S3CheckpointError) for c in classes)
-
-
-def _readme_snippet() -> str:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    start = readme.index("```python\n") + len("```python\n")
-    return readme[start : readme.index("```", start)]
-
-
-def test_the_readme_snippet_runs_as_written_on_a_fresh_server(
-    s3_server: LocalS3Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from typing import TypedDict
-
-    from langgraph.graph import END, START, StateGraph
-
-    class State(TypedDict):
-        n: int
-
-    builder = StateGraph(State)
-    builder.add_node("inc", lambda state: {"n": state["n"] + 1})
-    builder.add_edge(START, "inc")
-    builder.add_edge("inc", END)
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint_url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
-    with contextlib.suppress(Exception):  # a fresh bucket: the snippet must create it
-        s3_server.client().delete_bucket(Bucket="agent-checkpoints")
-    snippet = _readme_snippet()
-    sync_part, async_part = snippet.split("\nasync with", 1)
-    namespace: dict[str, Any] = {"builder": builder, "inputs": {"n": 0}}
-    exec(compile(sync_part, "README.md", "exec"), namespace)
-    body = "async with" + async_part
-    wrapped = "async def _main():\n" + "".join(f"    {line}\n" for line in body.splitlines())
-    exec(compile(wrapped, "README.md", "exec"), namespace)
-    asyncio.run(namespace["_main"]())
-    with S3Saver.from_conn_string("s3://agent-checkpoints/prod") as saver:
-        graph = builder.compile(checkpointer=saver)
-        assert graph.get_state(cfg("t-1")).values == {"n": 1}
-        assert graph.get_state(cfg("t-2")).values == {"n": 1}
+    # ... and every one can be caught by its name from the package (InvalidArgumentTypeError was not exported).
+    assert {c.__name__ for c in classes} <= set(langgraph_s3_checkpoint.__all__)
 
 
 # ------------------------------------------------------------------------------------------------

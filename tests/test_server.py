@@ -270,6 +270,53 @@ async def test_rollback_deletes_the_cancelled_runs_checkpoints(agent_server: Age
     assert [r["run_id"] for r in runs] == [fast["run_id"]]
 
 
+async def test_rollback_of_a_run_that_answered_the_interrupt(agent_server: AgentServer, sdk: Any) -> None:
+    """Run r0 stops at ``interrupt()``; r1 answers (``Command(resume=...)``) and is still working when r2 answers
+    again with ``multitask_strategy="rollback"``: the server cancels r1 and rolls it back (``adelete_for_runs``).
+    r1's answer, and the node output it wrote on r0's checkpoint, must go with it, so r2's answer is the one taken
+    and the thread ends exactly as a thread that only ever got r2's answer."""
+    threads = [(await sdk.threads.create())["thread_id"] for _ in range(2)]
+    for tid in threads:
+        await sdk.runs.wait(tid, "agent", input={"topic": "post"})
+    rolled, reference = threads
+    slow = await sdk.runs.create(rolled, "agent", command={"resume": {"answer": "yes", "linger": 120}})
+
+    def answered_and_working() -> bool:
+        return any(h["metadata"].get("run_id") == slow["run_id"] for h in _history_now(agent_server, rolled))
+
+    await _eventually(answered_and_working, "the first answer's run to commit its step and linger")
+    again = await sdk.runs.create(rolled, "agent", command={"resume": "no"}, multitask_strategy="rollback")
+    await sdk.runs.join(rolled, again["run_id"])
+    await sdk.runs.wait(reference, "agent", command={"resume": "no"})
+
+    views = []
+    for tid in threads:
+        state = await sdk.threads.get_state(tid)
+        history = await sdk.threads.get_history(tid, limit=50)
+        views.append(
+            (
+                state["values"],
+                state["next"],
+                [(h["values"], h["next"], h["metadata"]["step"], h["metadata"]["source"]) for h in history],
+            )
+        )
+    assert views[0][0]["approved"] == "no", views[0]
+    assert views[0] == views[1]
+    assert slow["run_id"] not in {h["metadata"].get("run_id") for h in await sdk.threads.get_history(rolled)}
+
+
+def _history_now(agent_server: AgentServer, thread_id: str) -> list[dict[str, Any]]:
+    """The thread's checkpoints' metadata as the bucket holds them (read beside the server)."""
+    codec = Codec(JsonPlusSerializer())
+    records = [k for k in agent_server.thread_keys(thread_id) if is_record_key(k)]
+    found = []
+    for key in records:
+        body = agent_server.client.get_object(Bucket=SERVER_BUCKET, Key=key)["Body"].read()
+        metadata, _, _ = codec.peek_record(key, body)
+        found.append({"metadata": metadata})
+    return found
+
+
 async def test_store_through_the_sdk_and_a_graph_node(agent_server: AgentServer, sdk: Any) -> None:
     """``langgraph.json``'s ``store.path`` loads our AsyncS3Store beside the saver, on the same prefix:
     the SDK's store routes and a graph node's ``get_store()`` both read and write the bucket."""

@@ -1,7 +1,8 @@
 """Small graphs for the Agent Server end-to-end test.
 
 ``graph``: one human-in-the-loop pause, one slow step. ``delay`` makes the first node wait, so a test can
-start a second run while the first one is still busy (``multitask_strategy="rollback"``).
+start a second run while the first one is still busy (``multitask_strategy="rollback"``); an answer with a
+``linger`` makes the last node wait, so a run that answered the pause can be rolled back the same way.
 
 ``memory_graph``: one node that reads a user's memories from the long-term store (``get_store()``, which
 the server wires to ``langgraph.json``'s ``store``) and writes a new one.
@@ -35,7 +36,12 @@ def ask(state: State) -> State:
     return {"approved": answer, "steps": ["ask"]}
 
 
-def finish(state: State) -> State:
+async def finish(state: State) -> State:
+    # An answer given as {"answer": ..., "linger": seconds} keeps the run busy here, after the interrupt was
+    # answered: a test can then roll that run back (``multitask_strategy="rollback"``) while it works.
+    approved = state.get("approved")
+    if isinstance(approved, dict):
+        await asyncio.sleep(approved.get("linger", 0.0))
     return {"steps": ["finish"]}
 
 

@@ -1,0 +1,249 @@
+"""Pending writes belong to the run that wrote them, and read in InMemorySaver's order.
+
+* A rollback (``delete_for_runs``) of the run that answered an interrupt leaves the thread exactly as before that
+  run began: the interrupted checkpoint keeps only the writes of the runs before it, so the question is open
+  again and a new answer is taken (graph level, on SeaweedFS; the plan-level proof, every crash point and
+  interleaving, is in ``tests/test_simulation.py``).
+* Attributing writes costs nothing on the hot path: a run's writes to its own checkpoint are one PUT.
+* A checkpoint's pending writes come back in ``writes_sort_key`` order, each by its own ``task_path``, as
+  InMemorySaver returns them.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Literal
+from uuid import uuid4
+
+import pytest
+from helpers import RequestCounter
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Interrupt, interrupt
+from typing_extensions import TypedDict
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
+
+Durability = Literal["sync", "async", "exit"]
+
+
+class Approval(TypedDict, total=False):
+    request: str
+    answer: str
+    log: Annotated[list[str], operator.add]
+
+
+def _approval_graph(saver: Any, *, review_fails: bool = False) -> Any:
+    """draft -> review (asks, with interrupt()) and, beside it, audit -> publish. ``review_fails``: the review
+    node raises once it has its answer (a run that dies, or is cancelled, while working on it)."""
+
+    def draft(state: Approval) -> dict[str, Any]:
+        return {"log": [f"draft {state['request']}"]}
+
+    def review(state: Approval) -> dict[str, Any]:
+        answer = interrupt({"question": f"publish {state['request']}?"})
+        if review_fails:
+            raise RuntimeError("cancelled while working on the answer")
+        return {"answer": answer, "log": [f"review: {answer}"]}
+
+    def audit(state: Approval) -> dict[str, Any]:
+        return {"log": ["audit"]}
+
+    def publish(state: Approval) -> dict[str, Any]:
+        return {"log": ["published" if state["answer"] == "yes" else "dropped"]}
+
+    builder = StateGraph(Approval)
+    for name, node in (("draft", draft), ("review", review), ("audit", audit), ("publish", publish)):
+        builder.add_node(name, node)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("draft", "audit")
+    builder.add_edge(["review", "audit"], "publish")
+    builder.add_edge("publish", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _run(thread_id: str, run_id: str, style: str) -> dict[str, Any]:
+    """A run's config as LangGraph's API passes it (``metadata``) or as the Agent Server does (``configurable``)."""
+    if style == "metadata":
+        return {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
+    return {"configurable": {"thread_id": thread_id, "run_id": run_id}}
+
+
+def _view(graph: Any, thread_id: str) -> Any:
+    """What a client sees of a thread, without the ids that differ between threads (checkpoint, task, run)."""
+    config = {"configurable": {"thread_id": thread_id}}
+
+    def snapshot(state: Any) -> Any:
+        return (
+            state.values,
+            state.next,
+            [(t.name, [i.value for i in t.interrupts], t.result) for t in state.tasks],
+            state.metadata.get("step") if state.metadata else None,
+            state.metadata.get("source") if state.metadata else None,
+        )
+
+    latest = graph.get_state(config)
+    pending = graph.checkpointer.get_tuple(config)
+    assert pending is not None
+    writes = sorted(repr((channel, _without_ids(value))) for _, channel, value in (pending.pending_writes or []))
+    return snapshot(latest), writes, [snapshot(s) for s in graph.get_state_history(config)]
+
+
+def _without_ids(value: Any) -> Any:
+    """An interrupt's id is derived from its checkpoint's: two threads differ by it alone."""
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return ("Interrupt", value.value) if isinstance(value, Interrupt) else value
+
+
+@pytest.fixture
+def seaweed_saver(seaweedfs_server: LocalS3Server, prefix: str) -> Iterator[S3Saver]:
+    seaweedfs_server.create_bucket("lgs3-test")
+    saver = S3Saver(bucket="lgs3-test", prefix=prefix, client=seaweedfs_server.client())
+    saver.setup()
+    yield saver
+    saver.close()
+
+
+@pytest.mark.parametrize("style", ["metadata", "configurable"])
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_rollback_of_the_run_that_answered_an_interrupt(
+    seaweed_saver: S3Saver, style: str, durability: Durability
+) -> None:
+    """r0 stops at the question; r1 answers "yes" and the graph completes; ``delete_for_runs([r1])``; r2 answers
+    "no". The thread reads, after the rollback and at the end, exactly as a thread where r1 never happened."""
+    graph = _approval_graph(seaweed_saver)
+    rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
+    for thread in (rolled, reference):
+        graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", style), durability=durability)
+    before = _view(graph, rolled)
+    assert before[0][1] == ("review",) and before[0][2][0][1] == [{"question": "publish post?"}]
+
+    done = graph.invoke(Command(resume="yes"), _run(rolled, "r1", style), durability=durability)
+    assert done["log"][-1] == "published"
+    # A new process, as the Agent Server rolls back wherever the run was cancelled.
+    S3Saver(bucket=seaweed_saver.bucket, prefix=seaweed_saver.prefix, client=seaweed_saver.client).delete_for_runs(
+        ["r1"]
+    )
+    assert _view(graph, rolled) == before == _view(graph, reference)
+
+    for thread in (rolled, reference):
+        final = graph.invoke(Command(resume="no"), _run(thread, f"r2-{thread}", style), durability=durability)
+        assert final["answer"] == "no" and final["log"][-1] == "dropped", final
+    assert _view(graph, rolled) == _view(graph, reference)
+
+
+def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkpoint(seaweed_saver: S3Saver) -> None:
+    """r1 answers, and its node fails before r1 commits any checkpoint: r1 leaves only writes, on r0's checkpoint
+    (the resume value, the node's error), and the run index still finds them."""
+    graph = _approval_graph(seaweed_saver)
+    rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
+    for thread in (rolled, reference):
+        graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
+    before = _view(graph, rolled)
+
+    with pytest.raises(RuntimeError, match="cancelled"):
+        _approval_graph(seaweed_saver, review_fails=True).invoke(
+            Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
+        )
+    history = list(seaweed_saver.list({"configurable": {"thread_id": rolled}}))
+    assert not [t for t in history if t.metadata.get("run_id") == "r1"], "r1 must not have committed a checkpoint"
+    assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
+    seaweed_saver.delete_for_runs(["r1"])
+    assert _view(graph, rolled) == before == _view(graph, reference)
+    for thread in (rolled, reference):
+        graph.invoke(Command(resume="no"), _run(thread, f"r2-{thread}", "metadata"))
+    assert _view(graph, rolled) == _view(graph, reference)
+
+
+# -- cost ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def counted(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> Iterator[tuple[S3Saver, RequestCounter]]:
+    client = s3_server.client()
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
+    yield saver, count_requests(client)
+    saver.close()
+
+
+def test_put_writes_of_a_run_costs_one_put_on_its_own_checkpoint(counted: tuple[S3Saver, RequestCounter]) -> None:
+    """The hot path is unchanged by run attribution: writes to the checkpoint the run just put are 1 PUT. Writes
+    to another run's checkpoint (resuming it) index the run there first: 2 PUTs (create-only), then 1."""
+    saver, counter = counted
+    thread = f"t-{uuid4().hex}"
+    config = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
+    r0 = saver.put(config, _checkpoint(), {"source": "loop", "step": 0, "run_id": "r0"}, {})
+    mine = {**r0, "metadata": {"run_id": "r0"}}
+    counter.reset()
+    saver.put_writes(mine, [("a", 1), ("b", 2)], "task-1", "~pull, one")
+    assert counter.snapshot() == {"PutObject": 1}
+
+    theirs = {**r0, "metadata": {"run_id": "r1"}}
+    counter.reset()
+    saver.put_writes(theirs, [("__resume__", "yes")], "task-2")
+    assert counter.snapshot() == {"PutObject": 3}
+    r1 = saver.put(theirs, _checkpoint(), {"source": "loop", "step": 1, "run_id": "r1"}, {})
+    counter.reset()
+    saver.put_writes({**r1, "metadata": {"run_id": "r1"}}, [("a", 3)], "task-3")
+    assert counter.snapshot() == {"PutObject": 1}
+
+
+def _checkpoint() -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = str(uuid6())
+    return checkpoint
+
+
+# -- order -----------------------------------------------------------------------------------------------
+def _same_writes_as_in_memory(saver: Any, calls: list[tuple[list[tuple[str, Any]], str, str]]) -> None:
+    reference = InMemorySaver()
+    got = []
+    for target in (saver, reference):
+        config = target.put(
+            {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {}
+        )
+        for writes, task, path in calls:
+            target.put_writes(config, writes, task, path)
+        got.append(target.get_tuple(config).pending_writes)
+    assert got[0] == got[1], calls
+
+
+def test_a_special_write_written_again_keeps_its_place(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """Task B's interrupt is written again under another path than B's first call: InMemorySaver orders each
+    write by the path it was written with, and so does the saver (it used to order all of B's writes by B's
+    latest path, which put task A's resume value last)."""
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+    _same_writes_as_in_memory(
+        saver,
+        [
+            ([("__resume__", "yes")], "A", "~pull, b"),
+            ([("__interrupt__", "first"), ("x", 13)], "B", "~pull, b"),
+            ([("__interrupt__", "again")], "B", "~pull, a"),
+        ],
+    )
+    saver.close()
+
+
+def test_writes_order_matches_in_memory_saver_randomized() -> None:
+    """Random sequences of put_writes calls (tasks written under several paths, special channels written
+    again, duplicates in a call) read back exactly as InMemorySaver returns them (on the in-memory bucket)."""
+    channels = ["x", "y", "__resume__", "__interrupt__", "__error__"]
+    for seed in range(400):
+        rng = random.Random(seed)
+        calls = [
+            (
+                [(rng.choice(channels), rng.randrange(100)) for _ in range(rng.randint(1, 3))],
+                rng.choice(["A", "B", "00000000-0000-0000-0000-000000000000"]),
+                rng.choice(["", "~pull, a", "~pull, b"]),
+            )
+            for _ in range(rng.randint(1, 5))
+        ]
+        _same_writes_as_in_memory(S3Saver(bucket="b", client=MemoryBucket()), calls)

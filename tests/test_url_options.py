@@ -1,0 +1,206 @@
+"""One location URL serves saver, store, node cache, the Agent Server's factories and the ``langgraph-s3`` command.
+
+Each component uses the URL options it knows and ignores the ones only the others use; an option none of them knows,
+or a value that is wrong for its option, is refused by every entry point with a message naming it
+(``options.URL_OPTIONS`` is the one table). The components that send requests are built against SeaweedFS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, InvalidConfigError, S3Saver, S3Store, local, server
+from langgraph_s3_checkpoint.cache import S3Cache
+from langgraph_s3_checkpoint.options import CACHE, SAVER, STORE, URL_OPTIONS, parse_url
+
+BUCKET = "lgs3-url-options"
+SHARED = "vector_shards=32&inline_threshold=10&cache_bytes=0&memory_bytes=0&ttl_days=3&operation_timeout=7"
+"""A URL's options for everyone: store-only, saver-only, saver-and-cache and shared ones."""
+SHARED_NAMES = [part.split("=")[0] for part in SHARED.split("&")]
+
+
+class State(TypedDict):
+    text: str
+
+
+def _graph(saver: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("write", lambda state: {"text": "x" * 100})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", END)
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.fixture
+def location(seaweedfs_server: local.LocalS3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://bucket/prefix`` on SeaweedFS, with the server's credentials and endpoint in the environment."""
+    seaweedfs_server.create_bucket(BUCKET)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs_server.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", seaweedfs_server.endpoint_url)
+    monkeypatch.setenv("AWS_REGION", seaweedfs_server.region)
+    return f"s3://{BUCKET}/url-{uuid.uuid4().hex[:10]}"
+
+
+def _blobs(server: local.LocalS3Server, location: str) -> list[str]:
+    prefix = location.removeprefix(f"s3://{BUCKET}/") + "/"
+    listed = server.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return [o["Key"] for o in listed if "/b/" in o["Key"]]
+
+
+def test_a_saver_only_option_reaches_the_saver_and_the_store_ignores_it(
+    seaweedfs_server: local.LocalS3Server, location: str
+) -> None:
+    url = f"{location}?{SHARED}"
+    with S3Saver.from_conn_string(url) as saver:
+        saver.setup()
+        _graph(saver).invoke({"text": ""}, {"configurable": {"thread_id": "t"}})
+        assert saver.operation_timeout == 7.0
+    # inline_threshold=10: the 100-character value got its own object (the default, 4096, would inline it).
+    assert _blobs(seaweedfs_server, location)
+    with S3Store.from_conn_string(url) as store:
+        store.put(("notes",), "k", {"v": 1})
+        assert store.get(("notes",), "k").value == {"v": 1}  # type: ignore[union-attr]
+        assert store._core.vector_shards == 32
+        assert store.operation_timeout == 7.0
+    with S3Cache.from_conn_string(url) as cache:
+        assert cache.ttl_days == 3  # the cache's own option; the saver's and the store's are ignored
+        cache.set({(("ns",), "key"): (1, None)})
+        assert cache.get([(("ns",), "key")]) == {(("ns",), "key"): 1}
+
+
+def test_the_agent_servers_checkpointer_and_store_take_one_url(
+    seaweedfs_server: local.LocalS3Server, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(server.ENV_URL, f"{location}?{SHARED}")
+
+    async def serve() -> None:
+        async with server.checkpointer() as saver:
+            await _graph(saver).ainvoke({"text": ""}, {"configurable": {"thread_id": "t"}})
+            assert saver.operation_timeout == 7.0
+        async with server.store() as memory:
+            await memory.aput(("notes",), "k", {"v": 1})
+            assert memory._core.vector_shards == 32
+
+    asyncio.run(serve())
+    assert _blobs(seaweedfs_server, location)  # inline_threshold=10 reached the server's saver
+
+
+def _cli(location: str, *args: str, query: str = SHARED) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_S3_")}
+    environ["LANGGRAPH_S3_URL"] = f"{location}?{query}"
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_every_kind_of_cli_command_takes_one_url(seaweedfs_server: local.LocalS3Server, location: str) -> None:
+    with S3Saver.from_conn_string(location) as saver:
+        _graph(saver).invoke({"text": ""}, {"configurable": {"thread_id": "listed"}})
+    commands = [("threads",), ("verify",), ("store", "put", "notes", "k", '{"v": 1}'), ("store", "ls"), ("cache", "ls")]
+    for args in commands:
+        done = _cli(location, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert done.stderr == ""
+    assert "listed" in _cli(location, "threads").stdout
+    assert "notes" in _cli(location, "store", "ls").stdout
+
+
+UNKNOWN = "vector_shard=32"  # one letter short of the store's option
+
+ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
+    "parse_url": parse_url,
+    "S3Saver": lambda url: S3Saver.from_conn_string(url).__enter__(),
+    "AsyncS3Saver": lambda url: asyncio.run(AsyncS3Saver.from_conn_string(url).__aenter__()),
+    "S3Store": lambda url: S3Store.from_conn_string(url).__enter__(),
+    "AsyncS3Store": lambda url: asyncio.run(AsyncS3Store.from_conn_string(url).__aenter__()),
+    "S3Cache": S3Cache.from_conn_string,
+    "server.saver_from_env": lambda url: server.saver_from_env({server.ENV_URL: url}),
+    "server.store_from_env": lambda url: server.store_from_env({server.ENV_URL: url}),
+}
+"""Every way a URL becomes a component in-process (the CLI is a process of its own, tested below)."""
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_option_no_component_knows_is_refused_naming_it_and_the_valid_ones(entry: str) -> None:
+    with pytest.raises(InvalidConfigError) as raised:
+        ENTRY_POINTS[entry](f"s3://b/p?{UNKNOWN}&endpoint_url=http://127.0.0.1:9")
+    message = str(raised.value)
+    assert "'vector_shard'" in message
+    assert all(name in message for name in URL_OPTIONS), message
+
+
+@pytest.mark.parametrize(
+    ("query", "users"),
+    [
+        ("vector_shards=300", (STORE,)),  # at most 256
+        ("vector_shards=many", (STORE,)),
+        ("inline_threshold=-1", (SAVER,)),
+        ("ttl_days=0", (SAVER, CACHE)),
+        ("operation_timeout=0", (SAVER, STORE, CACHE)),
+        ("max_concurrency=0", (SAVER, STORE, CACHE)),
+    ],
+)
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_bad_value_is_refused_naming_its_option(entry: str, query: str, users: tuple[str, ...]) -> None:
+    name = query.split("=")[0]
+    assert set(users) == URL_OPTIONS[name].used_by
+    with pytest.raises(InvalidConfigError, match=name):
+        ENTRY_POINTS[entry](f"s3://b/p?{query}&endpoint_url=http://127.0.0.1:9")
+
+
+def test_the_cli_refuses_an_unknown_option_or_a_bad_value_naming_it(location: str) -> None:
+    for query, named in ((UNKNOWN, "'vector_shard'"), ("vector_shards=0", "vector_shards")):
+        for args in (("threads",), ("store", "ls"), ("cache", "ls")):
+            done = _cli(location, *args, query=query)
+            assert done.returncode == 2, (query, args, done.stderr)
+            assert named in done.stderr and done.stderr.startswith("langgraph-s3: error:"), done.stderr
+
+
+def test_each_component_gets_exactly_its_own_options() -> None:
+    _, _, everything = parse_url(f"s3://b/p?{SHARED}&region=eu-west-1")
+    assert everything["region_name"] == "eu-west-1"
+    for component in (SAVER, STORE, CACHE):
+        _, _, options = parse_url(f"s3://b/p?{SHARED}", used_by=component)
+        assert set(options) == {name for name in SHARED_NAMES if component in URL_OPTIONS[name].used_by}
+        assert all(options[name] == everything[name] for name in options)
+
+
+def test_the_documented_table_is_the_code_table() -> None:
+    """docs/operations.md's URL table names every option once, with the components that use it."""
+    docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## The location URL") : docs.index("### A missing bucket")]
+    rows = dict(re.findall(r"^\| `(\w+)` \|.*\| ([a-z, ]+) \|$", section, flags=re.MULTILINE))
+    assert set(rows) == set(URL_OPTIONS)
+    for name, option in URL_OPTIONS.items():
+        assert set(rows[name].split(", ")) == option.used_by, name
+
+
+def test_a_keyword_argument_of_another_component_is_refused_naming_its_users() -> None:
+    """In a URL another component's option is ignored; passed by name to the wrong class, it is a mistake."""
+    local = "http://127.0.0.1:9"
+    for build, name, users in (
+        (lambda: S3Store(bucket="b", endpoint_url=local, inline_threshold=10), "inline_threshold", "saver only"),
+        (lambda: S3Store(bucket="b", endpoint_url=local, ttl_days=3), "ttl_days", "cache and saver only"),
+        (lambda: S3Saver(bucket="b", endpoint_url=local, vector_shards=3), "vector_shards", "store only"),
+        (lambda: S3Cache(bucket="b", endpoint_url=local, memory_bytes=0), "memory_bytes", "saver only"),
+    ):
+        with pytest.raises(InvalidConfigError, match=f"{name} is an option of the {users}"):
+            build()
