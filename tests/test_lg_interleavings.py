@@ -19,7 +19,10 @@ fresh saver (a new process) reads the thread and the family's oracle judges it:
   returned, shows the same thread (every checkpoint, its writes, ``get_state_history``); the reader never raised,
   and every checkpoint it saw is still there (unless rolled back).
 
-``LGS3_LG_SIM=full`` adds the larger families (``docs/testing.md``); ``LGS3_LG_SIM_STATS=path`` writes the counts.
+In CI the small families run every schedule and the larger ones ``CI_SAMPLE`` seeded random schedules;
+``LGS3_LG_SIM=full`` runs every schedule of every family and adds the larger families (``docs/testing.md``);
+``LGS3_LG_SIM_STATS=path`` writes the counts. A finding not fixed yet is a family's ``known`` (tag, reason): its
+schedules are left to ``test_known_findings``, a strict xfail, plus a one-schedule reproduction.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import get_checkpoint_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -64,10 +68,6 @@ from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
 THREAD = "t"
 NOT_AS_BEFORE = "[not as before the run] "
 """Marks the rollback oracle's finding that the thread does not read as before the rolled-back run began."""
-ITEM_E = (
-    "issue 27 item e: delete_for_runs removes the rolled-back run's checkpoints but not the writes it put on the "
-    "checkpoint it resumed (its __resume__ and its node's writes), so the thread reads with the answer pending"
-)
 FORK_REFUSED = "[fork refused] "
 """Marks the finding that a time traveller's run was refused (``CheckpointConflictError``) though it forked."""
 REPLAY_REFUSED = (
@@ -650,7 +650,9 @@ class ThreadWorld(World):
                 config, checkpoint, metadata, _ = entry.args
                 oracle.put(config, checkpoint, metadata)
             elif entry.method == "put_writes":
-                oracle.put_writes(*entry.args)
+                # the run that wrote them, by LangGraph's rule (the config's run_id, as put records it)
+                run = get_checkpoint_metadata(entry.args[0], {}).get("run_id")
+                oracle.put_writes(*entry.args, None if run is None else str(run))
             elif entry.method == "delete_for_runs":
                 oracle.delete_for_runs(*entry.args)
         problems = []
@@ -783,7 +785,6 @@ CI_FAMILIES = [
         "rollback: cancel and roll back an answer, answer again",
         "interrupt",
         (PartySpec("A", "answer"), PartySpec("R", "rollback")),
-        known=((NOT_AS_BEFORE, ITEM_E),),
     ),
 ]
 FULL_FAMILIES = [
