@@ -21,8 +21,8 @@ fresh saver (a new process) reads the thread and the family's oracle judges it:
 
 In CI the small families run every schedule and the larger ones ``CI_SAMPLE`` seeded random schedules;
 ``LGS3_LG_SIM=full`` runs every schedule of every family and adds the larger families (``docs/testing.md``);
-``LGS3_LG_SIM_STATS=path`` writes the counts. A finding not fixed yet is a family's ``known`` (tag, reason): its
-schedules are left to ``test_known_findings``, a strict xfail, plus a one-schedule reproduction.
+``LGS3_LG_SIM_STATS=path`` writes the counts. ``run_schedule`` replays one schedule by its labels (as a failure
+prints them): ``test_a_replay_continues_its_fork_past_a_concurrent_step`` keeps the one that found a defect.
 """
 
 from __future__ import annotations
@@ -70,12 +70,6 @@ NOT_AS_BEFORE = "[not as before the run] "
 """Marks the rollback oracle's finding that the thread does not read as before the rolled-back run began."""
 FORK_REFUSED = "[fork refused] "
 """Marks the finding that a time traveller's run was refused (``CheckpointConflictError``) though it forked."""
-REPLAY_REFUSED = (
-    "a replay's next step is refused when another run's step committed between the replay's id for its fork and "
-    "the fork's put: the fork lands as a detached record (its id is older than the head's), and the replay's next "
-    "put, continuing its own fork (unread), finds the head holds another checkpoint: CheckpointConflictError, "
-    "where InMemorySaver stores the branch (see test_a_replay_continues_its_fork_past_a_concurrent_step)"
-)
 EXPLORED: dict[str, Exploration] = {}
 FULL = os.environ.get("LGS3_LG_SIM") == "full"
 STATS: dict[str, dict[str, Any]] = {}
@@ -213,9 +207,6 @@ class Family:
     """Explore with the partial-order reduction (``lgsim.explore``) instead of every schedule."""
     sample: int | None = None
     """In CI, run this many random schedules instead of every one (``LGS3_LG_SIM=full`` runs every one)."""
-    known: tuple[tuple[str, str], ...] = ()
-    """Findings not fixed yet: (tag, reason). Failures so tagged are left to ``test_known_findings``, which
-    xfails strictly until the fix lands."""
 
     @property
     def kind(self) -> str:
@@ -778,7 +769,6 @@ CI_FAMILIES = [
         "join",
         two("run", "replay"),
         sample=CI_SAMPLE,
-        known=((FORK_REFUSED, REPLAY_REFUSED),),
     ),
     Family("time travel: Command(resume) addressed by id", "interrupt", two("answer", "answer old"), sample=CI_SAMPLE),
     Family(
@@ -806,7 +796,6 @@ FULL_FAMILIES = [
         "join",
         two("run", "replay", savers=2),
         savers=2,
-        known=((FORK_REFUSED, REPLAY_REFUSED),),
     ),
     Family("time travel: update_state, AsyncS3Saver", "delta", two("run", "update old"), asynchronous=True),
 ]
@@ -846,34 +835,11 @@ def explored(family: Family) -> Exploration:
     return EXPLORED[family.name]
 
 
-def _failures(found: Exploration, tags: Sequence[str], *, tagged: bool) -> list[str]:
-    """The failing schedules with one of ``tags`` (a known finding), or (``tagged=False``) without any."""
-    return [f for f in found.failures if any(f"=> {t}" in f for t in tags) == tagged]
-
-
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_interleaving_of_two_parties(family: Family) -> None:
     found = explored(family)
     assert found.schedules > 1
-    failures = _failures(found, [tag for tag, _ in family.known], tagged=False)
-    assert not failures, f"{len(failures)} failing schedule(s):\n" + "\n".join(failures[:5])
-
-
-@pytest.mark.parametrize(
-    ("family", "tag"),
-    [
-        pytest.param(f, tag, marks=pytest.mark.xfail(strict=True, reason=reason), id=f"{f.name}: {tag.strip(' []')}")
-        for f in FAMILIES
-        for tag, reason in f.known
-    ],
-)
-def test_known_findings(family: Family, tag: str) -> None:
-    """The family's oracle findings that are not fixed yet (e.g. after ``delete_for_runs`` the thread reads as
-    before the run began), each strictly xfailed with its reason until the fix lands."""
-    found = explored(family)
-    failures = _failures(found, [tag], tagged=True)
-    schedules = {f.split(" => ")[0] for f in failures}
-    assert not failures, f"{len(schedules)} of {found.schedules} schedules:\n" + "\n".join(failures[:3])
+    assert not found.failures, f"{len(found.failures)} failing schedule(s):\n" + "\n".join(found.failures[:5])
 
 
 def run_schedule(family: Family, schedule: Sequence[str]) -> list[str]:
@@ -894,11 +860,11 @@ def run_schedule(family: Family, schedule: Sequence[str]) -> list[str]:
 REPLAY_FAMILY = next(f for f in CI_FAMILIES if f.name == "time travel: replay from an older checkpoint")
 
 
-@pytest.mark.xfail(strict=True, reason=REPLAY_REFUSED)
 def test_a_replay_continues_its_fork_past_a_concurrent_step() -> None:
     """The replay (B) reads the base's older checkpoint by id and makes its fork's id; run A reads the head,
     puts its step (an id newer than the fork's) and commits; B's fork lands behind it (a detached record, as
-    the table says); B's next step, on its own fork, must commit as on InMemorySaver: it raises instead."""
+    the table says); B's next step, on its own fork, commits as on InMemorySaver (it raised before the table's
+    row for a head beside a detached parent)."""
     schedule = [
         "B:get_tuple(by id)",
         "B:get_tuple()",
