@@ -27,6 +27,7 @@ from .errors import (
     SerializationError,
     StoreConflictError,
     TargetThreadExistsError,
+    ThreadChangedError,
     WrongRegionError,
 )
 from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client, without_expect_continue
@@ -60,6 +61,7 @@ __all__ = [
     "SerializationError",
     "StoreConflictError",
     "TargetThreadExistsError",
+    "ThreadChangedError",
     "WrongRegionError",
     "make_client",
     "without_expect_continue",

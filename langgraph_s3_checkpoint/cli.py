@@ -62,6 +62,7 @@ from .errors import (
     S3CheckpointError,
     S3RequestError,
     TargetThreadExistsError,
+    ThreadChangedError,
 )
 from .options import SAVER, parse_url
 from .saver import S3Saver
@@ -563,9 +564,31 @@ def cmd_expire(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+EXPORT_ATTEMPTS = 3
+"""How often ``export`` starts again when the thread changed under it (:class:`ThreadChangedError`)."""
+
+
 def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
     target: str = args.file
+    for attempt in range(1, EXPORT_ATTEMPTS + 1):
+        try:
+            count, size = _export_once(ctx, args.thread, target)
+            break
+        except ThreadChangedError:
+            if target == "-" or attempt == EXPORT_ATTEMPTS:
+                raise  # what went to stdout cannot be taken back
+    if target == "-":
+        return EXIT_OK
+    return _done(
+        ctx,
+        f"exported thread {args.thread!r} to {target} ({count} objects, {_size(size)})",
+        {"thread_id": args.thread, "file": target, "objects": count, "bytes": size},
+    )
+
+
+def _export_once(ctx: Context, thread_id: str, target: str) -> tuple[int, int]:
+    """One export into ``target``: the number of objects and their bytes."""
     # Written beside the target and renamed at the end, so a failed export never leaves a file that
     # looks complete.
     partial = f"{target}.partial"
@@ -579,12 +602,12 @@ def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
             manifest = {
                 "format": ops.EXPORT_FORMAT,
                 "version": ops.EXPORT_VERSION,
-                "thread_id": args.thread,
+                "thread_id": thread_id,
                 "source": ctx.where,
                 "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             }
             _add_member(archive, MANIFEST, json.dumps(manifest, indent=2).encode())
-            for item in ctx.store.iterate(ops.export_thread(ctx.layout, args.thread)):
+            for item in ctx.store.iterate(ops.export_thread(ctx.layout, ctx.core.codec, thread_id)):
                 _add_member(archive, OBJECTS_DIR + item.relative, item.body)
                 count += 1
                 size += len(item.body)
@@ -596,14 +619,9 @@ def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
         raise
     finally:
         bar.close()
-    if target == "-":
-        return EXIT_OK
-    os.replace(partial, target)
-    return _done(
-        ctx,
-        f"exported thread {args.thread!r} to {target} ({count} objects, {_size(size)})",
-        {"thread_id": args.thread, "file": target, "objects": count, "bytes": size},
-    )
+    if target != "-":
+        os.replace(partial, target)
+    return count, size
 
 
 def _add_member(archive: tarfile.TarFile, name: str, body: bytes) -> None:

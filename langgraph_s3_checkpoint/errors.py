@@ -237,6 +237,12 @@ class TargetThreadExistsError(S3CheckpointError):
     """``copy_thread`` was asked to copy onto a thread that already has checkpoints."""
 
 
+class ThreadChangedError(S3CheckpointError):
+    """A read that must see one state of a thread saw it change under it: an export during which a prune or a
+    rollback deleted a large value the archive's checkpoints reference. Nothing was produced; run it again
+    (``langgraph-s3 export`` does, twice, before it gives up)."""
+
+
 class SaverMisuseError(S3CheckpointError, RuntimeError):
     """A method was called in a context where it cannot work (a blocking call on the event loop, a saver or
     store used after ``close()`` or its ``with`` block)."""

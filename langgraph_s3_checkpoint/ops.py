@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from . import keys
 from .codec import Codec, Record
-from .errors import CorruptObjectError, DecryptionError, TargetThreadExistsError
+from .errors import CorruptObjectError, DecryptionError, NewerFormatError, TargetThreadExistsError, ThreadChangedError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
@@ -33,7 +33,7 @@ from .plans import (
     own_folders_under,
 )
 from .repair import repair_needed
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put
+from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put, StoredObject
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -174,16 +174,24 @@ class Exported:
     body: bytes = field(repr=False)
 
 
-def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
+def export_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
     """Emit every object of a thread as :class:`Exported` (key relative to the thread), heads last.
 
     Heads are read before anything else, as ``copy_thread`` does: a checkpoint committed while the
     export runs may add records, but they stay invisible behind the snapshot heads in the archive.
-    Returns the number of objects emitted (0 if the thread does not exist).
+    An archive never references a value it lacks: a prune or rollback running meanwhile may delete a large value
+    that a snapshot head, or a record at or below it, references (the head moved on, the value went with the
+    checkpoint it was last kept for); :class:`_ArchiveReferences` checks them against what was exported, and a
+    missing one raises :class:`ThreadChangedError` before the heads are emitted, so an archive cut short there
+    imports as nothing. Returns the number of objects emitted (0 if the thread does not exist).
     """
     prefix = layout.thread(thread_id)
     namespaces = yield from own_folders_under(layout.namespaces(thread_id))
     heads = (yield from all_of([Get(Layout.head_in(p)) for p in namespaces])) if namespaces else []
+    references = _ArchiveReferences(codec, prefix)
+    for ns_prefix, head in zip(namespaces, heads, strict=True):
+        if head is not None:
+            references.note_head(ns_prefix, head.body)
     count = 0
     for page in (yield from all_pages(prefix)):
         keys = [k for k in page.keys if classify(k[len(prefix) :]) in COPIED]
@@ -191,13 +199,81 @@ def export_thread(layout: Layout, thread_id: str) -> OpsPlan[int]:
             bodies = yield from all_of([Get(k) for k in chunk])
             for key, obj in zip(chunk, bodies, strict=True):
                 if obj is not None:  # deleted since it was listed (pruned, or a run rolled back)
+                    references.note_exported(key, obj.body)
                     yield Emit(Exported(key[len(prefix) :], obj.body))
                     count += 1
-    for ns_prefix, head in zip(namespaces, heads, strict=True):
-        if head is not None:
-            yield Emit(Exported(Layout.head_in(ns_prefix)[len(prefix) :], head.body))
-            count += 1
-    return count
+    references.check(thread_id)
+    last = [
+        *references.missing_head_records(namespaces, heads),
+        *(Exported(Layout.head_in(p)[len(prefix) :], h.body) for p, h in zip(namespaces, heads, strict=True) if h),
+    ]
+    for item in last:
+        yield Emit(item)
+    return count + len(last)
+
+
+class _ArchiveReferences:
+    """The large values an archive's visible checkpoints reference, and the ones it holds.
+
+    Visible: the snapshot heads and, in each namespace, the records at or below its head (records sort newest
+    first, so a key at or after the head's record key). A record committed after the snapshot is invisible in the
+    archive, and so are its values. A head or record that cannot be read (damaged, newer) is exported as it is and
+    references nothing here: ``verify`` names it.
+    """
+
+    def __init__(self, codec: Codec, thread_prefix: str) -> None:
+        self.codec = codec
+        self.thread_prefix = thread_prefix
+        self.needed: dict[str, str] = {}
+        """Large value key -> a head or record that references it."""
+        self.oldest_visible: dict[str, str] = {}
+        """Namespace folder -> the key of its snapshot head's record."""
+        self.exported: set[str] = set()
+        """Keys of the large values and records exported."""
+
+    def note_head(self, ns_prefix: str, body: bytes) -> None:
+        head_key = Layout.head_in(ns_prefix)
+        if self._note(ns_prefix, head_key, body):
+            self.oldest_visible[ns_prefix] = Layout.record_in(ns_prefix, self.codec.peek_head_id(head_key, body))
+
+    def note_exported(self, key: str, body: bytes) -> None:
+        kind = classify(key[len(self.thread_prefix) :])
+        if kind in (KeyKind.BLOB, KeyKind.RECORD):
+            self.exported.add(key)
+        if kind is KeyKind.RECORD:
+            ns_prefix = namespace_prefix(self.thread_prefix, key)
+            if ns_prefix in self.oldest_visible and key >= self.oldest_visible[ns_prefix]:
+                self._note(ns_prefix, key, body)
+
+    def _note(self, ns_prefix: str, key: str, body: bytes) -> bool:
+        try:
+            refs = self.codec.peek_blobs(key, body)
+        except (CorruptObjectError, NewerFormatError):
+            return False
+        for channel, version in refs.items():
+            self.needed.setdefault(Layout.blob_in(ns_prefix, channel, version), key)
+        return True
+
+    def missing_head_records(self, namespaces: list[str], heads: list[StoredObject | None]) -> list[Exported]:
+        """The records of snapshot heads that the archive lacks (deleted meanwhile by a prune after the head moved
+        on, or never landed), each from its head, which is a copy of it: the archive carries them, as the latest
+        read restores them."""
+        missing = []
+        for ns_prefix, head in zip(namespaces, heads, strict=True):
+            record_key = self.oldest_visible.get(ns_prefix)
+            if head is not None and record_key is not None and record_key not in self.exported:
+                missing.append(Exported(record_key[len(self.thread_prefix) :], head.body))
+        return missing
+
+    def check(self, thread_id: str) -> None:
+        missing = sorted(set(self.needed) - self.exported)
+        if missing:
+            more = f", and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise ThreadChangedError(
+                f"thread {thread_id!r} changed while it was exported: {missing[0]!r}, a large value that "
+                f"{self.needed[missing[0]]!r} references, was deleted meanwhile (a prune or a rollback){more}. "
+                "The archive would not read; export again."
+            )
 
 
 def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -> OpsPlan[int]:

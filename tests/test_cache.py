@@ -605,7 +605,7 @@ def test_saver_store_and_cache_share_a_prefix_without_seeing_each_other(
             for p in io.iterate(ops.verify_thread(saver.plans.layout, saver.plans.codec, "t"))
             if isinstance(p, ops.Problem)
         ]
-        exported = [e.relative for e in io.iterate(ops.export_thread(saver.plans.layout, "t"))]
+        exported = [e.relative for e in io.iterate(ops.export_thread(saver.plans.layout, saver.plans.codec, "t"))]
         assert exported and not any("cache" in key for key in exported)
         assert saver.repair_thread("t").ok
         assert store.list_namespaces() == [("memories",)]

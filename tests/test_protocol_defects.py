@@ -1032,7 +1032,7 @@ def test_o_an_import_that_died_is_not_made_a_history_by_repair(
     for n in (1, 2, 3):
         put(writer, "s", cid(n), cid(n - 1) if n > 1 else None)
     layout = writer._core.layout
-    archive = list(writer.bucket_io.iterate(export_thread(layout, "s")))
+    archive = list(writer.bucket_io.iterate(export_thread(layout, writer._core.codec, "s")))
     importer = make_saver()
     crash_at(importer, lambda r: isinstance(r, Put) and r.key == layout.head("x", ""))
     with pytest.raises(Crash):
