@@ -127,11 +127,30 @@ class _NsCursor:
     exhausted: bool = False
     _current: str | None = None
     """Checkpoint id of the record the writes being listed belong to (``None``: skip them)."""
+    head_key: str | None = None
+    """The namespace's head, read in place of the head's record when the listing lacks it (:meth:`_head_met`)."""
+    _head_due: bool = False
+    """The listing starts above the head's record and has not reached it yet."""
+
+    def place(self, chain: Chain, head_key: str) -> None:
+        """Put the cursor on the chain of the head at ``head_key`` (read in the same round trip as its first page)."""
+        self.chain, self.head_key = chain, head_key
+        head_id = chain.head_id
+        self._head_due = head_id is not None and (
+            self.start_after is None or self.start_after < Layout.record_in(self.prefix[: -len("c/")], head_id)
+        )
 
     def restart(self) -> None:
         """List from the newest record: the chain must be walked from the head."""
         self.start_after, self.token, self.exhausted, self._current = None, None, False, None
+        self._head_due = self.chain.head_id is not None
         self.buffer.clear()
+
+    def order(self, read: Get) -> str:
+        """Where a buffered read sorts among the namespace's records (inverted ids: the smallest is the newest)."""
+        if read.key == self.head_key and self.chain.head_id is not None:
+            return Layout.record_in(self.prefix[: -len("c/")], self.chain.head_id)[len(self.prefix) :]
+        return read.key[len(self.prefix) :]
 
     def admit(self, record: Record) -> bool:
         """Whether a record (met in newest-first order) was committed."""
@@ -151,6 +170,8 @@ class _NsCursor:
             parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
             if parsed is None:
                 continue  # not ours (a folder marker, a foreign object)
+            if self._head_due and parsed.checkpoint_id <= head_id:
+                self._head_met(head_id, record_listed=parsed.is_record and parsed.checkpoint_id == head_id)
             if parsed.is_record:
                 # Records newer than the head are puts in flight (or dead): never visible.
                 self._current = parsed.checkpoint_id if parsed.checkpoint_id <= head_id else None
@@ -160,6 +181,16 @@ class _NsCursor:
                 # Writes belong to the record listed just before them, and only to it: writes whose
                 # record is missing (a cancelled run's, a loser's) are nobody's.
                 self.buffer[-1][1].append(read)
+        if self.exhausted and self._head_due:
+            self._head_met(head_id, record_listed=False)
+
+    def _head_met(self, head_id: str, *, record_listed: bool) -> None:
+        """The listing reached the head's place. A head-only commit (the record PUT was lost, the head landed) has
+        no record there: the head, a copy of it, is read in its place, and the writes listed next are its own."""
+        self._head_due = False
+        if not record_listed and self.head_key is not None:
+            self.buffer.append((Get(self.head_key), []))
+            self._current = head_id
 
     def ready(self) -> int:
         """How many buffered records are complete (their writes fully listed)."""
@@ -511,7 +542,7 @@ class Reading(CoreState):
                 if head is not None
                 else (None, None)
             )
-            c.chain = Chain.from_head(head_id, head_previous)
+            c.place(Chain.from_head(head_id, head_previous), self.layout.head(thread_id, c.checkpoint_ns))
             if before_id:
                 bound: StoredObject | None = next(replies)
                 if not (yield from self._continue_below(thread_id, c, head, bound)):
@@ -603,7 +634,7 @@ class Reading(CoreState):
             if not live:
                 break
             # Inverted ids: the smallest key is the newest checkpoint.
-            best = min(live, key=lambda c: c.buffer[0][0].key[len(c.prefix) :])
+            best = min(live, key=lambda c: c.order(c.buffer[0][0]))
             read, write_reads = best.buffer.pop(0)
             batch.append((best, read, write_reads))
         return batch

@@ -523,6 +523,28 @@ def test_f_fork_keeps_a_head_only_commit(make_saver: Callable[[], S3Saver], s3_c
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(2), cid(1)]
 
 
+def test_f_history_shows_a_head_only_commit_before_anyone_reads_the_latest(
+    make_saver: Callable[[], S3Saver], s3_client: Any
+) -> None:
+    """Defect: a head-only commit (the record PUT lost, the head landed) was missing from ``list()`` (a UI's
+    ``get_state_history``) until a latest read restored its record; the head, a copy of the record, now stands in
+    for it at its place in the history, with its writes, in every listing that reaches it."""
+    saver = make_saver()
+    for n in (1, 2, 3):
+        put(saver, "t", cid(n), cid(n - 1) if n > 1 else None)
+    saver.put_writes(cfg("t", "", cid(3)), [("c", "pending")], "task-1")
+    s3_client.delete_object(Bucket=saver.bucket, Key=saver._core.layout.record("t", "", cid(3)))
+    reader = make_saver()
+    history = list(reader.list(cfg("t")))
+    assert ids(history) == [cid(3), cid(2), cid(1)]
+    assert [w[1:] for w in history[0].pending_writes] == [("c", "pending")]
+    assert ids(reader.list(cfg("t"), limit=1)) == [cid(3)]
+    assert ids(reader.list(cfg("t"), before=cfg("t", "", cid(3)))) == [cid(2), cid(1)]
+    assert ids(reader.list(None, filter={"step": 0})) == [cid(3), cid(2), cid(1)]
+    keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=saver.bucket, Prefix=saver.prefix)["Contents"]]
+    assert saver._core.layout.record("t", "", cid(3)) not in keys, "a listing is a read: it writes nothing"
+
+
 # -- g: name object of a long thread id ------------------------------------------------------------------
 def test_g_name_object_written_by_a_retried_put(make_saver: Callable[[], S3Saver]) -> None:
     """Defect: the saver remembered a ``name`` object as written as soon as it planned the PUT; when that
