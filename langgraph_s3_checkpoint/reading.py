@@ -129,28 +129,30 @@ class _NsCursor:
     """Checkpoint id of the record the writes being listed belong to (``None``: skip them)."""
     head_key: str | None = None
     """The namespace's head, read in place of the head's record when the listing lacks it (:meth:`_head_met`)."""
+    _head_record_key: str | None = None
+    """Where the head's record is listed (and where the head, read in its place, sorts)."""
     _head_due: bool = False
     """The listing starts above the head's record and has not reached it yet."""
 
     def place(self, chain: Chain, head_key: str) -> None:
         """Put the cursor on the chain of the head at ``head_key`` (read in the same round trip as its first page)."""
         self.chain, self.head_key = chain, head_key
-        head_id = chain.head_id
-        self._head_due = head_id is not None and (
-            self.start_after is None or self.start_after < Layout.record_in(self.prefix[: -len("c/")], head_id)
+        ns_folder = self.prefix[: -len("c/")]
+        self._head_record_key = None if chain.head_id is None else Layout.record_in(ns_folder, chain.head_id)
+        self._head_due = self._head_record_key is not None and (
+            self.start_after is None or self.start_after < self._head_record_key
         )
 
     def restart(self) -> None:
         """List from the newest record: the chain must be walked from the head."""
         self.start_after, self.token, self.exhausted, self._current = None, None, False, None
-        self._head_due = self.chain.head_id is not None
+        self._head_due = self._head_record_key is not None
         self.buffer.clear()
 
     def order(self, read: Get) -> str:
         """Where a buffered read sorts among the namespace's records (inverted ids: the smallest is the newest)."""
-        if read.key == self.head_key and self.chain.head_id is not None:
-            return Layout.record_in(self.prefix[: -len("c/")], self.chain.head_id)[len(self.prefix) :]
-        return read.key[len(self.prefix) :]
+        key = self._head_record_key if read.key == self.head_key and self._head_record_key else read.key
+        return key[len(self.prefix) :]
 
     def admit(self, record: Record) -> bool:
         """Whether a record (met in newest-first order) was committed."""
