@@ -1,12 +1,12 @@
 """The direct transport's sync sender: each exchange written to a blocking socket and its reply read by
 :class:`.http1.ReplyReader`, over a pool of keep-alive connections any thread may use.
 
-Why not urllib3 (used before). On the benchmark machine urllib3 and the ``http.client`` under it cost 0.44-0.47 ms
-of CPU per 1 KiB PUT or GET against a local SeaweedFS; the same signed exchanges written to a socket and read by
-``http1`` cost 0.19-0.20 ms (docs/design.md, "Transports"). A checkpoint step is three such requests, and under the
-GIL that CPU is on the step's critical path. What the saver needed of urllib3 is all here: connections reused by
-any thread, an idle connection the server has closed noticed before reuse, connect and read timeouts (the read
-timeout runs between bytes received, as a socket timeout does), TLS with the client's CA bundle or none.
+Why not urllib3: its ``http.client`` underneath costs about twice the CPU per request of a signed exchange
+written to a socket and read by ``http1`` (docs/benchmarks.md, "The direct transport"), and a checkpoint step is
+three such requests, whose CPU under the GIL is on the step's critical path. What the saver needs of an HTTP client
+is all here: connections reused by any thread, an idle connection the server has closed noticed before reuse,
+connect and read timeouts (the read timeout runs between bytes received, as a socket timeout does), TLS with the
+client's CA bundle or none.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""The saver's logic, free of I/O: for each LangGraph operation, which objects to read and write, in
-what order, under which conditions, and how to turn the replies into a result or an error.
+"""The saver's plans in one class: :class:`Core` composes reading (:mod:`.reading`), committing
+(:mod:`.committing`) and maintenance (:mod:`.maintenance`) over one bucket prefix, free of I/O.
 
 Every operation is a *plan*: a generator that yields batches of :mod:`requests` and receives their
 replies (see :mod:`langgraph_s3_checkpoint.requests`). The sync and async savers run the same plans
 through two small drivers (:mod:`langgraph_s3_checkpoint.shell`), so there is exactly one copy of the
-commit protocol: :meth:`.committing.Committing.put`, whose docstring states it step by step.
-
-In short (docs/design.md has the long form):
-
-1. ``put`` writes what the new record needs first, in parallel: large channel values that are not known
-   to exist, run-index entries, ``name`` objects.
-2. Then it sends the record and the ``head`` together. The head is a full copy of the record, replaced
-   conditionally: ``If-Match`` on the ETag this saver observed at the parent, ``If-None-Match: *`` for a
-   new thread, or ``If-Match`` on a head just read for a fork. That conditional PUT is the commit, and
-   the point where a second writer loses. Each record names the head it replaced, so the committed
-   records form a chain that every reader follows (:mod:`langgraph_s3_checkpoint.chain`).
-
-A crash before the head lands leaves a record off the chain, invisible; a crash after it leaves a
-committed checkpoint whose record, if it did not land, is restored from the head.
+commit protocol: :meth:`.committing.Committing.put`, whose docstring states it step by step, and one rule
+of which records are committed, :mod:`.chain`'s (docs/design.md, "Read this first", walks through both).
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """HTTP/1.1 for the direct transport's two senders: the messages (:class:`Exchange`, :data:`Response`,
 :class:`Failure`), a request's bytes, and a reader of replies fed as bytes arrive. Pure, no I/O.
 
-Why not a general-purpose parser (``h11`` was used before). The direct transport exists to spend little CPU per
-request, and ``h11`` validates every header field of both directions through regular expressions and event
-objects: on the benchmark machine it was about a quarter of the async saver's CPU per checkpoint (profile in
-docs/design.md, "Transports"). What a client needs from RFC 9112 is small and is all here: the status line, the
-header fields, and where the body ends (section 6.3: no body for 1xx, 204 and 304; chunked transfer coding;
-``Content-Length``; else until the server closes). The requests are the saver's own, signed a moment before, so
-building them needs no validation beyond refusing a line break or a non-Latin-1 character in a field (which would
-change the message's framing); anything unexpected in a reply is a :class:`ProtocolError`, which the sender turns
-into a retryable failure on a fresh connection.
+Why not a general-purpose parser such as ``h11``: the direct transport exists to spend little CPU per request,
+and ``h11`` validates every header field of both directions through regular expressions and event objects, a large
+share of the async saver's CPU per checkpoint (docs/benchmarks.md, "The direct transport"). What a client needs
+from RFC 9112 is small and is all here: the status line, the header fields, and where the body ends (section 6.3:
+no body for 1xx, 204 and 304; chunked transfer coding; ``Content-Length``; else until the server closes). The
+requests are the saver's own, signed a moment before, so building them needs no validation beyond refusing a line
+break or a non-Latin-1 character in a field (which would change the message's framing); anything unexpected in a
+reply is a :class:`ProtocolError`, which the sender turns into a retryable failure on a fresh connection.
 
 One reply at a time: the sender never pipelines, so bytes left over after a reply mean the connection can no
 longer be trusted (``Reply.reusable`` is then false), as does ``Connection: close``, an HTTP/1.0 reply, a body
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 MAX_LINE = 64 * 1024
-"""The longest status line, header section or chunk-size line accepted (``h11``'s limit was 16 KiB)."""
+"""The longest status line, header section or chunk-size line accepted."""
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _VERSION = re.compile(r"HTTP/1\.([01])")

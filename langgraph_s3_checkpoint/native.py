@@ -3,7 +3,8 @@
 :class:`NativeTransport` drives the same conversation as the sync sender (:meth:`DirectTransport.exchanges`:
 the signing, header mapping, reading of replies, error mapping and retry policy all live there) and only
 sends differently: HTTP/1.1 over ``asyncio`` connections (framed by :mod:`.http1`), and ``asyncio.sleep`` between
-attempts. Why this client rather than httpx or aiohttp is measured in docs/design.md ("Transports").
+attempts. Why this client rather than httpx or aiohttp is measured in docs/benchmarks.md ("The direct
+transport").
 
 Connections belong to one event loop, so the sender keeps one small pool per loop (created lazily, inside the
 loop, at its first request); a saver used from several loops in sequence (``asyncio.run`` twice, pytest's
@@ -217,8 +218,8 @@ class NativeTransport:
     ``direct`` supplies everything but the sending (see :meth:`DirectTransport.exchanges`). Each request in
     flight holds one connection, so at most ``direct.max_connections`` requests of one loop are in flight at
     once, the size of the sync sender's connection pool. It is not the thread pool's ``max_concurrency``: a
-    request waiting here costs no thread, and with 50 graphs running on one loop at a 20 ms round trip a limit of
-    32 kept requests waiting for a slot longer than for the server (docs/design.md, "Transports")."""
+    request waiting here costs no thread, and a limit of 32 kept requests waiting for a slot longer than for the
+    server (docs/benchmarks.md, "How many requests the event-loop sender lets out at once")."""
 
     def __init__(self, direct: DirectTransport) -> None:
         self.direct = direct

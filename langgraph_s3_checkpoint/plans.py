@@ -83,8 +83,9 @@ def mark(key: str, operation: str) -> Plan[DeleteIfMatch]:
     its target); returns the request that removes it. It goes before anything is deleted, copied or imported
     and is removed last, so an operation that dies part-way leaves it beside the records it was deleting or
     writing: ``repair_thread`` then does not take them for a namespace whose head was lost. Each operation
-    writes its own bytes (``"{operation} {uuid}"``, read by :func:`keys.marker_operation`) and removes the
-    marker only if it is still its own, so that of a second one running meanwhile stays until that one ends."""
+    writes its own bytes (``"{operation} {uuid}"``, a rollback's operation carrying its run id, read by
+    :func:`keys.marker_operation`) and removes the marker only if it is still its own, so that of a second one
+    running meanwhile stays until that one ends."""
     written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
     assert isinstance(written, Written)  # an unconditional PUT is never refused
     return DeleteIfMatch(key, written.etag)

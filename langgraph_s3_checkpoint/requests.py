@@ -1,13 +1,13 @@
 """The S3 requests a plan can ask for, and the replies it gets back.
 
-Plans (see :mod:`langgraph_s3_checkpoint.core`) are generators. Each ``yield`` hands the I/O shell a
+Plans (see :mod:`.plans`) are generators. Each ``yield`` hands the I/O shell a
 list of requests that may run in parallel; the shell sends back the list of replies in the same order.
 A plan may also yield :class:`Emit` to hand one result to the caller (used by ``list``, which streams).
 Nothing here performs I/O.
 
 Each request type states the type of its reply: :class:`Get` is a ``Request[StoredObject | None]``, a
 :class:`Put` a ``Request[Written | PreconditionFailed]``, and so on. The parameter exists only for the
-type checker; :func:`.plans.one`, :func:`.plans.three` and :func:`.plans.all_of` carry it
+type checker; :func:`.plans.one`, :func:`.plans.two`, :func:`.plans.three` and :func:`.plans.all_of` carry it
 to the replies. A bare ``Request`` (a shell's view) is one whose reply type is not known.
 """
 

@@ -1,7 +1,7 @@
 """``S3Saver`` and ``AsyncS3Saver``: LangGraph's checkpointer API over the plans in :mod:`core`.
 
-Both savers implement every sync and async method of ``BaseCheckpointSaver``; each method is one line
-that hands a plan to the store's sync or async driver. They differ only in how they are opened
+Both savers implement every sync and async method of ``BaseCheckpointSaver``; each method hands a plan
+to the I/O shell's sync or async driver (:class:`.shell.BucketIO`). They differ only in how they are opened
 (``with`` / ``async with``), in ``setup`` being awaitable, and in ``AsyncS3Saver`` refusing blocking
 calls made from inside a running event loop (where they would stall every other coroutine).
 """

@@ -1,9 +1,8 @@
 """The direct transport: GET, PUT and LIST sent as plain signed HTTP requests, without botocore's pipeline.
 
 Why it exists. A checkpoint step is three small requests, and on a fast local S3 server the client's
-CPU, not the network, sets the pace: on the benchmark machine (2 cores, SeaweedFS on localhost) one boto3
-``PutObject`` of 1 KiB costs 1.1-1.6 ms of CPU in the calling process, against about 0.2 ms for the same
-request signed here and sent over a socket (``benchmarks/README.md`` has the measurement). Under the GIL that
+CPU, not the network, sets the pace: one boto3 ``PutObject`` costs several times the CPU of the same request
+signed here and sent over a socket (docs/benchmarks.md, "The direct transport"). Under the GIL that
 CPU is also what caps the async saver's throughput. botocore spends it on its event hooks, parameter
 validation, the flexible-checksum and ``Expect: 100-continue`` handshakes and generic XML parsing, none of
 which a checkpoint's small, single-shot objects need.

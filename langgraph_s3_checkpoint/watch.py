@@ -1,7 +1,7 @@
 """Whether anything but botocore takes part in a boto3 client's requests: what lets the default transport
 (``transport="auto"``) send GET, PUT and LIST directly without taking anything from its users.
 
-Why. The direct transport (:mod:`.transport`) costs about a fifth of boto3's CPU per request, and from the
+Why. The direct transport (:mod:`.transport`) costs a fraction of boto3's CPU per request, and from the
 async saver it sends from the event loop without a thread hop. But it goes past everything people attach to
 a boto3 client: event hooks (request counters, custom headers, signing plugins), botocore's ``Stubber``,
 moto's ``mock_aws``, and patches of the client's methods or of botocore's request path (``unittest.mock``;
@@ -23,8 +23,7 @@ What counts as botocore's own:
 Cost. The handler verdict is worked out again only when the client's registrations change: botocore replaces
 the emitter's lookup cache on every ``register`` and ``unregister``, so an unchanged cache object means
 unchanged handlers. What is checked per request is that object's identity, moto's flag and five attribute
-checks, 2.6 us on the benchmark machine against the 0.2 ms of CPU a direct request costs (and 1.1-1.6 ms for
-one through boto3).
+checks: about 1% of a direct request's CPU (docs/benchmarks.md, "The direct transport").
 
 botocore's emitter internals (``_emitter``, ``_lookup_cache``, ``_handlers.prefix_search``) are private API,
 stable since botocore 1.x began; a client without them is judged watched, so it keeps boto3.
