@@ -1369,7 +1369,44 @@ def _index_fields(index: Mapping[str, Any]) -> list[str] | None:
 
 
 class BaseS3Store(ClosesAtBlockEnd, BaseStore):
-    """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`."""
+    """Shared construction and ``batch``/``abatch``; see :class:`S3Store` and :class:`AsyncS3Store`.
+
+    ``BaseStore``'s methods (``get``, ``put``, ``delete``, ``search``, ``list_namespaces`` and their ``a``
+    forms) each run one :meth:`batch` (or :meth:`abatch`) and raise what it raises. The options the saver also
+    takes mean the same as there (:class:`~.saver.BaseS3Saver`; docs/operations.md, "The location URL").
+
+    Args:
+        bucket: The bucket's name.
+        prefix: The key prefix (the saver's, if they share one: the store's objects live under ``store/``).
+        client: A boto3 S3 client (or a :class:`~.memory.MemoryBucket`); by default one the store makes from
+            ``client_options``.
+        serde: The serializer of item values; by default LangGraph's ``JsonPlusSerializer``.
+        index: LangGraph's ``IndexConfig`` (``embed``, ``dims``, ``fields``, ``distance_type``) for semantic
+            search; ``None``: no vectors.
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``).
+        compress_threshold: Objects of at least this many bytes are zlib-compressed; ``None``: never.
+        max_concurrency: Requests in parallel on the store's thread pool.
+        create_bucket: Let ``setup()`` create a missing bucket.
+        require_conditional_writes: Refuse a server that does not enforce conditional writes.
+        server_side_encryption: As the saver's.
+        sse_kms_key_id: As the saver's.
+        sse_customer_key: As the saver's.
+        transport: ``"auto"``, ``"boto3"`` or ``"direct"``, as the saver's.
+        vector_shards: Vector shard objects per namespace of an indexed store.
+        operation_timeout: Deadline in seconds of one call (the TTL sweep is bounded per request only).
+        extra_headers: Headers sent, signed, with every request.
+        **client_options: Settings of the client the store makes (``endpoint_url``, ``region_name`` ...).
+
+    Raises:
+        InvalidConfigError: An option, ``index`` or ``ttl`` is malformed, out of range or unknown, or client
+            options were given beside ``client=``; the message names it.
+
+    Errors every call may raise, besides those its docstring names (all are :class:`S3CheckpointError`):
+    :class:`S3RequestError` (the endpoint is unreachable, silent or failing after retries, or the call passed
+    ``operation_timeout``), :class:`S3AccessError`, :class:`BucketNotFoundError`,
+    :class:`ConditionalWritesUnsupportedError` (at the first write) and :class:`SaverMisuseError` (a call on a
+    closed store).
+    """
 
     supports_ttl = True
 
@@ -1506,6 +1543,28 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             )
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run LangGraph store operations: the texts to embed are embedded first, then the ops run as one plan.
+
+        Args:
+            ops: ``GetOp``, ``PutOp``, ``SearchOp`` and ``ListNamespacesOp`` values, in any mix.
+
+        Returns:
+            One result per op, in order: an ``Item`` or ``None``, ``None``, a list of ``SearchItem``, a list of
+            namespaces.
+
+        Raises:
+            InvalidArgumentTypeError: A namespace is a ``str`` rather than a tuple, or an item's key is not a ``str``.
+            InvalidConfigError: A per-item ``ttl`` is not a positive number of minutes, a label or key holds a lone
+                surrogate, or an item's key would pass S3's 1,024 bytes; nothing of the batch was written.
+            langgraph.store.base.InvalidNamespaceError: A namespace label is empty, not a string, or holds a dot or
+                a NUL (LangGraph's own check, as in ``InMemoryStore``).
+            ValueError: A filter names an operator that does not exist, as in ``InMemoryStore``.
+            SerializationError: A value cannot be serialized.
+            StoreConflictError: A vector shard kept changing under its update: the items were written, their
+                vectors may be missing from semantic search.
+            CorruptObjectError: An item, vector shard or name object the ops read is damaged.
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
+        """
         self._io.check_open("batch")  # before any embedding is paid for
         listed, to_embed, queries = self._prepare(ops)
         documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
@@ -1513,6 +1572,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch`, awaited (embeddings with ``aembed_documents``): same arguments, results and errors."""
         self._io.check_open("abatch")
         listed, to_embed, queries = self._prepare(ops)
         documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
@@ -1530,8 +1590,18 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     # -- TTL ----------------------------------------------------------------------------------------
     async def asweep_ttl(self, *, full: bool = False) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
-        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        """Delete every expired item now. (Reads are already blind to them.)
+
+        Args:
+            full: Read every item instead of only those whose expiry came due (after processes of an older
+                release wrote items).
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
+        """
         return await self._arun("asweep_ttl", self._core.sweep(full), bounded=False)
 
     def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:
@@ -1572,11 +1642,32 @@ class S3Store(BaseS3Store):
     def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> Iterator[S3Store]:
+        """Open a store for a location URL (the saver's), closed at the end of the ``with`` block.
+
+        Args:
+            url: ``s3://bucket/prefix?option=value&...``; options only the saver or the cache use are ignored.
+            index: LangGraph's ``IndexConfig``, for semantic search.
+            ttl: LangGraph's ``TTLConfig``.
+            **kwargs: Options that override the URL's.
+
+        Yields:
+            The store.
+
+        Raises:
+            InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
+        """
         with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
             yield store
 
     def setup(self) -> None:
-        """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support."""
+        """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support; an empty
+        store also records that it needs no full TTL sweep. Idempotent.
+
+        Raises:
+            BucketNotFoundError: The bucket does not exist and ``create_bucket`` is not set.
+            ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
+        """
         self._run("setup", self._setup_plan())
 
     # -- TTL: a sweeper thread, as PostgresStore's --------------------------------------------------
@@ -1585,14 +1676,34 @@ class S3Store(BaseS3Store):
     _sweeper_future: concurrent.futures.Future[None] | None = None
 
     def sweep_ttl(self, *, full: bool = False) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
-        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        """Delete every expired item now. (Reads are already blind to them.)
+
+        Args:
+            full: Read every item instead of only those whose expiry came due (after processes of an older
+                release wrote items).
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
+        """
         return self._run("sweep_ttl", self._core.sweep(full), bounded=False)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
-        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) on a
-        daemon thread, as PostgresStore does; the future completes when :meth:`stop_ttl_sweeper` stops it.
-        Without a ``ttl_config`` nothing starts and the future is already done."""
+        """Sweep expired items periodically on a daemon thread, as PostgresStore does. A sweep that fails is
+        logged and tried again at the next interval.
+
+        Args:
+            sweep_interval_minutes: Minutes between sweeps (default: ``ttl_config``'s, else 5).
+
+        Returns:
+            A future that completes when :meth:`stop_ttl_sweeper` stops the thread; already done without a
+            ``ttl_config`` (nothing can expire, so nothing starts). A sweeper already running is kept.
+
+        Raises:
+            SaverMisuseError: The store is closed.
+        """
         self._io.check_open("start_ttl_sweeper")
         if self._sweeper is not None and self._sweeper.is_alive() and self._sweeper_future is not None:
             return self._sweeper_future
@@ -1617,7 +1728,14 @@ class S3Store(BaseS3Store):
         return future
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
+        """Stop the sweeper thread.
+
+        Args:
+            timeout: Seconds to wait for it to stop (``None``: until it does).
+
+        Returns:
+            Whether it stopped within ``timeout`` (``True`` when none was running).
+        """
         if self._sweeper is None:
             return True
         self._sweeper_stop.set()
@@ -1649,10 +1767,13 @@ class AsyncS3Store(BaseS3Store):
     async def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[AsyncS3Store]:
+        """Open a store for a location URL, closed at the end of the ``async with`` block; as
+        :meth:`S3Store.from_conn_string`."""
         with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
             yield store
 
     async def setup(self) -> None:
+        """:meth:`S3Store.setup`, awaited: same effect and errors."""
         await self._arun("setup", self._setup_plan())
 
     # -- TTL: a sweeper task on the event loop, as AsyncPostgresStore's ------------------------------
@@ -1661,14 +1782,34 @@ class AsyncS3Store(BaseS3Store):
     _sweeper_task: asyncio.Task[None] | None = None
 
     async def sweep_ttl(self, *, full: bool = False) -> int:
-        """Delete every expired item now; returns how many. (Reads are already blind to them.) ``full``: read
-        every item instead of only those whose expiry came due (after older releases wrote items)."""
+        """Delete every expired item now. (Reads are already blind to them.)
+
+        Args:
+            full: Read every item instead of only those whose expiry came due (after processes of an older
+                release wrote items).
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
+        """
         return await self._arun("sweep_ttl", self._core.sweep(full), bounded=False)
 
     async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
-        """Sweep expired items every ``sweep_interval_minutes`` (default: ``ttl_config``'s, else 5) in a task
-        on the running loop; the task ends when :meth:`stop_ttl_sweeper` (or closing the store) cancels it.
-        Without a ``ttl_config`` nothing sweeps and the task returned ends at once."""
+        """Sweep expired items periodically in a task on the running loop, as AsyncPostgresStore does. A sweep
+        that fails is logged and tried again at the next interval.
+
+        Args:
+            sweep_interval_minutes: Minutes between sweeps (default: ``ttl_config``'s, else 5).
+
+        Returns:
+            The task, which ends when :meth:`stop_ttl_sweeper` (or closing the store) cancels it; without a
+            ``ttl_config`` nothing sweeps and the task ends at once. A sweeper already running is kept.
+
+        Raises:
+            SaverMisuseError: The store is closed.
+        """
         self._io.check_open("start_ttl_sweeper")
         if self._sweeper_task is not None and not self._sweeper_task.done():
             return self._sweeper_task
@@ -1688,7 +1829,14 @@ class AsyncS3Store(BaseS3Store):
         return self._sweeper_task
 
     async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Cancel the sweeper task; whether it ended within ``timeout`` seconds."""
+        """Cancel the sweeper task.
+
+        Args:
+            timeout: Seconds to wait for it to end (``None``: until it does).
+
+        Returns:
+            Whether it ended within ``timeout`` (``True`` when none was running).
+        """
         task = self._sweeper_task
         if task is None or task.done():
             self._sweeper_task = None
