@@ -984,7 +984,22 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
     Only objects older than ``grace_seconds`` (by the server's clock) are deleted. With ``dry_run``
     nothing is deleted and the report says what would be. Safe to run while the saver is in use, as
     long as no ``put`` takes longer than the grace period. See the module docstring for what counts
-    as garbage.
+    as garbage. Bounded per request only, not by ``operation_timeout``.
+
+    Args:
+        saver: The saver whose prefix to collect, through its own I/O.
+        grace_seconds: Leave every object younger than this.
+        dry_run: Delete nothing; report what would be deleted.
+
+    Returns:
+        What was found (and deleted), by category, and the foreign keys left alone.
+
+    Raises:
+        InvalidConfigError: ``grace_seconds`` is negative.
+        NewerFormatError: An object was written by a newer release: gc stops rather than take it for garbage.
+        SaverMisuseError: The saver is closed.
+        S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
+            :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
     """
     saver.bucket_io.check_open("gc")
     # A sweep of the whole prefix: each request is bounded by the timeouts, the sweep by nothing.
@@ -992,7 +1007,8 @@ def gc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False
 
 
 async def agc(saver: BaseS3Saver, *, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
-    """:func:`gc` for asyncio: the same plan, awaiting each batch of requests."""
+    """:func:`gc` for asyncio: the same plan, awaiting each batch of requests; same arguments, result and
+    errors."""
     saver.bucket_io.check_open("agc")
     return await saver.bucket_io.arun(_plan(saver, grace_seconds, dry_run), bounded=False)
 

@@ -122,8 +122,26 @@ def make_client(
     Credentials come from the standard boto3 chain; ``AWS_ENDPOINT_URL`` is honoured by boto3 itself, and the
     region comes from ``region_name``, else ``AWS_REGION`` (which botocore does not read; other AWS SDKs and the
     AWS CLI prefer it to ``AWS_DEFAULT_REGION``), else botocore's chain (``AWS_DEFAULT_REGION``, the profile).
-    Path-style addressing is the default when an endpoint is given, as local servers expect. Unknown
-    keyword arguments raise :class:`InvalidConfigError` naming the valid ones.
+    Path-style addressing is the default when an endpoint is given, as local servers expect.
+
+    Args:
+        endpoint_url: The S3 endpoint of a non-AWS server.
+        region_name: The region (else ``AWS_REGION``, else botocore's chain).
+        addressing_style: ``"path"``, ``"virtual"`` or ``"auto"``.
+        connect_timeout: Seconds to open a connection.
+        read_timeout: Seconds of silence tolerated while waiting for a reply.
+        max_attempts: Attempts per request.
+        max_pool_connections: Connections kept per client.
+        request_checksum_calculation: botocore's setting: ``"when_required"`` or ``"when_supported"``.
+        response_checksum_validation: botocore's setting: ``"when_required"`` or ``"when_supported"``.
+        **client_kwargs: Credentials (``aws_access_key_id`` ...), ``verify``, ``use_ssl``, ``api_version``.
+
+    Returns:
+        The client, without ``Expect: 100-continue`` (:func:`without_expect_continue`).
+
+    Raises:
+        InvalidConfigError: An unknown keyword argument (the message names the valid ones, or the component an
+            option belongs to), or a setting botocore refuses.
     """
     import boto3
     from botocore.config import Config
@@ -183,7 +201,14 @@ def without_expect_continue(client: Any) -> Any:
     then waits for the server's interim ``100 Continue`` before sending the body: a second round trip
     per PUT. Checkpoint bodies are small, so the header's only benefit (not uploading a large body the
     server would refuse) does not apply; some servers never answer it for an empty body (SeaweedFS).
-    Only this client's handlers change (botocore copies the session's handlers into each client)."""
+    Only this client's handlers change (botocore copies the session's handlers into each client).
+
+    Args:
+        client: A boto3 S3 client.
+
+    Returns:
+        The same client.
+    """
     from botocore.handlers import add_expect_header
 
     client.meta.events.unregister("before-call.s3", add_expect_header)
