@@ -669,8 +669,8 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
                 :class:`CheckpointConflictError`; no other writer is blamed).
             ClockSkewError: The checkpoint's id is older than its parent's or the head's.
             SerializationError: A value cannot be serialized.
-            InvalidConfigError: ``config`` has no ``thread_id``, the checkpoint's id is not a non-empty string, or
-                a key would pass S3's 1,024 bytes.
+            InvalidConfigError: ``config`` has no ``thread_id``, the checkpoint's id is not a non-empty string, an
+                id is not valid Unicode, or a key would pass S3's 1,024 bytes.
             DamagedHeadError: The namespace's head, read to settle the put, is unreadable.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
@@ -740,7 +740,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         half-copied. A copy that dies leaves the target marked ``copying``: run it again.
 
         Args:
-            source_thread_id: The thread to copy (nothing happens if it has no checkpoint).
+            source_thread_id: The thread to copy (nothing happens if nothing is stored under it).
             target_thread_id: The new thread; it must not have checkpoints.
 
         Raises:
