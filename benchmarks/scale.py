@@ -200,7 +200,7 @@ class FloorSaver(NullSaver):
         return (yield requests)
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        from langgraph_s3_checkpoint.requests import Put
+        from langgraph_s3_checkpoint._protocol.requests import Put
 
         thread = config["configurable"]["thread_id"]
         head_key = f"{self.prefix}floor/{thread}/head"
@@ -212,7 +212,7 @@ class FloorSaver(NullSaver):
         return await super().aput(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        from langgraph_s3_checkpoint.requests import Put
+        from langgraph_s3_checkpoint._protocol.requests import Put
 
         c = config["configurable"]
         key = f"{self.prefix}floor/{c['thread_id']}/w/{c['checkpoint_id']}/{task_id}"

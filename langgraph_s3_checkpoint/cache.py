@@ -30,15 +30,9 @@ from typing import Any, TypeVar
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 
-from .codec import Codec
-from .core import Core
-from .errors import (
-    CorruptObjectError,
-    InvalidArgumentTypeError,
-    InvalidConfigError,
-    NewerFormatError,
-)
-from .keys import (
+from ._protocol.checkpoint_plans import Core
+from ._protocol.codec import Codec
+from ._protocol.keys import (
     EXPIRY_TAG,
     MAX_KEY_BYTES,
     MAX_SEGMENT,
@@ -49,6 +43,15 @@ from .keys import (
     key_bytes,
     namespace_of_segment,
     namespace_segment,
+)
+from ._protocol.plans import all_of, chunks, deletes, one
+from ._protocol.requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
+from ._transport.bucket_io import BucketIO, ClosesAtBlockEnd
+from .errors import (
+    CorruptObjectError,
+    InvalidArgumentTypeError,
+    InvalidConfigError,
+    NewerFormatError,
 )
 from .options import (
     CACHE,
@@ -61,15 +64,12 @@ from .options import (
     check_whole_numbers,
     parse_url,
 )
-from .plans import all_of, chunks, deletes, one
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 from .saver import (
     DEFAULT_COMPRESS_THRESHOLD,
     DEFAULT_OPERATION_TIMEOUT,
     make_bucket_io,
     make_client,
 )
-from .shell import BucketIO, ClosesAtBlockEnd
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

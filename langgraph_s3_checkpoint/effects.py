@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Literal
 
 from langchain_core.runnables import RunnableConfig
 
+from ._protocol.keys import escape
+from ._protocol.plans import one
+from ._protocol.requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
 from .errors import InvalidConfigError, SaverMisuseError
-from .keys import escape
-from .plans import one
-from .requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver

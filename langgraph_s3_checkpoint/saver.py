@@ -31,14 +31,19 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .codec import Codec
-from .conditions import ConditionalWrites
-from .core import Core
+from ._protocol.checkpoint_plans import Core
+from ._protocol.codec import Codec
+from ._protocol.fencing import DEFAULT_MEMORY_BYTES, SaverMemory
+from ._protocol.keys import EXPIRY_TAG, Layout
+from ._protocol.repair import RepairReport, SkippingCodec, repair_plan
+from ._protocol.requests import Plan
+from ._transport.asyncio_sender import NativeTransport
+from ._transport.bucket_io import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
+from ._transport.direct import DirectTransport
+from ._transport.memory_bucket import MemoryBucket
+from ._transport.probe import ConditionalWrites
+from ._transport.watch import ClientWatch
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
-from .fencing import DEFAULT_MEMORY_BYTES, SaverMemory
-from .keys import EXPIRY_TAG, Layout
-from .memory import MemoryBucket
-from .native import NativeTransport
 from .options import (
     CHECKSUM_SETTINGS,
     SAVER,
@@ -53,11 +58,6 @@ from .options import (
     check_whole_numbers,
     parse_url,
 )
-from .repair import RepairReport, SkippingCodec, repair_plan
-from .requests import Plan
-from .shell import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
-from .transport import DirectTransport
-from .watch import ClientWatch
 
 T = TypeVar("T")
 SaverT = TypeVar("SaverT", bound="BaseS3Saver")
@@ -610,7 +610,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         A head is the commit pointer of a namespace; if it is unreadable (or was deleted) the thread reads
         as empty although its history is stored. For each namespace this reads the head and, when it is
         damaged or missing while records exist, chooses the record to restore (see
-        :mod:`langgraph_s3_checkpoint.repair` for the rule and why) and writes it as the head with a
+        :mod:`langgraph_s3_checkpoint._protocol.repair` for the rule and why) and writes it as the head with a
         conditional PUT, so a writer that commits meanwhile wins. Nothing is deleted, and nothing a crash
         left uncommitted is committed (a first put that died before its head, the records of a
         ``delete_thread`` that died part-way, a record whose large values are gone). A thread id too long to be a

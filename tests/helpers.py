@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-from langgraph_s3_checkpoint.requests import Delete
+from langgraph_s3_checkpoint._protocol.requests import Delete
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
 
@@ -115,7 +115,7 @@ def is_record_key(key: str) -> bool:
 
 def checkpoint_id_of(key: str) -> str:
     """The checkpoint id of a record or writes key."""
-    from langgraph_s3_checkpoint.keys import revert_id
+    from langgraph_s3_checkpoint._protocol.keys import revert_id
 
     parts = key.split("/")
     return revert_id(parts[parts.index("c") + 1])

@@ -33,9 +33,8 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, empty_checkpo
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver
-from langgraph_s3_checkpoint.keys import revert_id
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint._protocol.keys import revert_id
+from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
     Copy,
     Delete,
@@ -49,6 +48,7 @@ from langgraph_s3_checkpoint.requests import (
     StoredObject,
     Written,
 )
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 BUCKET = "sim"
 INLINE = 64

@@ -41,13 +41,13 @@ from langgraph_s3_checkpoint import (
     SaverMisuseError,
     SerializationError,
 )
+from langgraph_s3_checkpoint._protocol.keys import Layout, escape, unescape
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
+from langgraph_s3_checkpoint._protocol.requests import Put
 from langgraph_s3_checkpoint.errors import DamagedHeadError, NotS3EndpointError
 from langgraph_s3_checkpoint.gc import gc
-from langgraph_s3_checkpoint.keys import Layout, escape, unescape
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, verify_thread
 from langgraph_s3_checkpoint.options import URL_OPTIONS, parse_url
-from langgraph_s3_checkpoint.requests import Put
 from langgraph_s3_checkpoint.server import options_from_env
 
 
@@ -534,7 +534,7 @@ def test_a_batch_of_writes_settles_once_and_is_abandoned_on_a_second_cancellatio
     """The rule behind the test above, without a server: cancelled once, the caller waits for the batch (whose
     error, if any, is retrieved, not reported at exit); cancelled again while waiting, it stops waiting and the
     batch is cancelled too, as every batch was before."""
-    from langgraph_s3_checkpoint.shell import _settled_if_cancelled
+    from langgraph_s3_checkpoint._transport.bucket_io import _settled_if_cancelled
 
     finished: list[str] = []
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.keys import (
+from langgraph_s3_checkpoint._protocol.keys import (
     MAX_SEGMENT,
     KeyKind,
     Layout,

@@ -22,9 +22,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from test_conformance import assert_conformance
 
-from langgraph_s3_checkpoint import AsyncS3Saver, BucketNotFoundError, S3RequestError, S3Saver
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    BucketNotFoundError,
+    S3RequestError,
+    S3Saver,
+)
+from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
     BucketExists,
     Copy,
@@ -40,6 +44,7 @@ from langgraph_s3_checkpoint.requests import (
     StoredObject,
     Written,
 )
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 
 def _put(bucket: MemoryBucket, key: str, body: bytes = b"x", **kw: Any) -> Any:
@@ -225,7 +230,7 @@ def _normal(execute: Any, request: Any) -> Any:
 def moto_store() -> Any:
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    from langgraph_s3_checkpoint.shell import BucketIO
+    from langgraph_s3_checkpoint._transport.bucket_io import BucketIO
 
     with moto.mock_aws():
         client = boto3.client("s3", region_name="us-east-1")

@@ -38,13 +38,13 @@ from langgraph_s3_checkpoint import (
     make_client,
     without_expect_continue,
 )
-from langgraph_s3_checkpoint import native as native_module
-from langgraph_s3_checkpoint.blocking import BlockingPool
+from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Get, ListKeys, Put, Written
+from langgraph_s3_checkpoint._transport import asyncio_sender as native_module
+from langgraph_s3_checkpoint._transport.asyncio_sender import NativeTransport
+from langgraph_s3_checkpoint._transport.blocking_sender import BlockingPool
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.native import NativeTransport
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Get, ListKeys, Put, Written
 
 BUCKET = "lgs3-test"
 

@@ -35,13 +35,13 @@ from langgraph_s3_checkpoint import (
     NewerFormatError,
     S3Saver,
     TargetThreadExistsError,
-    maintenance,
 )
+from langgraph_s3_checkpoint._protocol import thread_edits
+from langgraph_s3_checkpoint._protocol.keys import Layout
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, export_thread, import_thread, verify_thread
+from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, export_thread, import_thread, verify_thread
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
 
 BIG = 6000
 """Characters of a value large enough to be stored as its own object."""
@@ -473,7 +473,7 @@ def test_d_prune_judges_age_by_the_server_clock(
     def on_batch(step: list[Any]) -> None:
         if any(is_head(r) for r in step) and not pruned:
             with monkeypatch.context() as m:
-                m.setattr(maintenance, "datetime", _AheadClock)
+                m.setattr(thread_edits, "datetime", _AheadClock)
                 pruner.prune(["t"])
             pruned.append(True)
 
@@ -853,7 +853,7 @@ def test_m_copy_thread_while_the_source_moves_on_and_is_pruned(
     source moved on and a prune removed a large value the snapshot references (older than the grace period)
     before it was copied, the copy committed a head whose value was gone: the target could not be read. It
     now takes a new snapshot when a referenced value was not copied."""
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
     source, copier = make_saver(), make_saver()
     big = {"big": "a" * BIG}
     put(source, "src", cid(1), values=big, versions={"big": ver(1)})
@@ -1106,7 +1106,7 @@ def test_o_prune_racing_a_fork_that_reuses_an_older_large_value(
     checkpoint committed meanwhile reuses that checkpoint's value (offered with If-None-Match, found existing,
     not rewritten); prune deleted it under the fork's head, and the fork could not be read. Prune now re-reads
     the head before it deletes large values and keeps what it references."""
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
     writer, pruner, forker = make_saver(), make_saver(), make_saver()
     put(writer, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
     put(writer, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})

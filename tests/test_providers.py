@@ -44,11 +44,7 @@ from langgraph_s3_checkpoint import (
     S3Store,
     make_client,
 )
-from langgraph_s3_checkpoint.conditions import Failed, probe, without_conditions
-from langgraph_s3_checkpoint.http1 import Exchange
-from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
     Delete,
     DeleteIfMatch,
@@ -58,9 +54,13 @@ from langgraph_s3_checkpoint.requests import (
     Request,
     Written,
 )
-from langgraph_s3_checkpoint.retries import CONFLICT_ATTEMPTS, MAX_BACKOFF, Kind, Retries, kind_of
+from langgraph_s3_checkpoint._transport.direct import DirectTransport
+from langgraph_s3_checkpoint._transport.http1 import Exchange
+from langgraph_s3_checkpoint._transport.probe import Failed, probe, without_conditions
+from langgraph_s3_checkpoint._transport.retries import CONFLICT_ATTEMPTS, MAX_BACKOFF, Kind, Retries, kind_of
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.saver import parse_url
-from langgraph_s3_checkpoint.transport import DirectTransport
 
 BUCKET = "lgs3-providers"
 PROBE_REQUESTS = 18

@@ -14,7 +14,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_s3_checkpoint import S3Saver, maintenance
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol import thread_edits
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 
@@ -142,7 +143,7 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     assert saver.get_tuple(config) is not None
     assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 1
     # once older than the grace period (by the server's clock), unreferenced objects go
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))
     saver.prune([thread])
     remaining = set(_objects(saver, thread))
     assert len([k for k in remaining if "/b/" in k]) == 1

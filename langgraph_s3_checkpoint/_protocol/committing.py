@@ -18,13 +18,13 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from .chain import Standing
-from .errors import (
+from ..errors import (
     CheckpointConflictError,
     ClockSkewError,
     InvalidConfigError,
     ParentNotCommittedError,
 )
+from .chain import Standing
 from .fencing import (
     SUPERSEDED,
     HeadNow,
@@ -398,7 +398,7 @@ class Committing(Reading):
         """Store a task's writes with InMemorySaver's rule, per (task, idx): the first write of a regular
         channel wins, a special channel (error, interrupt, resume, scheduled) replaces.
 
-        One object per task holds all its writes (:mod:`langgraph_s3_checkpoint.writes`), each with the run
+        One object per task holds all its writes (:mod:`langgraph_s3_checkpoint._protocol.writes`), each with the run
         that wrote it (the config's ``run_id``, as ``put`` records it) so that a rollback can take one run's
         writes out. The first call creates it (``If-None-Match``: one PUT, and a retried PUT changes
         nothing). A later call for the same task — a node that interrupts and then completes, a task retried

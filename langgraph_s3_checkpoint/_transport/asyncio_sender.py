@@ -22,11 +22,11 @@ import threading
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-from .blocking import tls_context
+from .._protocol.requests import Get, ListKeys, Put
+from .blocking_sender import tls_context
 from .deadline import Deadline, DeadlinePassed, within
+from .direct import DirectTransport
 from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Response, request_bytes
-from .requests import Get, ListKeys, Put
-from .transport import DirectTransport
 
 
 class _Connection(asyncio.Protocol):

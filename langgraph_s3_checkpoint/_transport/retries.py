@@ -31,13 +31,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .errors import (
+from .._protocol.requests import Request, describe_condition, is_conditional
+from ..errors import (
     ConditionalRequestConflictError,
     ConditionalWritesUnsupportedError,
     S3CheckpointError,
     error_for_code,
 )
-from .requests import Request, describe_condition, is_conditional
 
 RETRY_STATUS = frozenset({500, 502, 503, 504})
 THROTTLING_CODES = frozenset(

@@ -53,12 +53,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .errors import CorruptObjectError
-from .plans import chunks, deletes, one
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, Request, StoredObject
+from .._protocol.plans import chunks, deletes, one
+from .._protocol.requests import (
+    PRECONDITION_FAILED,
+    DeleteIfMatch,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    Request,
+    StoredObject,
+)
+from ..errors import CorruptObjectError
 
 if TYPE_CHECKING:
-    from .store import Expiry, StoreCore
+    from .objects import Expiry
+    from .plans import StoreCore
 
 logger = logging.getLogger("langgraph_s3_checkpoint.store")
 

@@ -24,7 +24,7 @@ import ormsgpack
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
+from ..errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
 from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
 from .writes import StoredWrite, TaskWrites, restored
 
@@ -247,7 +247,7 @@ class Codec:
 
     # -- writes and blobs -----------------------------------------------------------------------
     def encode_task_writes(self, task: TaskWrites) -> bytes:
-        """One task's writes object (see :mod:`langgraph_s3_checkpoint.writes`), values already encoded with
+        """One task's writes object (see :mod:`langgraph_s3_checkpoint._protocol.writes`), values already encoded with
         :meth:`dump`.
 
         ``task``, ``path`` and ``writes`` (the visible writes, ``[idx, channel, tag, bytes]``) are what every

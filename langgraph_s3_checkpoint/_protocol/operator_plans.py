@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..errors import CorruptObjectError, DecryptionError, NewerFormatError, TargetThreadExistsError, ThreadChangedError
 from . import keys
 from .codec import Codec, Record
-from .errors import CorruptObjectError, DecryptionError, NewerFormatError, TargetThreadExistsError, ThreadChangedError
 from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,

@@ -1,6 +1,6 @@
 """Maintenance: ``delete_thread``, ``copy_thread``, ``prune``, ``delete_for_runs`` (rollback),
 ``expire_threads`` and ``setup``. Whatever deletes committed records follows the rules of
-:mod:`langgraph_s3_checkpoint.chain` so that no reader is ever shown a record that never committed."""
+:mod:`langgraph_s3_checkpoint._protocol.chain` so that no reader is ever shown a record that never committed."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from .chain import Chain, Standing
-from .codec import Record
-from .committing import WRITE_ATTEMPTS, Committing
-from .errors import (
+from ..errors import (
     CREATE_BUCKET_ADVICE,
     BucketNotFoundError,
     CheckpointConflictError,
@@ -20,6 +17,9 @@ from .errors import (
     InvalidConfigError,
     TargetThreadExistsError,
 )
+from .chain import Chain, Standing
+from .codec import Record
+from .committing import WRITE_ATTEMPTS, Committing
 from .keys import (
     COPIED,
     EXPIRY_TAG,
@@ -409,7 +409,7 @@ class Maintenance(Committing):
         or not. If the head is the run's, it moves back to the newest committed record of another run
         (the *survivor*: a record on the chain, never a leftover that was never committed). Orphans met
         on the way are deleted first, so the gap the run leaves in the chain opens onto a committed
-        record (see :mod:`langgraph_s3_checkpoint.chain`).
+        record (see :mod:`langgraph_s3_checkpoint._protocol.chain`).
         """
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
@@ -523,7 +523,7 @@ class Maintenance(Committing):
     ) -> Plan[None]:
         """Take the run's writes out of the writes objects of checkpoints that are not its own (the ones it
         resumed or otherwise wrote to), so that they read as before the run began
-        (:meth:`~langgraph_s3_checkpoint.writes.TaskWrites.without_run`). Each object is replaced
+        (:meth:`~langgraph_s3_checkpoint._protocol.writes.TaskWrites.without_run`). Each object is replaced
         ``If-Match`` the ETag just read (deleted, when nothing else is left in it), so a concurrent
         ``put_writes`` of another run is merged again, never lost; a refused one is read again. Objects
         without runs (written before writes recorded them) stay as they are. ``listed``: the writes keys the

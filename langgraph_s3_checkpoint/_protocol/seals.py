@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..errors import CorruptObjectError
 from .codec import Codec
-from .errors import CorruptObjectError
 from .keys import Layout, is_own_segment
 from .plans import pages
 from .requests import Emit, Page, Plan, Request

@@ -50,18 +50,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
-from .conditions import WRITES, ConditionalWrites, Enforcement, without_conditions
-from .deadline import Deadline, DeadlinePassed, cut_at_deadline, follow_connections
-from .errors import (
-    NotS3EndpointError,
-    S3AccessError,
-    S3RequestError,
-    SaverMisuseError,
-    WrongRegionError,
-    unreachable,
-)
-from .native import NativeTransport
-from .requests import (
+from .._protocol.requests import (
     PRECONDITION_FAILED,
     S3_OPERATION,
     BucketExists,
@@ -86,8 +75,19 @@ from .requests import (
     named_in_errors,
     same_etag,
 )
+from ..errors import (
+    NotS3EndpointError,
+    S3AccessError,
+    S3RequestError,
+    SaverMisuseError,
+    WrongRegionError,
+    unreachable,
+)
+from .asyncio_sender import NativeTransport
+from .deadline import Deadline, DeadlinePassed, cut_at_deadline, follow_connections
+from .direct import DirectTransport, list_arguments, put_arguments
+from .probe import WRITES, ConditionalWrites, Enforcement, without_conditions
 from .retries import Kind, Retries, final_error, kind_of
-from .transport import DirectTransport, list_arguments, put_arguments
 from .watch import ClientWatch
 
 logger = logging.getLogger("langgraph_s3_checkpoint")

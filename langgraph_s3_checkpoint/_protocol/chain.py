@@ -32,7 +32,7 @@ committed records (``delete_for_runs``, ``prune``) first deletes the orphans in 
 so the first record below a gap is the next committed one; ``prune`` deletes records oldest first, so
 an interrupted prune leaves the chain contiguous from the head down to where it stopped.
 
-The first row is why ``repair_thread`` (:mod:`langgraph_s3_checkpoint.repair`), the one tool that writes a
+The first row is why ``repair_thread`` (:mod:`langgraph_s3_checkpoint._protocol.repair`), the one tool that writes a
 head from records, never rebuilds a missing head from what the protocol itself leaves headless: a first
 put that died before its head, or a delete that died after the heads (it marks the thread first).
 """

@@ -1,5 +1,5 @@
 """Reading: ``get_tuple`` (latest and by id), ``list`` and the DeltaChannel history, all through the commit
-chain (:mod:`langgraph_s3_checkpoint.chain`): a record is shown only if it was committed."""
+chain (:mod:`langgraph_s3_checkpoint._protocol.chain`): a record is shown only if it was committed."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from .chain import Chain, Standing
-from .codec import Codec, Record, WriteBatch
-from .errors import (
+from ..errors import (
     CorruptObjectError,
     InvalidConfigError,
 )
+from .chain import Chain, Standing
+from .codec import Codec, Record, WriteBatch
 from .fencing import HeadSeen, SaverMemory, head_seen, written_here
 from .keys import Layout
 from .plans import (
@@ -112,7 +112,7 @@ class _NsCursor:
 
     One LIST of ``c/`` returns every record followed by the keys of its pending writes, so the cursor
     groups them as they come; a record is complete once the next record (or the end) has been seen.
-    Which records are committed is the :class:`~langgraph_s3_checkpoint.chain.Chain`'s decision.
+    Which records are committed is the :class:`~langgraph_s3_checkpoint._protocol.chain.Chain`'s decision.
     """
 
     checkpoint_ns: str

@@ -43,11 +43,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 
 from botocore.httpsession import get_cert_path
 
-from .blocking import BlockingPool, tls_context
-from .deadline import Deadline, DeadlinePassed
-from .errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, unreachable
-from .http1 import Exchange, Failure, Response
-from .requests import (
+from .._protocol.requests import (
     PRECONDITION_FAILED,
     Get,
     ListKeys,
@@ -58,6 +54,10 @@ from .requests import (
     condition_failed,
     named_in_errors,
 )
+from ..errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, unreachable
+from .blocking_sender import BlockingPool, tls_context
+from .deadline import Deadline, DeadlinePassed
+from .http1 import Exchange, Failure, Response
 from .retries import RETRY_STATUS, Kind, Retries, final_error, kind_of
 
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")

@@ -52,9 +52,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .errors import ConditionalRequestConflictError, ConditionalWritesUnsupportedError
-from .plans import landed, one
-from .requests import (
+from .._protocol.plans import landed, one
+from .._protocol.requests import (
     PRECONDITION_FAILED,
     Copy,
     Delete,
@@ -72,6 +71,7 @@ from .requests import (
     is_conditional,
     same_etag,
 )
+from ..errors import ConditionalRequestConflictError, ConditionalWritesUnsupportedError
 
 logger = logging.getLogger("langgraph_s3_checkpoint")
 

@@ -6,7 +6,7 @@ latest read fails; deleting it, as generic advice for a damaged object would say
 as *empty* (``get_state`` returns ``{}``, the next turn starts a new conversation) although every record of
 its history is still stored. :func:`repair_plan` writes a new head instead, a copy of the right record.
 
-**Which record.** With the head gone there is no chain to follow (:mod:`langgraph_s3_checkpoint.chain`
+**Which record.** With the head gone there is no chain to follow (:mod:`langgraph_s3_checkpoint._protocol.chain`
 classifies records by walking from the head), so the record is chosen from what records say about each
 other, newest first:
 
@@ -27,7 +27,7 @@ other, newest first:
    When it is *missing*, only if that record continues an earlier checkpoint (it names a
    ``previous_head``, so the thread had committed before): a lone record that continues nothing is
    exactly what the first put of a thread leaves when it dies before its head, or loses the race for a
-   new thread's head, and the commit chain (:mod:`langgraph_s3_checkpoint.chain`) calls every record of
+   new thread's head, and the commit chain (:mod:`langgraph_s3_checkpoint._protocol.chain`) calls every record of
    a namespace without a head uncommitted. Promoting it would commit a checkpoint whose writer was told
    it failed.
 
@@ -55,14 +55,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.checkpoint.base import Checkpoint
 
+from ..errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .codec import Codec, Record, WriteBatch
-from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, id_behind, landed, one, own_folders_under
 from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 
 if TYPE_CHECKING:  # typing only
-    from .core import Core
+    from .checkpoint_plans import Core
 
 OK = "ok"
 REPAIRED = "repaired"
