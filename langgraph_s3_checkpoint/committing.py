@@ -40,11 +40,13 @@ from .keys import MAX_KEY_BYTES, escape, has_lone_surrogate, is_digest, key_byte
 from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config, seen_in
 from .requests import (
+    CREATE,
     Delete,
     Get,
     Plan,
     Put,
     StoredObject,
+    Update,
     Written,
     same_etag,
 )
@@ -131,7 +133,7 @@ class Committing(Reading):
             sent = {put.key for put in values.puts}
             live = checkpoint["channel_values"]
             return [
-                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), if_none_match=True)
+                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
                 for channel, version in values.blobs.items()
                 if (key := self.layout.blob(thread_id, ns, channel, version)) not in sent and channel in live
             ]
@@ -275,10 +277,10 @@ class Committing(Reading):
         the head's ETag if the head already holds this checkpoint; ``None`` for a detached commit. Raises for a
         clock behind the head's."""
         if basis.parent is not None:
-            return c.parent_id, Put(c.head_key, b"", if_match=basis.parent.etag), []
+            return c.parent_id, Put(c.head_key, b"", mode=Update(basis.parent.etag)), []
         head = basis.head
         if head is None:
-            return None, Put(c.head_key, b"", if_none_match=True), []
+            return None, Put(c.head_key, b"", mode=CREATE), []
         head_id = self.codec.peek_head_id(c.head_key, head.body)
         if head_id == c.checkpoint_id:
             return head.etag
@@ -288,8 +290,8 @@ class Committing(Reading):
             return None
         # The head may be a head-only commit (its record PUT failed): make sure its record exists
         # before the head moves on, or it would be lost from history.
-        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head.body, if_none_match=True)
-        return head_id, Put(c.head_key, b"", if_match=head.etag), [repair]
+        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head.body, mode=CREATE)
+        return head_id, Put(c.head_key, b"", mode=Update(head.etag)), [repair]
 
     def _split_values(
         self,
@@ -353,7 +355,7 @@ class Committing(Reading):
         key = self.layout.blob(thread_id, ns, channel, version)
         if self.ttl is None:
             if not vouched and typed is not None:
-                result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
+                result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
             return
         written = self.memory.blob_written(thread_id, ns, channel, version)
         if vouched and written is not None and now - written <= self.ttl / 2:
@@ -379,15 +381,15 @@ class Committing(Reading):
         there (as far as the first writer knows: an entry that exists is not changed)."""
         marker = checkpoint_id.encode()
         return [
-            Put(self.layout.run_entry(run_id, thread_id, ns), marker, if_none_match=True),
-            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+            Put(self.layout.run_entry(run_id, thread_id, ns), marker, mode=CREATE),
+            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, mode=CREATE),
         ]
 
     def _names(self, thread_id: str, ns: str) -> list[Put]:
         """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
         named = ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns)))
         return [
-            Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False)
+            Put(key, value.encode("utf-8", "surrogatepass"), mode=CREATE, expires=False)
             for value, key in named
             if is_digest(escape(value))
         ]
@@ -432,18 +434,18 @@ class Committing(Reading):
             # Their replies do not matter (refused: the run is indexed here already).
             yield from all_of(entries)
         first = TaskWrites.of_call(task_id, task_path, run_id, new)
-        put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
+        put = Put(key, self.codec.encode_task_writes(first), mode=CREATE)
         for _ in range(WRITE_ATTEMPTS):
             if isinstance((yield from one(put)), Written):
                 return
             stored = yield from one(Get(key))
             if stored is None:  # deleted meanwhile (a rollback): create it again
-                put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
+                put = Put(key, self.codec.encode_task_writes(first), mode=CREATE)
                 continue
             merged = self.codec.peek_task_writes(key, stored.body).merge(task_path, run_id, new)
             if merged is None:
                 return  # nothing new: a retry, or writes that lost to earlier ones of the same run
-            put = Put(key, self.codec.encode_task_writes(merged), if_match=stored.etag)
+            put = Put(key, self.codec.encode_task_writes(merged), mode=Update(stored.etag))
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )

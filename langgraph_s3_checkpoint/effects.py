@@ -40,7 +40,14 @@ from langchain_core.runnables import RunnableConfig
 from .errors import InvalidConfigError, SaverMisuseError
 from .keys import escape
 from .plans import one
-from .requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
+from .requests import (
+    CREATE,
+    PRECONDITION_FAILED,
+    Delete,
+    Get,
+    Plan,
+    Put,
+)
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
@@ -121,7 +128,7 @@ class EffectLedger:
 
     def _create(self, key: str) -> Plan[bool]:
         body = json.dumps({"mode": self.mode, "marked_at": time.time()}).encode()
-        return (yield from one(Put(self.object_key(key), body, if_none_match=True))) is not PRECONDITION_FAILED
+        return (yield from one(Put(self.object_key(key), body, mode=CREATE))) is not PRECONDITION_FAILED
 
     def _remove(self, key: str) -> Plan[None]:
         yield [Delete((self.object_key(key),))]

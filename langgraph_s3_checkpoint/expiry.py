@@ -55,7 +55,18 @@ from typing import TYPE_CHECKING
 
 from .errors import CorruptObjectError
 from .plans import chunks, deletes, one
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, Request, StoredObject
+from .requests import (
+    CREATE,
+    PRECONDITION_FAILED,
+    DeleteIfMatch,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    Request,
+    StoredObject,
+)
 
 if TYPE_CHECKING:
     from .store import Expiry, StoreCore
@@ -176,7 +187,7 @@ def file_if_empty(core: StoreCore) -> Plan[None]:
         return
     frame = {"format": FORMAT, "swept_through": None}
     # Create-only: refused when a sweep or another setup wrote it first, and then it exists as well.
-    yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), if_none_match=True, expires=False))
+    yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), mode=CREATE, expires=False))
     core.sweep_state.filed = True
 
 

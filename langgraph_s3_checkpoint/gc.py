@@ -80,7 +80,16 @@ from .chain import Chain, Standing
 from .errors import CorruptObjectError, InvalidConfigError
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import DELETE_BATCH, READ_BATCH, all_of, any_under, deletes, for_each_emitted, one, pages
-from .requests import Emit, Get, ListKeys, Page, Plan, Put, StoredObject
+from .requests import (
+    CREATE,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    StoredObject,
+)
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
@@ -356,7 +365,7 @@ class _Collector:
             else:
                 in_use = (yield from one(Get(Layout.head_in(folder)))) is not None
             if in_use:
-                yield [Put(key, body.body, if_none_match=True, expires=False)]
+                yield [Put(key, body.body, mode=CREATE, expires=False)]
                 self.report.deleted[reason] -= 1
 
     def name_kind(self, key: str) -> KeyKind | None:

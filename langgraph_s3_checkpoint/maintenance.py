@@ -50,6 +50,7 @@ from .plans import (
     pages,
 )
 from .requests import (
+    CREATE,
     PRECONDITION_FAILED,
     BucketExists,
     Copy,
@@ -67,6 +68,7 @@ from .requests import (
     Put,
     RemoveExpiryRule,
     StoredObject,
+    Update,
     Written,
     same_etag,
 )
@@ -178,7 +180,7 @@ class Maintenance(Committing):
         for prefix, head in zip(prefixes, heads, strict=True):
             if head is not None:
                 target = self.layout.retarget_thread(Layout.head_in(prefix), source_thread_id, target_thread_id)
-                commits.append(Put(target, head.body, if_none_match=True))
+                commits.append(Put(target, head.body, mode=CREATE))
         replies = (yield from all_of(commits)) if commits else []
         applied = yield from landed(commits, replies)
         refused = [put.key for put, ours in zip(commits, applied, strict=True) if not ours]
@@ -548,7 +550,7 @@ class Maintenance(Committing):
                     rest = None if obj is None else self._without_run(key, obj, run_id)
                     if rest is not None and obj is not None:
                         changes.append(
-                            Put(key, self.codec.encode_task_writes(rest), if_match=obj.etag)
+                            Put(key, self.codec.encode_task_writes(rest), mode=Update(obj.etag))
                             if rest.stored
                             else DeleteIfMatch(key, obj.etag)
                         )
@@ -578,7 +580,7 @@ class Maintenance(Committing):
         """
         reply: Written | PreconditionFailed | None
         if found.survivor is not None:
-            reply = yield from one(Put(head_key, found.survivor.body, if_match=head.etag))
+            reply = yield from one(Put(head_key, found.survivor.body, mode=Update(head.etag)))
         else:
             reply = yield from one(DeleteIfMatch(head_key, head.etag))
         if reply is not PRECONDITION_FAILED:
@@ -660,7 +662,7 @@ class Maintenance(Committing):
             # Refused: the head moved, unless it is gone (a retry whose first attempt deleted it and lost
             # its answer is refused by SeaweedFS, a missing object failing If-Match).
             if refused and (yield from one(Get(key))) is not None:
-                yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
+                yield [Put(deleted_key, head.body, mode=CREATE) for deleted_key, head in deleted]
                 yield [unmark]
                 return None
             deleted.append((key, obj))

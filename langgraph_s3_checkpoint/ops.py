@@ -33,7 +33,16 @@ from .plans import (
     own_folders_under,
 )
 from .repair import repair_needed
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put, StoredObject
+from .requests import (
+    CREATE,
+    PRECONDITION_FAILED,
+    DeleteIfMatch,
+    Emit,
+    Get,
+    ListKeys,
+    Put,
+    StoredObject,
+)
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -298,7 +307,7 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         if kind == KeyKind.THREAD_NAME:
             continue  # rewritten below for the new id
         if kind == KeyKind.HEAD:
-            heads.append(Put(key, item.body, if_none_match=True))
+            heads.append(Put(key, item.body, mode=CREATE))
             continue
         batch.extend(_history_puts(layout, key, item.body, kind, segment))
         written += 1

@@ -42,6 +42,7 @@ from .plans import (
     two,
 )
 from .requests import (
+    CREATE,
     Emit,
     Get,
     ListKeys,
@@ -251,7 +252,7 @@ class Reading(CoreState):
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
         # restore the record from the head, which is a copy of it.
-        repair = [] if key in listing.keys else [Put(key, head.body, if_none_match=True)]
+        repair = [] if key in listing.keys else [Put(key, head.body, mode=CREATE)]
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
@@ -279,7 +280,7 @@ class Reading(CoreState):
             assert head is not None
             # A head-only commit (see _get_latest): the head holds the record.
             obj, key = head, head_key
-            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, if_none_match=True))
+            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, mode=CREATE))
         record = self.codec.decode_record(key, obj.body)
         if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
             return None  # a put that never committed (or has not yet): not part of the thread

@@ -59,7 +59,17 @@ from .codec import Codec, Record, WriteBatch
 from .errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, id_behind, landed, one, own_folders_under
-from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
+from .requests import (
+    CREATE,
+    DeleteIfMatch,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    StoredObject,
+    Update,
+)
 
 if TYPE_CHECKING:  # typing only
     from .core import Core
@@ -557,9 +567,9 @@ def _write_head(
     """The fix: write the chosen record as the head, conditionally (``If-Match`` on the damaged head,
     ``If-None-Match: *`` when it is missing), so that a writer committing meanwhile wins."""
     put = (
-        Put(head_key, chosen.body, if_match=head.etag)
+        Put(head_key, chosen.body, mode=Update(head.etag))
         if head is not None
-        else Put(head_key, chosen.body, if_none_match=True)
+        else Put(head_key, chosen.body, mode=CREATE)
     )
     reply = yield from one(put)
     [applied] = yield from landed([put], [reply])  # a refused retry of a write that landed is still ours

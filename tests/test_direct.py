@@ -34,7 +34,13 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint.http1 import Exchange
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Get, ListKeys, Put
+from langgraph_s3_checkpoint.requests import (
+    CREATE,
+    Get,
+    ListKeys,
+    Put,
+    Update,
+)
 from langgraph_s3_checkpoint.transport import DirectTransport
 
 SSE_KEY = "0123456789abcdef0123456789abcdef"
@@ -364,8 +370,8 @@ def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any
     "request_",
     [
         Get("threads/a b+c=d~e%f/ü/checkpoint"),
-        Put("threads/x/c/1~/checkpoint", b"body", if_none_match=True),
-        Put("threads/x/head", b"{}", if_match='"etag"'),
+        Put("threads/x/c/1~/checkpoint", b"body", mode=CREATE),
+        Put("threads/x/head", b"{}", mode=Update('"etag"')),
         ListKeys("threads/a b+/", start_after="threads/a b+/c~", delimiter="/"),
         ListKeys("ns/", token="opaque+token/=="),
     ],

@@ -41,7 +41,13 @@ from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.ops import Problem, export_thread, import_thread, verify_thread
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
+from langgraph_s3_checkpoint.requests import (
+    CREATE,
+    PRECONDITION_FAILED,
+    Delete,
+    DeleteIfMatch,
+    Put,
+)
 
 BIG = 6000
 """Characters of a value large enough to be stored as its own object."""
@@ -841,7 +847,7 @@ def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Sav
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
     put(copier, "src", cid(1))
-    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head"))
+    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and r.mode == CREATE and r.key.endswith("/head"))
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 
