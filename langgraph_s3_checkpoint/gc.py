@@ -631,7 +631,7 @@ class _Collector:
             # Nothing is committed here. Flush first, so that everything queued while this namespace is
             # scanned is its own and can be dropped if a head appears meanwhile.
             yield from self.flush()
-            return _Walk(prefix, Chain(None, None))
+            return _Walk(prefix, Chain.without_head())
         try:
             head_id, head_previous = self.codec.peek_chain(head_key, head.body)
             metadata, _, refs = self.codec.peek_record(head_key, head.body)
@@ -951,11 +951,10 @@ def _writes_reason(walk: _Walk, cid: str) -> str | None:
     before it, otherwise the chain's verdict on a checkpoint whose record is missing."""
     if walk.current is not None and walk.current[0] == cid:
         return walk.current[1]  # writes share their record's standing
-    if walk.chain.decided(cid) is Standing.PENDING:
+    standing = walk.chain.writes_without_record(cid)
+    if standing is Standing.PENDING:
         return walk.pending_reason  # no record (yet): newer than the head, or no head at all
-    if cid == walk.chain.head_id:
-        return None  # the head's record is missing (restored by the next latest read)
-    return "orphan_writes"
+    return None if standing is Standing.COMMITTED else "orphan_writes"
 
 
 _OUTSIDE_RECORDS = frozenset({KeyKind.BLOB, KeyKind.HEAD, KeyKind.NS_NAME, KeyKind.MARKER})

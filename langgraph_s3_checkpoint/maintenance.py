@@ -452,7 +452,7 @@ class Maintenance(Committing):
         back to a survivor, and its parent is where the run started; counted from the head itself, since a
         head-only commit of the run has no record to find)."""
         if head is None:
-            return _RunRecords(run_id, first_id, Chain(None, None), wants_survivor=False)
+            return _RunRecords(run_id, first_id, Chain.without_head(), wants_survivor=False)
         chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
         head_run, head_parent = self._made_by(head_key, head)
         found = _RunRecords(run_id, first_id, chain, wants_survivor=head_run == run_id)
@@ -726,10 +726,11 @@ class _PruneScope:
         return Layout.blobs_in(self.namespace)
 
     def standing(self, key: str) -> Standing | None:
-        """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
+        """The chain's standing of a record or writes prune does not keep (PRUNABLE, or PENDING for a put in flight);
+        PENDING for a large value no kept record references (a put in flight may); None: not ours."""
         parsed = Layout.parse_checkpoint_key(self.records, key)  # what classify_in_namespace calls a record or write
         if parsed is not None:
-            return Standing.PENDING if self.head_id is None or parsed.checkpoint_id > self.head_id else Standing.ORPHAN
+            return Chain.from_head(self.head_id, None).unkept(parsed.checkpoint_id)
         return Standing.PENDING if classify_in_namespace(key[len(self.namespace) :]) is KeyKind.BLOB else None
 
     def victims_of(self, page: Page) -> list[str]:
@@ -740,7 +741,7 @@ class _PruneScope:
             if key in self.keep or any(key.startswith(p) for p in self.keep_prefixes):
                 continue
             found = self.standing(key)
-            if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
+            if found is Standing.PRUNABLE or (found is Standing.PENDING and modified <= young):
                 victims.append(key)
         return victims
 
