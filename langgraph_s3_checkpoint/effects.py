@@ -39,7 +39,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ._protocol.keys import escape
 from ._protocol.plans import one
-from ._protocol.requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
+from ._protocol.requests import CREATE, PRECONDITION_FAILED, Delete, Get, Plan, Put
 from .errors import InvalidConfigError, SaverMisuseError
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class EffectLedger:
 
     def _create(self, key: str) -> Plan[bool]:
         body = json.dumps({"mode": self.mode, "marked_at": time.time()}).encode()
-        return (yield from one(Put(self.object_key(key), body, if_none_match=True))) is not PRECONDITION_FAILED
+        return (yield from one(Put(self.object_key(key), body, mode=CREATE))) is not PRECONDITION_FAILED
 
     def _remove(self, key: str) -> Plan[None]:
         yield [Delete((self.object_key(key),))]

@@ -32,7 +32,7 @@ from langgraph_s3_checkpoint import (
     S3Saver,
     make_client,
 )
-from langgraph_s3_checkpoint._protocol.requests import Get, ListKeys, Put
+from langgraph_s3_checkpoint._protocol.requests import CREATE, Get, ListKeys, Put, Update
 from langgraph_s3_checkpoint._transport.direct import DirectTransport
 from langgraph_s3_checkpoint._transport.http1 import Exchange
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -364,8 +364,8 @@ def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any
     "request_",
     [
         Get("threads/a b+c=d~e%f/ü/checkpoint"),
-        Put("threads/x/c/1~/checkpoint", b"body", if_none_match=True),
-        Put("threads/x/head", b"{}", if_match='"etag"'),
+        Put("threads/x/c/1~/checkpoint", b"body", mode=CREATE),
+        Put("threads/x/head", b"{}", mode=Update('"etag"')),
         ListKeys("threads/a b+/", start_after="threads/a b+/c~", delimiter="/"),
         ListKeys("ns/", token="opaque+token/=="),
     ],

@@ -39,7 +39,7 @@ from langgraph_s3_checkpoint import (
 from langgraph_s3_checkpoint._protocol import thread_edits
 from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, export_thread, import_thread, verify_thread
-from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
+from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Delete, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
 
@@ -841,7 +841,7 @@ def test_m_copy_thread_whose_head_answer_was_lost(make_saver: Callable[[], S3Sav
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
     put(copier, "src", cid(1))
-    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head"))
+    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and r.mode == CREATE and r.key.endswith("/head"))
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 

@@ -15,7 +15,7 @@ from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 from langgraph_s3_checkpoint import saver as saver_module
 from langgraph_s3_checkpoint._protocol import committing, reading, thread_edits
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
-from langgraph_s3_checkpoint._protocol.requests import DeleteIfMatch, Put
+from langgraph_s3_checkpoint._protocol.requests import CREATE, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
@@ -165,7 +165,7 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
     send = saver.bucket_io._send
 
     def send_and_die_putting_back(request: Any, *deadline: Any) -> Any:
-        if isinstance(request, Put) and request.key == root_head and request.if_none_match:
+        if isinstance(request, Put) and request.key == root_head and request.mode == CREATE:
             raise Crash(request)
         reply = send(request, *deadline)
         if isinstance(request, DeleteIfMatch) and request.key == root_head:

@@ -61,6 +61,9 @@ class Record:
     """Id of the head this checkpoint replaced when it was committed: the commit chain."""
     detached: bool = False
     """Committed by its record alone (older than the head when written), so outside the chain."""
+    undecodable: bool = False
+    """A stand-in for a record whose body could not be decoded (``list(skip_damaged=True)``): only its id, from its
+    key, is known; the commit chain never shows it (:class:`~.chain.Standing`)."""
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +25,24 @@ from ..errors import (
 )
 from .chain import Standing
 from .fencing import (
+    COMMIT_TABLE,
     SUPERSEDED,
+    ClockBehindHead,
+    CommitDetached,
+    CommitOutcome,
+    Committed,
     HeadNow,
     HeadSeen,
+    JoinAgain,
+    MoveHead,
     Refusal,
     Rule,
     Step,
+    Swap,
+    Withdraw,
+    attempt_meets,
     head_seen,
+    refused_write_meets,
     rule_for,
     settle,
 )
@@ -40,11 +50,15 @@ from .keys import MAX_KEY_BYTES, escape, has_lone_surrogate, is_digest, key_byte
 from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config, seen_in
 from .requests import (
+    CREATE,
     Delete,
     Get,
     Plan,
+    PreconditionFailed,
     Put,
+    PutMode,
     StoredObject,
+    Update,
     Written,
     same_etag,
 )
@@ -82,7 +96,8 @@ class Committing(Reading):
         3. *Outcome* of a refused head PUT: the saver reads the head and settles the rule again on what it holds
            (:func:`~.fencing.settle`): this checkpoint or one on top of it means an earlier attempt was applied
            and only its answer was lost (committed); a fork commits on the new head; otherwise the record is
-           deleted (provably never committed) and the put raises the refusal's error.
+           deleted (provably never committed) and the put raises the refusal's error. Each attempt's step, and
+           this outcome, is a row of :data:`~.fencing.COMMIT_TABLE`.
         """
         t = parse_config(config)
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
@@ -131,7 +146,7 @@ class Committing(Reading):
             sent = {put.key for put in values.puts}
             live = checkpoint["channel_values"]
             return [
-                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), if_none_match=True)
+                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
                 for channel, version in values.blobs.items()
                 if (key := self.layout.blob(thread_id, ns, channel, version)) not in sent and channel in live
             ]
@@ -234,62 +249,83 @@ class Committing(Reading):
         record: Callable[[str | None, bool], bytes],
         unsent_blobs: Callable[[], list[Put]],
     ) -> Plan[str | None]:
-        """Send the record and the head until the head PUT lands or :func:`~.fencing.settle` says otherwise; the
+        """Send the record and the head until the head PUT lands or :data:`~.fencing.COMMIT_TABLE` says otherwise; the
         committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
         already continued it)."""
         for _ in range(JOIN_ATTEMPTS):
-            attempt = self._attempt(c, basis)
-            if isinstance(attempt, str):
-                return attempt  # this very put already committed (a retry through a new saver)
-            if attempt is None:
-                # An older id than the head's (a fork that lost a race with a newer one): it does not
-                # move the head, exactly as "latest" is the newest id for every LangGraph saver. Its
-                # record alone is the commit.
-                yield [Put(c.record_key, record(None, True))]
-                return None
-            previous, head_put, extra = attempt
-            body = record(previous, False)
-            replies = yield from all_of([Put(c.record_key, body), dataclasses.replace(head_put, body=body), *extra])
-            head_reply = replies[1]
-            if isinstance(head_reply, Written):
-                return head_reply.etag
-            head_now = yield from one(Get(c.head_key))
-            step = yield from self._settle(c, head_now, mine=body)
-            if step.done:
-                assert head_now is not None
-                if self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id:
-                    return head_now.etag
-                return SUPERSEDED
-            if step.refused is not None:
-                yield [Delete((c.record_key,))]  # never committed, and never can be
-                self._refuse(c, step.refused)
-            if basis.parent is not None and (offers := unsent_blobs()):
-                yield [*offers]
-            basis = _Basis(head=head_now)
+            head_id = None if basis.head is None else self.codec.peek_head_id(c.head_key, basis.head.body)
+            match COMMIT_TABLE[attempt_meets(basis.parent is not None, head_id, c.checkpoint_id, c.parent_id)]:
+                case Committed():  # this very put already committed (a retry through a new saver)
+                    assert basis.head is not None
+                    return basis.head.etag
+                case ClockBehindHead():
+                    assert head_id is not None
+                    raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
+                case CommitDetached():
+                    yield [Put(c.record_key, record(None, True))]
+                    return None
+                case MoveHead(swap):
+                    body = record(c.parent_id if swap is Swap.ON_PARENT else head_id, False)
+                    reply = yield from self._move_head(c, basis, swap, head_id, body)
+                    if isinstance(reply, Written):
+                        return reply.etag
+            outcome, head_now, refusal = yield from self._after_refused_head(c, body)
+            match outcome:
+                case Committed(superseded):
+                    assert head_now is not None
+                    return SUPERSEDED if superseded else head_now.etag
+                case Withdraw():
+                    assert refusal is not None
+                    yield from self._withdraw(c, refusal_error(refusal, c.thread_id, c.ns, c.parent_id))
+                case JoinAgain():
+                    basis = yield from self._join_again(basis, head_now, unsent_blobs)
+        # Meets.ATTEMPTS_SPENT
+        detail = f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
+        return (yield from self._withdraw(c, CheckpointConflictError(c.thread_id, c.ns, detail)))
+
+    def _move_head(
+        self, c: _Commit, basis: _Basis, swap: Swap, head_id: str | None, body: bytes
+    ) -> Plan[Written | PreconditionFailed]:
+        """Send the record and the head together (:class:`~.fencing.MoveHead`); the head PUT's reply."""
+        restore: list[Put] = []
+        if swap is Swap.ON_PARENT:
+            assert basis.parent is not None
+            mode: PutMode = Update(basis.parent.etag)
+        elif swap is Swap.CREATE:
+            mode = CREATE
+        else:
+            assert basis.head is not None and head_id is not None
+            mode = Update(basis.head.etag)
+            # The head may be a head-only commit (its record PUT failed): make sure its record exists before the
+            # head moves on, or it would be lost from history.
+            restore.append(Put(self.layout.record(c.thread_id, c.ns, head_id), basis.head.body, mode=CREATE))
+        replies = yield from all_of([Put(c.record_key, body), Put(c.head_key, body, mode=mode), *restore])
+        return replies[1]
+
+    def _after_refused_head(
+        self, c: _Commit, body: bytes
+    ) -> Plan[tuple[CommitOutcome, StoredObject | None, Refusal | None]]:
+        """After a refused head PUT (``body``: the record it sent), read the head and settle the rule again on what it
+        holds: what :data:`~.fencing.COMMIT_TABLE` says then, the head read, and the refusal (if the rule refuses)."""
+        head_now = yield from one(Get(c.head_key))
+        step = yield from self._settle(c, head_now, mine=body)
+        head_is_this = head_now is not None and self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id
+        return COMMIT_TABLE[refused_write_meets(step, head_is_this)], head_now, step.refused
+
+    def _join_again(
+        self, basis: _Basis, head_now: StoredObject | None, unsent_blobs: Callable[[], list[Put]]
+    ) -> Plan[_Basis]:
+        """:class:`~.fencing.JoinAgain`: the next attempt stands on the head read now. A put that was to continue the
+        parent first offers the large values it relied on the parent's head for."""
+        if basis.parent is not None and (offers := unsent_blobs()):
+            yield [*offers]
+        return _Basis(head=head_now)
+
+    def _withdraw(self, c: _Commit, error: CheckpointConflictError) -> Plan[NoReturn]:
+        """:class:`~.fencing.Withdraw`: delete the record, which never committed and never can, and raise."""
         yield [Delete((c.record_key,))]
         self.memory.forget_namespace(c.thread_id, c.ns)
-        raise CheckpointConflictError(c.thread_id, c.ns, f" ({JOIN_ATTEMPTS} attempts to join the moving head)")
-
-    def _attempt(self, c: _Commit, basis: _Basis) -> _HeadSwap | str | None:
-        """What one commit attempt sends (no I/O): ``(previous_head, head PUT without its body, extra requests)``;
-        the head's ETag if the head already holds this checkpoint; ``None`` for a detached commit. Raises for a
-        clock behind the head's."""
-        if basis.parent is not None:
-            return c.parent_id, Put(c.head_key, b"", if_match=basis.parent.etag), []
-        head = basis.head
-        if head is None:
-            return None, Put(c.head_key, b"", if_none_match=True), []
-        head_id = self.codec.peek_head_id(c.head_key, head.body)
-        if head_id == c.checkpoint_id:
-            return head.etag
-        if c.checkpoint_id < head_id:
-            if c.parent_id == head_id:
-                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
-            return None
-        # The head may be a head-only commit (its record PUT failed): make sure its record exists
-        # before the head moves on, or it would be lost from history.
-        repair = Put(self.layout.record(c.thread_id, c.ns, head_id), head.body, if_none_match=True)
-        return head_id, Put(c.head_key, b"", if_match=head.etag), [repair]
+        raise error
 
     def _split_values(
         self,
@@ -353,7 +389,7 @@ class Committing(Reading):
         key = self.layout.blob(thread_id, ns, channel, version)
         if self.ttl is None:
             if not vouched and typed is not None:
-                result.puts.append(Put(key, self.codec.encode_blob(typed), if_none_match=True))
+                result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
             return
         written = self.memory.blob_written(thread_id, ns, channel, version)
         if vouched and written is not None and now - written <= self.ttl / 2:
@@ -379,15 +415,15 @@ class Committing(Reading):
         there (as far as the first writer knows: an entry that exists is not changed)."""
         marker = checkpoint_id.encode()
         return [
-            Put(self.layout.run_entry(run_id, thread_id, ns), marker, if_none_match=True),
-            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, if_none_match=True),
+            Put(self.layout.run_entry(run_id, thread_id, ns), marker, mode=CREATE),
+            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, mode=CREATE),
         ]
 
     def _names(self, thread_id: str, ns: str) -> list[Put]:
         """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
         named = ((thread_id, self.layout.thread_name(thread_id)), (ns, self.layout.ns_name(thread_id, ns)))
         return [
-            Put(key, value.encode("utf-8", "surrogatepass"), if_none_match=True, expires=False)
+            Put(key, value.encode("utf-8", "surrogatepass"), mode=CREATE, expires=False)
             for value, key in named
             if is_digest(escape(value))
         ]
@@ -432,18 +468,18 @@ class Committing(Reading):
             # Their replies do not matter (refused: the run is indexed here already).
             yield from all_of(entries)
         first = TaskWrites.of_call(task_id, task_path, run_id, new)
-        put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
+        put = Put(key, self.codec.encode_task_writes(first), mode=CREATE)
         for _ in range(WRITE_ATTEMPTS):
             if isinstance((yield from one(put)), Written):
                 return
             stored = yield from one(Get(key))
             if stored is None:  # deleted meanwhile (a rollback): create it again
-                put = Put(key, self.codec.encode_task_writes(first), if_none_match=True)
+                put = Put(key, self.codec.encode_task_writes(first), mode=CREATE)
                 continue
             merged = self.codec.peek_task_writes(key, stored.body).merge(task_path, run_id, new)
             if merged is None:
                 return  # nothing new: a retry, or writes that lost to earlier ones of the same run
-            put = Put(key, self.codec.encode_task_writes(merged), if_match=stored.etag)
+            put = Put(key, self.codec.encode_task_writes(merged), mode=Update(stored.etag))
         raise CheckpointConflictError(
             t.thread_id, t.checkpoint_ns, f" (task {task_id!r} kept changing its writes object {key!r})"
         )
@@ -500,10 +536,6 @@ def refusal_error(refusal: Refusal, thread_id: str, ns: str, parent_id: str | No
         return CheckpointConflictError(thread_id, ns, " (it had no checkpoint when this caller read it)")
     detail = "" if parent_id is None else f" (this checkpoint's parent {parent_id!r} is no longer the latest)"
     return CheckpointConflictError(thread_id, ns, detail)
-
-
-_HeadSwap = tuple[str | None, Put, list[Put]]
-"""One commit attempt: the record's ``previous_head``, the head PUT (without its body), extra requests."""
 
 
 @dataclass(frozen=True)

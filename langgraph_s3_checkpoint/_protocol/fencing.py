@@ -14,10 +14,14 @@ read decide another caller's put: a UI paging through history, or a run's own ``
 (another run, a UI request, another thread) has a chain of its own. Reads the saver makes for itself (its
 look-ups while committing, rolling back or repairing; the DeltaChannel walk; pages of history) record nothing.
 
-The decision, as data (``tests/test_fencing_table.py`` walks every row; docs/safety.md shows the table):
+The decision, as data (``tests/test_fencing_table.py`` and ``tests/test_commit_table.py`` walk every row;
+docs/safety.md shows the tables):
 
 1. :data:`FENCING_TABLE`: (has a parent, how the caller read it, does the put continue a run) -> :class:`Rule`.
 2. :func:`settle`: a rule and the head as it is now -> :class:`Step` (what to send, or why the put is refused).
+3. :data:`COMMIT_TABLE`: what one commit attempt meets (the head it stands on; after a refused head PUT, what
+   :func:`settle` made of the head then) -> :data:`CommitOutcome` (move the head, commit detached, done, withdraw
+   the record, join again).
 
 Rejected alternatives, kept here because each was tried: marking fork points process-wide on every read by id
 (any reader could exempt a straggler from the straggler rule); fencing on the head the process last saw (a fork
@@ -213,6 +217,122 @@ def settle(rule: Rule, head: HeadNow, parent_committed: bool | None = None) -> S
     if step.refused is Refusal.MOVED and parent_committed is False:
         return Step(refused=Refusal.PARENT_NOT_COMMITTED)
     return step
+
+
+# -- one commit attempt -----------------------------------------------------------------------------------------
+class Meets(Enum):
+    """What one commit attempt meets (``committing._commit``): the head it stands on when it is built (no I/O), and,
+    once its head PUT was refused, what :func:`settle` made of the head read then."""
+
+    HEAD_HOLDS_PARENT = "the head holds the parent, as the put knows it"
+    NO_HEAD = "no head"
+    OLDER_HEAD = "a head holding a checkpoint older than this one"
+    NEWER_HEAD = "a head holding a checkpoint newer than this one"
+    NEWER_HEAD_IS_PARENT = "a head holding the parent, whose id is newer than this checkpoint's"
+    HEAD_IS_THIS = "a head holding this checkpoint"
+    """This very put committed before (a retry through a new saver)."""
+    # after the head PUT was refused, the head read again:
+    ANSWER_LOST = "the head holds this checkpoint"
+    """An earlier attempt landed and only its answer was lost (:func:`settle` said :data:`DONE`)."""
+    ANSWER_LOST_AND_CONTINUED = "the head holds a checkpoint on top of this one"
+    """As above, and another writer has continued it already (:data:`DONE`)."""
+    RULE_REFUSES = "the put's rule refuses it on the head now"
+    RULE_JOINS = "the put's rule commits on the head now (:data:`JOIN`)"
+    ATTEMPTS_SPENT = "the head moved under each of the put's attempts"
+
+
+class Swap(Enum):
+    """Which head a commit's head PUT replaces, and so which head its record names (``previous_head``)."""
+
+    ON_PARENT = "the head holding the parent (If-Match its ETag)"
+    CREATE = "none (If-None-Match: *)"
+    ON_HEAD = "the head as read (If-Match its ETag)"
+    """Its record is offered create-only with the commit: the head may be a head-only commit (its record PUT was
+    lost), whose record would otherwise be lost from history once the head moves on."""
+
+
+@dataclass(frozen=True)
+class MoveHead:
+    """Send the record and the head together: the conditional head PUT is the commit, and where a second writer
+    loses."""
+
+    swap: Swap
+
+
+@dataclass(frozen=True)
+class CommitDetached:
+    """Commit by the record alone, marked ``detached``, leaving the head as it is: an id older than the head's does
+    not move it, as "latest" is the newest id for every LangGraph saver."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """This put is committed already: report success, sending nothing more."""
+
+    superseded: bool = False
+    """Another writer continued it already: the saver remembers its head as :data:`SUPERSEDED`."""
+
+
+@dataclass(frozen=True)
+class ClockBehindHead:
+    """Raise :class:`~.errors.ClockSkewError`, sending nothing: continuing the head with an older id would file the
+    checkpoint where no reader looks for the latest."""
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """Delete the record (it never committed, and never can) and raise: the refusal's error, or a conflict once the
+    attempts are spent."""
+
+
+@dataclass(frozen=True)
+class JoinAgain:
+    """Build the next attempt on the head as read now (first offering, create-only, the large values the record
+    relied on the parent's head for: a prune may have removed them since the thread moved on)."""
+
+
+CommitOutcome = MoveHead | CommitDetached | Committed | ClockBehindHead | Withdraw | JoinAgain
+
+COMMIT_TABLE: Mapping[Meets, CommitOutcome] = {
+    # building an attempt, on the head it stands on
+    Meets.HEAD_HOLDS_PARENT: MoveHead(Swap.ON_PARENT),
+    Meets.NO_HEAD: MoveHead(Swap.CREATE),
+    Meets.OLDER_HEAD: MoveHead(Swap.ON_HEAD),
+    Meets.NEWER_HEAD: CommitDetached(),  # a fork that lost a race with a newer checkpoint
+    Meets.NEWER_HEAD_IS_PARENT: ClockBehindHead(),
+    Meets.HEAD_IS_THIS: Committed(),
+    # after a refused head PUT, on what settle made of the head read then
+    Meets.ANSWER_LOST: Committed(),
+    Meets.ANSWER_LOST_AND_CONTINUED: Committed(superseded=True),
+    Meets.RULE_REFUSES: Withdraw(),
+    Meets.RULE_JOINS: JoinAgain(),
+    Meets.ATTEMPTS_SPENT: Withdraw(),
+}
+"""What one commit attempt meets -> what the put does (``committing._commit``; ``tests/test_commit_table.py``)."""
+
+
+def attempt_meets(on_parent: bool, head_id: str | None, checkpoint_id: str, parent_id: str | None) -> Meets:
+    """What an attempt stands on: the head that holds the parent (``on_parent``), or the head as read (its
+    checkpoint id; ``None``: there is none)."""
+    if on_parent:
+        return Meets.HEAD_HOLDS_PARENT
+    if head_id is None:
+        return Meets.NO_HEAD
+    if head_id == checkpoint_id:
+        return Meets.HEAD_IS_THIS
+    if checkpoint_id < head_id:
+        return Meets.NEWER_HEAD_IS_PARENT if head_id == parent_id else Meets.NEWER_HEAD
+    return Meets.OLDER_HEAD
+
+
+def refused_write_meets(step: Step, head_is_this: bool) -> Meets:
+    """What a refused head PUT meets: :func:`settle`'s step on the head read then (``head_is_this``: it holds this
+    checkpoint)."""
+    if step.done:
+        return Meets.ANSWER_LOST if head_is_this else Meets.ANSWER_LOST_AND_CONTINUED
+    if step.refused is not None:
+        return Meets.RULE_REFUSES
+    return Meets.RULE_JOINS
 
 
 # -- what the caller read ----------------------------------------------------------------------------------

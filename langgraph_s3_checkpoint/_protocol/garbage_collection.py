@@ -80,7 +80,16 @@ from . import seals
 from .chain import Chain, Standing
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import DELETE_BATCH, READ_BATCH, all_of, any_under, deletes, for_each_emitted, one, pages
-from .requests import Emit, Get, ListKeys, Page, Plan, Put, StoredObject
+from .requests import (
+    CREATE,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    StoredObject,
+)
 
 if TYPE_CHECKING:
     from .checkpoint_plans import Core
@@ -356,7 +365,7 @@ class _Collector:
             else:
                 in_use = (yield from one(Get(Layout.head_in(folder)))) is not None
             if in_use:
-                yield [Put(key, body.body, if_none_match=True, expires=False)]
+                yield [Put(key, body.body, mode=CREATE, expires=False)]
                 self.report.deleted[reason] -= 1
 
     def name_kind(self, key: str) -> KeyKind | None:
@@ -622,7 +631,7 @@ class _Collector:
             # Nothing is committed here. Flush first, so that everything queued while this namespace is
             # scanned is its own and can be dropped if a head appears meanwhile.
             yield from self.flush()
-            return _Walk(prefix, Chain(None, None))
+            return _Walk(prefix, Chain.without_head())
         try:
             head_id, head_previous = self.codec.peek_chain(head_key, head.body)
             metadata, _, refs = self.codec.peek_record(head_key, head.body)
@@ -942,11 +951,10 @@ def _writes_reason(walk: _Walk, cid: str) -> str | None:
     before it, otherwise the chain's verdict on a checkpoint whose record is missing."""
     if walk.current is not None and walk.current[0] == cid:
         return walk.current[1]  # writes share their record's standing
-    if walk.chain.decided(cid) is Standing.PENDING:
+    standing = walk.chain.writes_without_record(cid)
+    if standing is Standing.PENDING:
         return walk.pending_reason  # no record (yet): newer than the head, or no head at all
-    if cid == walk.chain.head_id:
-        return None  # the head's record is missing (restored by the next latest read)
-    return "orphan_writes"
+    return None if standing is Standing.COMMITTED else "orphan_writes"
 
 
 _OUTSIDE_RECORDS = frozenset({KeyKind.BLOB, KeyKind.HEAD, KeyKind.NS_NAME, KeyKind.MARKER})

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from ..errors import CorruptObjectError, DecryptionError, NewerFormatError, TargetThreadExistsError, ThreadChangedError
 from . import keys
+from .chain import Chain
 from .codec import Codec, Record
-from .keys import COPIED, KeyKind, Layout, classify, escape, is_digest, is_own_segment
+from .keys import COPIED, KeyKind, Layout, classify, escape, filed_checkpoint_id, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
     all_of,
@@ -33,7 +34,16 @@ from .plans import (
     own_folders_under,
 )
 from .repair import repair_needed
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Emit, Get, ListKeys, Put, StoredObject
+from .requests import (
+    CREATE,
+    PRECONDITION_FAILED,
+    DeleteIfMatch,
+    Emit,
+    Get,
+    ListKeys,
+    Put,
+    StoredObject,
+)
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -215,8 +225,8 @@ def export_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
 class _ArchiveReferences:
     """The large values an archive's visible checkpoints reference, and the ones it holds.
 
-    Visible: the snapshot heads and, in each namespace, the records at or below its head (records sort newest
-    first, so a key at or after the head's record key). A record committed after the snapshot is invisible in the
+    Visible: the snapshot heads and, in each namespace, the records its head's chain does not call pending (at or
+    below the head, :meth:`.chain.Chain.pending`). A record committed after the snapshot is invisible in the
     archive, and so are its values. A head or record that cannot be read (damaged, newer) is exported as it is and
     references nothing here: ``verify`` names it.
     """
@@ -226,15 +236,19 @@ class _ArchiveReferences:
         self.thread_prefix = thread_prefix
         self.needed: dict[str, str] = {}
         """Large value key -> a head or record that references it."""
-        self.oldest_visible: dict[str, str] = {}
+        self.head_record: dict[str, str] = {}
         """Namespace folder -> the key of its snapshot head's record."""
+        self.chains: dict[str, Chain] = {}
+        """Namespace folder -> the commit chain of its snapshot head: which records are visible in the archive."""
         self.exported: set[str] = set()
         """Keys of the large values and records exported."""
 
     def note_head(self, ns_prefix: str, body: bytes) -> None:
         head_key = Layout.head_in(ns_prefix)
         if self._note(ns_prefix, head_key, body):
-            self.oldest_visible[ns_prefix] = Layout.record_in(ns_prefix, self.codec.peek_head_id(head_key, body))
+            head_id = self.codec.peek_head_id(head_key, body)
+            self.head_record[ns_prefix] = Layout.record_in(ns_prefix, head_id)
+            self.chains[ns_prefix] = Chain.from_head(head_id, None)
 
     def note_exported(self, key: str, body: bytes) -> None:
         kind = classify(key[len(self.thread_prefix) :])
@@ -242,7 +256,8 @@ class _ArchiveReferences:
             self.exported.add(key)
         if kind is KeyKind.RECORD:
             ns_prefix = namespace_prefix(self.thread_prefix, key)
-            if ns_prefix in self.oldest_visible and key >= self.oldest_visible[ns_prefix]:
+            chain, checkpoint_id = self.chains.get(ns_prefix), filed_checkpoint_id(key)
+            if chain is not None and checkpoint_id is not None and not chain.pending(checkpoint_id):
                 self._note(ns_prefix, key, body)
 
     def _note(self, ns_prefix: str, key: str, body: bytes) -> bool:
@@ -260,7 +275,7 @@ class _ArchiveReferences:
         read restores them."""
         missing = []
         for ns_prefix, head in zip(namespaces, heads, strict=True):
-            record_key = self.oldest_visible.get(ns_prefix)
+            record_key = self.head_record.get(ns_prefix)
             if head is not None and record_key is not None and record_key not in self.exported:
                 missing.append(Exported(record_key[len(self.thread_prefix) :], head.body))
         return missing
@@ -298,7 +313,7 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         if kind == KeyKind.THREAD_NAME:
             continue  # rewritten below for the new id
         if kind == KeyKind.HEAD:
-            heads.append(Put(key, item.body, if_none_match=True))
+            heads.append(Put(key, item.body, mode=CREATE))
             continue
         batch.extend(_history_puts(layout, key, item.body, kind, segment))
         written += 1

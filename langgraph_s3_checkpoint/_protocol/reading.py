@@ -42,6 +42,7 @@ from .plans import (
     two,
 )
 from .requests import (
+    CREATE,
     Emit,
     Get,
     ListKeys,
@@ -121,7 +122,7 @@ class _NsCursor:
     page_size: int
     use_cache: bool = True
     """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
-    chain: Chain = field(default_factory=lambda: Chain(None, None))
+    chain: Chain = field(default_factory=Chain.without_head)
     buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
     token: str | None = None
     exhausted: bool = False
@@ -156,7 +157,10 @@ class _NsCursor:
 
     def admit(self, record: Record) -> bool:
         """Whether a record (met in newest-first order) was committed."""
-        return self.chain.standing(record.checkpoint["id"], record.previous_head, record.detached) is Standing.COMMITTED
+        standing = self.chain.standing(
+            record.checkpoint["id"], record.previous_head, record.detached, undecodable=record.undecodable
+        )
+        return standing is Standing.COMMITTED
 
     def accept(self, page: Page) -> None:
         # Start small and double: a walk that stops early (a page of history) lists and parses only a
@@ -172,11 +176,12 @@ class _NsCursor:
             parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
             if parsed is None:
                 continue  # not ours (a folder marker, a foreign object)
-            if self._head_due and parsed.checkpoint_id <= head_id:
+            pending = self.chain.pending(parsed.checkpoint_id)
+            if self._head_due and not pending:
                 self._head_met(head_id, record_listed=parsed.is_record and parsed.checkpoint_id == head_id)
             if parsed.is_record:
-                # Records newer than the head are puts in flight (or dead): never visible.
-                self._current = parsed.checkpoint_id if parsed.checkpoint_id <= head_id else None
+                # A pending record (a put in flight, or one that died) is never shown: not even read.
+                self._current = None if pending else parsed.checkpoint_id
                 if self._current is not None:
                     self.buffer.append((read, []))
             elif parsed.checkpoint_id == self._current:
@@ -251,7 +256,7 @@ class Reading(CoreState):
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
         # restore the record from the head, which is a copy of it.
-        repair = [] if key in listing.keys else [Put(key, head.body, if_none_match=True)]
+        repair = [] if key in listing.keys else [Put(key, head.body, mode=CREATE)]
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
@@ -279,7 +284,7 @@ class Reading(CoreState):
             assert head is not None
             # A head-only commit (see _get_latest): the head holds the record.
             obj, key = head, head_key
-            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, if_none_match=True))
+            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, mode=CREATE))
         record = self.codec.decode_record(key, obj.body)
         if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
             return None  # a put that never committed (or has not yet): not part of the thread
@@ -316,21 +321,21 @@ class Reading(CoreState):
 
     def _standing(self, thread_id: str, ns: str, record: Record, head: StoredObject | None) -> Plan[Standing]:
         """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
-        if head is None:
-            return Standing.PENDING
         try:
-            head_id, head_previous = self.codec.peek_chain(self.layout.head(thread_id, ns), head.body)
+            chain = (
+                Chain.without_head()
+                if head is None
+                else Chain.from_head(*self.codec.peek_chain(self.layout.head(thread_id, ns), head.body))
+            )
         except CorruptObjectError:
-            # A damaged head fails the latest read, which names it; what was committed below it cannot
-            # be judged, so a record read by id is trusted rather than the whole history hidden.
-            return Standing.COMMITTED
-        chain = Chain.from_head(head_id, head_previous)
+            chain = Chain.of_damaged_head()
         checkpoint_id = record.checkpoint["id"]
-        if record.detached:
-            return chain.standing(checkpoint_id, record.previous_head, True)
+        if record.detached or record.undecodable:
+            return chain.standing(checkpoint_id, record.previous_head, record.detached, undecodable=record.undecodable)
         if (known := chain.decided(checkpoint_id)) is not None:
             return known
-        return (yield from self._walk_down_to(thread_id, ns, chain, head_id, record))
+        assert chain.head_id is not None  # decided() settles every id without a head
+        return (yield from self._walk_down_to(thread_id, ns, chain, chain.head_id, record))
 
     def _walk_down_to(self, thread_id: str, ns: str, chain: Chain, head_id: str, record: Record) -> Plan[Standing]:
         """The standing of a record the head alone cannot place: the records between the head and it are
@@ -365,7 +370,9 @@ class Reading(CoreState):
             try:
                 previous, detached = self.codec.peek_link(read.key, obj.body)
             except CorruptObjectError:
-                continue  # a damaged record is reported when read itself; here, a missing link
+                # reported when it is read itself; here it leaves the link where it is, as a missing one
+                chain.standing(cid, None, False, undecodable=True)
+                continue
             chain.standing(cid, previous, detached)
             if (known := chain.decided(checkpoint_id)) is not None:
                 return known
@@ -539,12 +546,11 @@ class Reading(CoreState):
         for c in cursors:
             head: StoredObject | None = next(replies)
             page: Page = next(replies)
-            head_id, head_previous = (
-                self.codec.peek_chain(self.layout.head(thread_id, c.checkpoint_ns), head.body)
-                if head is not None
-                else (None, None)
+            head_key = self.layout.head(thread_id, c.checkpoint_ns)
+            chain = (
+                Chain.without_head() if head is None else Chain.from_head(*self.codec.peek_chain(head_key, head.body))
             )
-            c.place(Chain.from_head(head_id, head_previous), self.layout.head(thread_id, c.checkpoint_ns))
+            c.place(chain, head_key)
             if before_id:
                 bound: StoredObject | None = next(replies)
                 if not (yield from self._continue_below(thread_id, c, head, bound)):

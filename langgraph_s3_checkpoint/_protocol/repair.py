@@ -57,9 +57,19 @@ from langgraph.checkpoint.base import Checkpoint
 
 from ..errors import CorruptObjectError, DamagedHeadError, DecryptionError
 from .codec import Codec, Record, WriteBatch
-from .keys import Layout, copy_marked_by, escape, is_digest, marker_operation, named_id
+from .keys import Layout, copy_marked_by, escape, filed_checkpoint_id, is_digest, marker_operation, named_id
 from .plans import READ_BATCH, all_of, all_pages, chunks, exists, id_behind, landed, one, own_folders_under
-from .requests import DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
+from .requests import (
+    CREATE,
+    DeleteIfMatch,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    StoredObject,
+    Update,
+)
 
 if TYPE_CHECKING:  # typing only
     from .checkpoint_plans import Core
@@ -77,9 +87,6 @@ COPYING = "copying"
 # ------------------------------------------------------------------------------------------------
 # Listing past damaged records
 # ------------------------------------------------------------------------------------------------
-_NEWER_THAN_ANY_ID = "\U0010ffff"
-
-
 def _ignore(error: CorruptObjectError) -> None:
     return None
 
@@ -88,8 +95,8 @@ def _ignore(error: CorruptObjectError) -> None:
 class SkippingCodec(Codec):
     """A codec for ``list(skip_damaged=True)``: a damaged record or writes object is reported and skipped.
 
-    A damaged record decodes to a placeholder whose id is newer than any head, which the commit chain
-    classifies as PENDING (never shown) without moving its link: the records below it are judged as
+    A damaged record decodes to a stand-in that says so (``undecodable``, with the id its key names), which the
+    commit chain calls UNDECODABLE (never shown) without moving its link: the records below it are judged as
     below a missing link, exactly as after a deletion. Undecryptable objects and damaged heads still raise.
     """
 
@@ -101,8 +108,11 @@ class SkippingCodec(Codec):
         except (DecryptionError, DamagedHeadError):
             raise
         except CorruptObjectError as exc:
+            checkpoint_id = filed_checkpoint_id(key)
+            if checkpoint_id is None:
+                raise  # not a record's key: nothing to stand in for
             self.report(exc)
-            return Record(checkpoint=cast(Checkpoint, {"id": _NEWER_THAN_ANY_ID}), metadata={}, parent_id=None)
+            return Record(cast(Checkpoint, {"id": checkpoint_id}), metadata={}, parent_id=None, undecodable=True)
 
     def decode_writes(self, key: str, data: bytes) -> WriteBatch:
         try:
@@ -557,9 +567,9 @@ def _write_head(
     """The fix: write the chosen record as the head, conditionally (``If-Match`` on the damaged head,
     ``If-None-Match: *`` when it is missing), so that a writer committing meanwhile wins."""
     put = (
-        Put(head_key, chosen.body, if_match=head.etag)
+        Put(head_key, chosen.body, mode=Update(head.etag))
         if head is not None
-        else Put(head_key, chosen.body, if_none_match=True)
+        else Put(head_key, chosen.body, mode=CREATE)
     )
     reply = yield from one(put)
     [applied] = yield from landed([put], [reply])  # a refused retry of a write that landed is still ours

@@ -38,13 +38,33 @@ class Get(Request["StoredObject | None"]):
 
 
 @dataclass(frozen=True)
+class Overwrite:
+    """Write whatever the key holds (no condition)."""
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create only (``If-None-Match: *``): the reply is :data:`PRECONDITION_FAILED` if the key exists."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """Replace only the object with this ETag (``If-Match``); :data:`PRECONDITION_FAILED` otherwise (or if missing)."""
+
+    etag: str
+
+
+PutMode = Overwrite | Create | Update
+"""What a :class:`Put` may replace, as object_store's ``PutMode``: one of three, never two conditions at once."""
+OVERWRITE: Final = Overwrite()
+CREATE: Final = Create()
+
+
+@dataclass(frozen=True)
 class Put(Request["Written | PreconditionFailed"]):
     key: str
     body: bytes = field(repr=False)
-    if_none_match: bool = False
-    """Create only: the reply is :data:`PRECONDITION_FAILED` if the key exists."""
-    if_match: str | None = None
-    """Replace only the object with this ETag; :data:`PRECONDITION_FAILED` otherwise (or if missing)."""
+    mode: PutMode = OVERWRITE
     expires: bool = True
     """Whether the retention tag applies (when a TTL is configured); ``name`` objects never expire."""
 
@@ -187,22 +207,22 @@ def condition_failed(request: Put, *, refused: bool, missing: bool) -> bool:
     expected. Not a 409 ConditionalRequestConflict: AWS documents it as "a concurrent write raced you, retry",
     so both transports send the same request again (:mod:`.retries`); it says nothing about the object.
     """
-    return refused or (missing and request.if_match is not None)
+    return refused or (missing and isinstance(request.mode, Update))
 
 
 def is_conditional(request: Request[Any]) -> bool:
     """Whether a request carries ``If-None-Match`` or ``If-Match``."""
     if isinstance(request, Put):
-        return request.if_none_match or request.if_match is not None
+        return not isinstance(request.mode, Overwrite)
     return isinstance(request, DeleteIfMatch)
 
 
 def describe_condition(request: Request[Any]) -> str:
     """A conditional request's condition as errors name it (``If-None-Match: *``, ``If-Match: "etag"``)."""
-    if isinstance(request, Put) and request.if_none_match:
+    if isinstance(request, Put) and isinstance(request.mode, Create):
         return "If-None-Match: *"
-    if isinstance(request, Put) and request.if_match is not None:
-        return f"If-Match: {request.if_match}"
+    if isinstance(request, Put) and isinstance(request.mode, Update):
+        return f"If-Match: {request.mode.etag}"
     if isinstance(request, DeleteIfMatch):
         return f"If-Match: {request.etag}"
     return "no condition"

@@ -50,6 +50,7 @@ from .plans import (
     pages,
 )
 from .requests import (
+    CREATE,
     PRECONDITION_FAILED,
     BucketExists,
     Copy,
@@ -67,6 +68,7 @@ from .requests import (
     Put,
     RemoveExpiryRule,
     StoredObject,
+    Update,
     Written,
     same_etag,
 )
@@ -178,7 +180,7 @@ class Maintenance(Committing):
         for prefix, head in zip(prefixes, heads, strict=True):
             if head is not None:
                 target = self.layout.retarget_thread(Layout.head_in(prefix), source_thread_id, target_thread_id)
-                commits.append(Put(target, head.body, if_none_match=True))
+                commits.append(Put(target, head.body, mode=CREATE))
         replies = (yield from all_of(commits)) if commits else []
         applied = yield from landed(commits, replies)
         refused = [put.key for put, ours in zip(commits, applied, strict=True) if not ours]
@@ -450,7 +452,7 @@ class Maintenance(Committing):
         back to a survivor, and its parent is where the run started; counted from the head itself, since a
         head-only commit of the run has no record to find)."""
         if head is None:
-            return _RunRecords(run_id, first_id, Chain(None, None), wants_survivor=False)
+            return _RunRecords(run_id, first_id, Chain.without_head(), wants_survivor=False)
         chain = Chain.from_head(*self.codec.peek_chain(head_key, head.body))
         head_run, head_parent = self._made_by(head_key, head)
         found = _RunRecords(run_id, first_id, chain, wants_survivor=head_run == run_id)
@@ -548,7 +550,7 @@ class Maintenance(Committing):
                     rest = None if obj is None else self._without_run(key, obj, run_id)
                     if rest is not None and obj is not None:
                         changes.append(
-                            Put(key, self.codec.encode_task_writes(rest), if_match=obj.etag)
+                            Put(key, self.codec.encode_task_writes(rest), mode=Update(obj.etag))
                             if rest.stored
                             else DeleteIfMatch(key, obj.etag)
                         )
@@ -578,7 +580,7 @@ class Maintenance(Committing):
         """
         reply: Written | PreconditionFailed | None
         if found.survivor is not None:
-            reply = yield from one(Put(head_key, found.survivor.body, if_match=head.etag))
+            reply = yield from one(Put(head_key, found.survivor.body, mode=Update(head.etag)))
         else:
             reply = yield from one(DeleteIfMatch(head_key, head.etag))
         if reply is not PRECONDITION_FAILED:
@@ -660,7 +662,7 @@ class Maintenance(Committing):
             # Refused: the head moved, unless it is gone (a retry whose first attempt deleted it and lost
             # its answer is refused by SeaweedFS, a missing object failing If-Match).
             if refused and (yield from one(Get(key))) is not None:
-                yield [Put(deleted_key, head.body, if_none_match=True) for deleted_key, head in deleted]
+                yield [Put(deleted_key, head.body, mode=CREATE) for deleted_key, head in deleted]
                 yield [unmark]
                 return None
             deleted.append((key, obj))
@@ -724,10 +726,11 @@ class _PruneScope:
         return Layout.blobs_in(self.namespace)
 
     def standing(self, key: str) -> Standing | None:
-        """PENDING for what a put in flight may need, ORPHAN for the rest; None: not ours."""
+        """The chain's standing of a record or writes prune does not keep (PRUNABLE, or PENDING for a put in flight);
+        PENDING for a large value no kept record references (a put in flight may); None: not ours."""
         parsed = Layout.parse_checkpoint_key(self.records, key)  # what classify_in_namespace calls a record or write
         if parsed is not None:
-            return Standing.PENDING if self.head_id is None or parsed.checkpoint_id > self.head_id else Standing.ORPHAN
+            return Chain.from_head(self.head_id, None).unkept(parsed.checkpoint_id)
         return Standing.PENDING if classify_in_namespace(key[len(self.namespace) :]) is KeyKind.BLOB else None
 
     def victims_of(self, page: Page) -> list[str]:
@@ -738,7 +741,7 @@ class _PruneScope:
             if key in self.keep or any(key.startswith(p) for p in self.keep_prefixes):
                 continue
             found = self.standing(key)
-            if found is Standing.ORPHAN or (found is Standing.PENDING and modified <= young):
+            if found is Standing.PRUNABLE or (found is Standing.PENDING and modified <= young):
                 victims.append(key)
         return victims
 

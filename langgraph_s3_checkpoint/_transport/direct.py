@@ -45,11 +45,13 @@ from botocore.httpsession import get_cert_path
 
 from .._protocol.requests import (
     PRECONDITION_FAILED,
+    Create,
     Get,
     ListKeys,
     Page,
     Put,
     StoredObject,
+    Update,
     Written,
     condition_failed,
     named_in_errors,
@@ -87,10 +89,10 @@ def put_arguments(request: Put, extra: Mapping[str, Any], expiry_tag: str | None
     (botocore's CRC32 checksums, which also caught it, are off: several providers reject them)."""
     args = dict(extra)
     args["ContentMD5"] = base64.b64encode(hashlib.md5(request.body, usedforsecurity=False).digest()).decode()
-    if request.if_none_match:
+    if isinstance(request.mode, Create):
         args["IfNoneMatch"] = "*"
-    if request.if_match is not None:
-        args["IfMatch"] = request.if_match
+    elif isinstance(request.mode, Update):
+        args["IfMatch"] = request.mode.etag
     if expiry_tag and request.expires:
         args["Tagging"] = expiry_tag
     return args

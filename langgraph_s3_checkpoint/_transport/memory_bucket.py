@@ -54,6 +54,7 @@ from .._protocol.requests import (
     PRECONDITION_FAILED,
     BucketExists,
     Copy,
+    Create,
     CreateBucket,
     Delete,
     DeleteIfMatch,
@@ -66,6 +67,7 @@ from .._protocol.requests import (
     RemoveExpiryRule,
     Request,
     StoredObject,
+    Update,
     Written,
 )
 from ..errors import S3RequestError, error_for_code
@@ -227,13 +229,13 @@ class MemoryBucket:
 
     def _put(self, request: Put) -> Any:
         current = self._objects.get(request.key)
-        if request.if_none_match and current is not None:
+        if isinstance(request.mode, Create) and current is not None:
             return PRECONDITION_FAILED
-        if request.if_match is not None:
+        if isinstance(request.mode, Update):
             # A missing key: 404 (AWS, moto) or 412 (SeaweedFS); the store maps both to PRECONDITION_FAILED.
             if current is None:
                 return PRECONDITION_FAILED
-            if request.if_match != "*" and _bare(current.etag) != _bare(request.if_match):
+            if request.mode.etag != "*" and _bare(current.etag) != _bare(request.mode.etag):
                 return PRECONDITION_FAILED
         return Written(self._store(request.key, bytes(request.body), request.expires).etag)
 

@@ -54,8 +54,10 @@ from typing import Any, NamedTuple
 
 from .._protocol.plans import landed, one
 from .._protocol.requests import (
+    CREATE,
     PRECONDITION_FAILED,
     Copy,
+    Create,
     Delete,
     DeleteIfMatch,
     EnsureExpiryRule,
@@ -67,6 +69,7 @@ from .._protocol.requests import (
     Put,
     Request,
     StoredObject,
+    Update,
     Written,
     is_conditional,
     same_etag,
@@ -150,12 +153,12 @@ def _create(keys: Keys) -> Plan[_Created | Failed]:
     """The probe's first round trip: every key created that a check needs, the PUT with If-Match on the missing
     key, and the race. A refused create is read back: its first attempt may have landed with its answer lost."""
     names = (keys.replaced, keys.again, keys.wrong, keys.kept, keys.deleted)
-    creates = [Put(name, name.encode(), if_none_match=True) for name in names]
+    creates = [Put(name, name.encode(), mode=CREATE) for name in names]
     *created, stray, race_a, race_b = yield [
         *creates,
-        Put(keys.missing, b"m", if_match=NO_SUCH_ETAG),
-        Put(keys.race, b"a", if_none_match=True),
-        Put(keys.race, b"b", if_none_match=True),
+        Put(keys.missing, b"m", mode=Update(NO_SUCH_ETAG)),
+        Put(keys.race, b"a", mode=CREATE),
+        Put(keys.race, b"b", mode=CREATE),
     ]
     held = yield from landed(creates, created)
     etags = [reply.etag if isinstance(reply, Written) else None for reply in created]
@@ -174,9 +177,9 @@ def _checks(keys: Keys) -> Plan[Failed | None]:
         return created
     first, stray = created.replaced, created.stray
     right, again, wrong, stale, done, stray_now, race_now = yield [
-        Put(keys.replaced, b"replaced", if_match=first),
-        Put(keys.again, b"again", if_none_match=True),
-        Put(keys.wrong, b"wrong", if_match=NO_SUCH_ETAG),
+        Put(keys.replaced, b"replaced", mode=Update(first)),
+        Put(keys.again, b"again", mode=CREATE),
+        Put(keys.wrong, b"wrong", mode=Update(NO_SUCH_ETAG)),
         DeleteIfMatch(keys.kept, first),  # the replaced key's first ETag: one this object never had
         DeleteIfMatch(keys.deleted, created.deleted),
         Get(keys.missing),
@@ -260,7 +263,12 @@ def _plain(request: Request, etag: str | None) -> Request | PreconditionFailed |
             return None
         return Delete((request.key,)) if same_etag(etag, request.etag) else PRECONDITION_FAILED
     assert isinstance(request, Put)
-    holds = etag is None if request.if_none_match else etag is not None and same_etag(etag, str(request.if_match))
+    mode = request.mode
+    if isinstance(mode, Create):
+        holds = etag is None
+    else:
+        assert isinstance(mode, Update)  # the conditional PUTs
+        holds = etag is not None and same_etag(etag, mode.etag)
     return Put(request.key, request.body, expires=request.expires) if holds else PRECONDITION_FAILED
 
 

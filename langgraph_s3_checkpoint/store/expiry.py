@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from .._protocol.plans import chunks, deletes, one
 from .._protocol.requests import (
+    CREATE,
     PRECONDITION_FAILED,
     DeleteIfMatch,
     Get,
@@ -187,7 +188,7 @@ def file_if_empty(core: StoreCore) -> Plan[None]:
         return
     frame = {"format": FORMAT, "swept_through": None}
     # Create-only: refused when a sweep or another setup wrote it first, and then it exists as well.
-    yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), if_none_match=True, expires=False))
+    yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), mode=CREATE, expires=False))
     core.sweep_state.filed = True
 
 

@@ -24,6 +24,7 @@ from langgraph.store.memory import _compare_values, _does_match
 from .._protocol.keys import is_digest
 from .._protocol.plans import all_pages, chunks, one
 from .._protocol.requests import (
+    CREATE,
     PRECONDITION_FAILED,
     Delete,
     DeleteIfMatch,
@@ -34,6 +35,7 @@ from .._protocol.requests import (
     Put,
     Request,
     StoredObject,
+    Update,
     Written,
     same_etag,
 )
@@ -269,7 +271,7 @@ class StoreCore:
     def _refresh(self, items: Sequence[Stored], now: datetime) -> Plan[None]:
         """Push back the expiry of items with a TTL (``If-Match``: a concurrent rewrite wins)."""
         puts: list[Request] = [
-            Put(s.key, self.codec.refreshed(s, now), if_match=s.etag) for s in items if s.ttl is not None
+            Put(s.key, self.codec.refreshed(s, now), mode=Update(s.etag)) for s in items if s.ttl is not None
         ]
         if puts:
             yield puts
@@ -326,7 +328,7 @@ class StoreCore:
                 shard_updates.setdefault(shard, {})[op.key] = entry
                 versions[op.key] = None if op.value is None else version
         for segment, real in new_names.items():
-            requests.append(Put(self.layout.name(segment), self.codec.encode_name(real), if_none_match=True))
+            requests.append(Put(self.layout.name(segment), self.codec.encode_name(real), mode=CREATE))
         for start in range(0, len(deletes), 1000):
             requests.append(Delete(tuple(deletes[start : start + 1000])))
         # parallel() hands each round trip's replies to the plans in order: _send (first) fills in the
@@ -397,10 +399,10 @@ class StoreCore:
     def _shard_write(self, shard: str, obj: StoredObject | None, entries: dict[str, list[Any]]) -> Request:
         """The conditional write of a shard read as ``obj`` (``None``: missing) that makes it hold ``entries``."""
         if obj is None:
-            return Put(shard, self.codec.encode_shard(entries), if_none_match=True, expires=False)
+            return Put(shard, self.codec.encode_shard(entries), mode=CREATE, expires=False)
         if not entries:
             return DeleteIfMatch(shard, obj.etag)
-        return Put(shard, self.codec.encode_shard(entries), if_match=obj.etag, expires=False)
+        return Put(shard, self.codec.encode_shard(entries), mode=Update(obj.etag), expires=False)
 
     def _version_or_unknown(self, key: str, obj: StoredObject | None) -> str | None:
         """The version of an item as read (``None``: missing); ``""`` if it has none or cannot be read, which no
