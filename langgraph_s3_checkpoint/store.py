@@ -657,6 +657,19 @@ class StoreCore:
         """Keys of the expiry markers (:mod:`.expiry`)."""
         return expiry.Markers(self.layout.root, self.layout.items_root)
 
+    @property
+    def expiring(self) -> expiry.Expiring[Expiry]:
+        """What the expiry markers' plans need of the store (:mod:`.expiry`)."""
+        return expiry.Expiring(
+            self.markers,
+            self.sweep_state,
+            self.codec.codec,
+            self.now,
+            self.layout.is_item,
+            lambda key, obj, now: self.codec.peek_expiry(key, obj),
+            self.forget_vectors,
+        )
+
     # -- batch ------------------------------------------------------------------------------------
     def batch(
         self,
@@ -719,7 +732,7 @@ class StoreCore:
         now = self.now()
         # Expiry markers first: an item with a TTL never exists without one (expiry.py).
         yield from expiry.file_markers(
-            self,
+            self.expiring,
             [
                 (self.layout.item(op.namespace, op.key), expires_at(now, op.ttl))
                 for op in ops
@@ -1127,7 +1140,8 @@ class StoreCore:
     def sweep(self, full: bool = False) -> Plan[int]:
         """Delete every expired item whose expiry marker came due (every expired item, reading all of them,
         when the store was never filed or ``full``), and its vectors; returns how many (see :mod:`.expiry`)."""
-        return (yield from expiry.sweep(self, full))
+        swept = yield from expiry.sweep(self.expiring, full)
+        return swept.deleted
 
     def forget_vectors(self, gone: Sequence[Expiry]) -> Plan[None]:
         """Remove the vector entries of deleted items (with an index): one read-modify-write per shard."""
@@ -1477,7 +1491,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         core = Core(layout=Layout(self.prefix), codec=self._codec)
         yield from core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
         # A store without items has none an older release wrote: its first sweep need not read them all.
-        yield from expiry.file_if_empty(self._core)
+        yield from expiry.file_if_empty(self._core.expiring)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:
