@@ -1041,7 +1041,7 @@ def cmd_cache_sweep(ctx: Context, args: argparse.Namespace) -> int:
     if not args.dry_run:
         ctx.confirm(args, f"Delete every expired node cache entry under {ctx.where}?")
     with _node_cache(ctx) as cache:
-        report = cache.sweep(dry_run=args.dry_run)
+        report = cache.sweep(dry_run=args.dry_run, full=args.full)
     if ctx.as_json:
         ctx.emit_json({"ok": not report.unreadable, **dataclasses.asdict(report)})
     else:
@@ -1067,6 +1067,11 @@ def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> No
     sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
     destructive(sub)
     sub = _add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
+    sub.add_argument(
+        "--full",
+        action="store_true",
+        help="read every entry, not only those whose expiry came due (after an older release wrote entries)",
+    )
     destructive(sub)
 
 

@@ -188,8 +188,8 @@ class Expiring(Generic[E]):
     """Whether a listed key below ``markers.items_root`` is an item (anything else is skipped)."""
     peek: Callable[[str, StoredObject, datetime], E]
     """An item's expiry from its frame; :class:`CorruptObjectError` or :class:`NewerFormatError` if it has none."""
-    forget: Callable[[Sequence[E]], Plan[None]]
-    """What goes with deleted items (the store's vector entries)."""
+    forget: Callable[[Sequence[E]], Plan[None]] | None = None
+    """Removes what goes with deleted items (the store's vector entries)."""
 
 
 @dataclass
@@ -253,6 +253,8 @@ def sweep(owner: Expiring[E], full: bool, *, dry_run: bool = False) -> Plan[Swep
         recorded = None if full else (yield from _read_filed(owner))
         if recorded is None:
             yield from _file_every_item(owner, now, swept, dry_run)
+            if dry_run:
+                return swept  # every item was read: the markers would only name some of them again
             start = None  # every marker ever filed is judged once: those of items the full pass deleted go
         else:
             state.recorded = recorded if recorded >= 0 else None
@@ -374,16 +376,25 @@ def _settle(owner: Expiring[E], dues: list[_Due[E]], now: datetime, swept: Swept
         # The deletes travel with the markers filed so far (items filed again, in the same round trip).
         replies = (yield [*(DeleteIfMatch(e.key, e.etag) for _, e in deletions), *filings])[: len(deletions)]
         pending = settling.refused(deletions, replies)
-        if pending and attempt == ATTEMPTS - 1:
+        if not pending:
+            break
+        if attempt == ATTEMPTS - 1:
             # Still changing: filed for the next minute, so that the next sweep looks again.
             for due in pending:
                 settling.refile(due, minute_of(now.timestamp()) + 1, random_nonce())
+    yield from _conclude(owner, settling, swept)
+
+
+def _conclude(owner: Expiring[E], settling: _Settlement[E], swept: Swept) -> Plan[None]:
+    """File what is still to file; then remove the markers that no longer cover anything, and what goes with
+    the items deleted."""
     if filings := settling.take_files():
         yield filings
     if settling.drop:
         # Only now: each marker goes once its item is gone or the marker filing it again has landed.
         yield deletes(sorted(set(settling.drop)))
-    yield from owner.forget(settling.gone)
+    if owner.forget is not None:
+        yield from owner.forget(settling.gone)
     swept.deleted += len(settling.gone)
     swept.damaged += settling.damaged
 
