@@ -429,6 +429,28 @@ def test_a_sweep_costs_what_expired_not_what_is_cached(
         assert len(cache.get([(("live",), f"k{i}") for i in range(live)])) == live
 
 
+def test_a_marker_is_written_before_its_entry_and_a_set_that_died_between_leaves_nothing() -> None:
+    """Every entry with a TTL exists only after its expiry marker (so no sweep misses it); a ``set`` that died
+    after its markers leaves markers naming nothing, which the sweep removes once they come due."""
+    clock = Clock()
+    bucket = MemoryBucket(now=clock, keep_log=True)
+    with S3Cache(bucket="b", prefix="p", client=bucket, now=clock) as cache:
+        cache.setup()
+        cache.set({(("n",), "k"): (1, 60), (("n",), "forever"): (2, None)})
+        assert bucket.log is not None
+        puts = [request.key for request, _ in bucket.log if isinstance(request, Put) and "/_setup/" not in request.key]
+        assert puts[0] == "p/cache-ttl-filed"  # setup filed the empty cache
+        assert puts[1].startswith("p/cache-ttl/") and sorted(puts[2:]) == ["p/cache/n/forever", "p/cache/n/k"]
+
+        died = cache.plans.set({(("n",), "died"): (3, 30)})
+        cache.bucket_io.run(_one_batch(next(died)))  # its marker, then nothing more
+        died.close()
+        clock.advance(61)
+        report = cache.sweep()
+        assert (report.scanned, report.expired, report.deleted) == (1, 1, 1)  # k; the marker of "died" named nothing
+        assert bucket.keys("p/cache-ttl/") == [] and bucket.keys("p/cache/") == ["p/cache/n/forever"]
+
+
 def _set_as_an_older_release(cache: S3Cache[Any], pairs: dict[Any, tuple[Any, float | None]]) -> None:
     """Entries as a release before expiry markers wrote them: the same objects, no marker."""
     core = cache.plans
