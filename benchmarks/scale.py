@@ -25,7 +25,8 @@ Before the sizes, a throughput run: ``--workers`` processes x ``--concurrency`` 
 supersteps (``durability="sync"``) with AsyncS3Saver, against the machine's floor measured the same way in the
 same run: LangGraph with a checkpointer that serializes nothing, plus the three conditional PUTs a superstep sends
 (record and head together, the node's writes) sent bare by the same HTTP sender; and LangGraph alone with that
-checkpointer. Writes ``results/scale.json``, ``results/scale.md`` and ``results/scale.png``.
+checkpointer. Ours and the floor run in ``--rounds`` paired rounds after an unmeasured one (see
+:func:`throughput`). Writes ``results/scale.json``, ``results/scale.md`` and ``results/scale.png``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import statistics
 import sys
 import time
 import uuid
@@ -222,10 +224,14 @@ class FloorSaver(NullSaver):
 def throughput_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """``concurrency`` threads of ``steps`` one-node supersteps at once, with one of: ours, the floor, LangGraph
     alone."""
+    from worker import Counter
+
     from langgraph_s3_checkpoint import AsyncS3Saver
 
     async def main() -> dict[str, Any]:
         holder = AsyncS3Saver(bucket=BUCKET, prefix=spec["prefix"], **_client_options(spec["s3"]))
+        counter = Counter()
+        counter.attach_saver(holder)
         if spec["kind"] == "ours":
             saver: Any = holder
         elif spec["kind"] == "floor":
@@ -240,10 +246,11 @@ def throughput_worker(spec: dict[str, Any]) -> dict[str, Any]:
             await graph.ainvoke({"step": 0, "data": ""}, config, durability="sync")
 
         await _wait_until(spec["start_at"])
-        started, cpu = time.perf_counter(), _cpu()
+        started, cpu = time.time(), _cpu()
         await asyncio.gather(*(one(t) for t in threads))
-        result = {"seconds": time.perf_counter() - started, "cpu": _cpu() - cpu}
+        result = {"started": started, "ended": time.time(), "cpu": _cpu() - cpu, "pid": os.getpid()}
         result["supersteps"] = len(threads) * (spec["steps"] + 1)  # the input checkpoint, then one per step
+        result["requests"] = counter.snapshot()
         holder.close()
         return result
 
@@ -293,6 +300,12 @@ def in_processes(function: Any, specs: list[dict[str, Any]]) -> list[dict[str, A
         return pool.map(function, specs)
 
 
+def _all_up(barrier: Any) -> None:
+    """Pool initializer: no process takes a task before all are up, so each takes one (a task waits for its
+    ``start_at``, and a process that is in one takes no other)."""
+    barrier.wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # the measurements
 
@@ -305,27 +318,67 @@ def measured(counter: Any, call: Any) -> dict[str, Any]:
 
 
 def throughput(s3: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kind in ("langgraph", "floor", "ours"):
-        prefix = f"tp/{kind}/{uuid.uuid4().hex[:8]}"
-        start_at = time.time() + 8  # the processes start together, once all are up
-        specs = [
-            {"s3": s3, "prefix": prefix, "kind": kind, "worker": w, "concurrency": args.concurrency}
-            | {"steps": args.steps, "start_at": start_at}
-            for w in range(args.workers)
-        ]
-        results = in_processes(throughput_worker, specs)
-        supersteps = sum(r["supersteps"] for r in results)
-        seconds = max(r["seconds"] for r in results)
-        out[kind] = {
-            "supersteps": supersteps,
-            "seconds": round(seconds, 3),
-            "per_second": round(supersteps / seconds, 1),
-            "client_cpu_ms_per_superstep": round(1000 * sum(r["cpu"] for r in results) / supersteps, 3),
+    """Ours against the floor, in ``--rounds`` rounds that run both back to back (in turn first), after a round
+    of each that is not measured; LangGraph alone once. The same ``--workers`` processes run every round.
+
+    Why so: the server is the bottleneck of both (a PUT keeps SeaweedFS busy for milliseconds of this machine's
+    two cores), so which of the two runs first on a fresh server (whose first writes allocate its volumes), the
+    processes' imports and conditional-write probes, and other people's work on the cores moved a single run of
+    each by more than their difference: one run of each measured the floor at 0.79 of ours. Paired rounds
+    compare the two under the same load; the warm-up takes the server's and the processes' first-time costs out."""
+    context = mp.get_context("spawn")
+    with context.Pool(args.workers, initializer=_all_up, initargs=(context.Barrier(args.workers),)) as pool:
+
+        def run(kind: str) -> dict[str, Any]:
+            prefix = f"tp/{kind}/{uuid.uuid4().hex[:8]}"
+            start_at = time.time() + 2  # every process is up (_all_up) and idle: each takes its task at once
+            specs = [
+                {"s3": s3, "prefix": prefix, "kind": kind, "worker": w, "concurrency": args.concurrency}
+                | {"steps": args.steps, "start_at": start_at}
+                for w in range(args.workers)
+            ]
+            results = pool.map(throughput_worker, specs, chunksize=1)
+            assert len({r["pid"] for r in results}) == args.workers, "a process ran two workers' threads in turn"
+            supersteps = sum(r["supersteps"] for r in results)
+            seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
+            requests = {k: sum(r["requests"][k] for r in results) for k in ("PUT", "GET", "LIST", "DELETE", "total")}
+            return {
+                "per_second": round(supersteps / seconds, 1),
+                "seconds": round(seconds, 3),
+                "supersteps": supersteps,
+                "client_cpu_ms_per_superstep": round(1000 * sum(r["cpu"] for r in results) / supersteps, 3),
+                "requests_per_superstep": {k: round(v / supersteps, 3) for k, v in requests.items()},
+            }
+
+        for kind in ("floor", "ours"):
+            print(f"throughput warm-up {kind}: {run(kind)}", flush=True)
+        rounds: dict[str, list[dict[str, Any]]] = {"floor": [], "ours": []}
+        for r in range(args.rounds):
+            for kind in ("floor", "ours") if r % 2 == 0 else ("ours", "floor"):
+                rounds[kind].append(run(kind))
+                print(f"throughput round {r + 1} {kind}: {rounds[kind][-1]}", flush=True)
+        langgraph = run("langgraph")
+        print(f"throughput langgraph: {langgraph}", flush=True)
+
+    def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "per_second": statistics.median(s["per_second"] for s in samples),
+            "per_second_rounds": [s["per_second"] for s in samples],
+            "client_cpu_ms_per_superstep": round(
+                statistics.median(s["client_cpu_ms_per_superstep"] for s in samples), 3
+            ),
+            "requests_per_superstep": samples[0]["requests_per_superstep"],
         }
-        print(f"throughput {kind}: {out[kind]}", flush=True)
-    out["ours_of_floor"] = round(out["ours"]["per_second"] / out["floor"]["per_second"], 3)
-    return out
+
+    ratios = [o["per_second"] / f["per_second"] for o, f in zip(rounds["ours"], rounds["floor"], strict=True)]
+    return {
+        "rounds": args.rounds,
+        "floor": summary(rounds["floor"]),
+        "ours": summary(rounds["ours"]),
+        "langgraph": summary([langgraph]),
+        "ours_of_floor": round(statistics.median(ratios), 3),
+        "ours_of_floor_rounds": [round(ratio, 3) for ratio in ratios],
+    }
 
 
 def one_size(s3: dict[str, Any], n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -466,21 +519,32 @@ def report(meta: dict[str, Any], tp: dict[str, Any] | None, rows: list[dict[str,
     for n, when in meta.get("appended", {}).items():
         lines += [f"The {int(n):,} point was measured {when} with the same code, in a run of its own.", ""]
     if tp:
+        rounds = tp.get("rounds", 1)
+
+        def cells(kind: str) -> str:
+            row = tp[kind]
+            spread = row.get("per_second_rounds", [row["per_second"]])
+            span = f" ({min(spread)}–{max(spread)})" if len(spread) > 1 else ""
+            per = row.get("requests_per_superstep", {}).get("total", "–")
+            return f"{row['per_second']}{span} | {per} | {row['client_cpu_ms_per_superstep']} |"
+
+        ratios = tp.get("ours_of_floor_rounds", [tp["ours_of_floor"]])
         lines += [
             f"## Throughput: {meta['workers']} processes x {meta['concurrency']} threads x {meta['steps']} supersteps",
             "",
-            f"Measured {meta.get('throughput_run', meta['date'])}.",
+            f"Measured {meta.get('throughput_run', meta['date'])}: a round of the floor and of ours not measured (the"
+            f" server's first writes, the processes' imports and probes), then {rounds} rounds running both back to"
+            " back, the first in turn; the same processes throughout. Medians, the rounds' range in brackets.",
             "",
-            "| | supersteps/s | client CPU ms / superstep |",
-            "|---|---:|---:|",
-            f"| AsyncS3Saver (default transport) | {tp['ours']['per_second']} | "
-            f"{tp['ours']['client_cpu_ms_per_superstep']} |",
-            f"| floor: LangGraph + the 3 conditional PUTs sent bare | {tp['floor']['per_second']} | "
-            f"{tp['floor']['client_cpu_ms_per_superstep']} |",
-            f"| LangGraph alone (a checkpointer that serializes nothing) | {tp['langgraph']['per_second']} | "
-            f"{tp['langgraph']['client_cpu_ms_per_superstep']} |",
+            "| | supersteps/s | requests / superstep | client CPU ms / superstep |",
+            "|---|---:|---:|---:|",
+            f"| AsyncS3Saver (default transport) | {cells('ours')}",
+            f"| floor: LangGraph + the 3 conditional PUTs sent bare by the same sender | {cells('floor')}",
+            f"| LangGraph alone (a checkpointer that serializes nothing) | {cells('langgraph')}",
             "",
-            f"Ours / floor: {tp['ours_of_floor']:.2f}.",
+            f"Ours / floor, the median of the rounds' ratios: {tp['ours_of_floor']:.2f} (rounds: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+            + ").",
             "",
         ]
     lines += ["## Load", "", "| threads | seconds | threads/s | store items | seconds |", "|---:|---:|---:|---:|---:|"]
@@ -536,6 +600,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--steps", type=int, default=10, help="supersteps per thread in the throughput run")
+    parser.add_argument("--rounds", type=int, default=5, help="paired rounds of ours and the floor")
     parser.add_argument("--no-throughput", action="store_true")
     parser.add_argument(
         "--append",

@@ -11,8 +11,9 @@ requests, :mod:`.requests`) in :class:`CacheCore`, driven by ``BucketIO.run`` (t
 :func:`keys.namespace_segment` and :func:`keys.escape`)::
 
     cache/{N}/{K}     one entry: its namespace and key, serde(value), its TTL, the writer's clock
+    cache-ttl/...     expiry markers of the entries with a TTL, and ``cache-ttl-filed`` (:mod:`.expiry`)
 
-Neither the saver (``threads/``, ``runs/``, ``_setup/``) nor the store (``store/``) reads this folder, and the cache's
+Neither the saver (``threads/``, ``runs/``, ``_setup/``) nor the store (``store/``) reads these, and the cache's
 plans read nothing else (its optional ``setup`` is the saver's). A key under ``cache/`` that is not ``{N}/{K}`` with
 both segments of the cache's making is foreign: counted by ``langgraph-s3 cache ls``, never decoded, never deleted.
 See docs/design.md, "Node cache".
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 
+from ._protocol import expiry
 from ._protocol.checkpoint_plans import Core
 from ._protocol.codec import Codec
 from ._protocol.keys import (
@@ -44,8 +46,8 @@ from ._protocol.keys import (
     namespace_of_segment,
     namespace_segment,
 )
-from ._protocol.plans import all_of, chunks, deletes, one
-from ._protocol.requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
+from ._protocol.plans import all_of, deletes, one
+from ._protocol.requests import Get, ListKeys, Page, Plan, Put, StoredObject
 from ._transport.bucket_io import BucketIO, ClosesAtBlockEnd
 from .errors import (
     CorruptObjectError,
@@ -80,8 +82,6 @@ MAX_ENTRY_BYTES = 5 * 1024**3
 """The largest object one PutObject may carry (S3's limit): a larger entry is refused before it is sent."""
 DATE_RESOLUTION = timedelta(seconds=1)
 """How precisely a server dates objects and replies: HTTP's ``Last-Modified`` and ``Date`` have whole seconds."""
-READ_CHUNK = 128
-"""Entries a sweep reads in parallel at once (bounds the bodies held in memory)."""
 _LONGEST_ENTRY_KEY = len(CACHE_FOLDER) + MAX_SEGMENT + 1 + MAX_SEGMENT
 """Bytes of the longest key below the prefix: both segments are ASCII and at most ``MAX_SEGMENT`` long."""
 
@@ -100,9 +100,14 @@ class CacheLayout:
     prefix: str = ""
     root: str = field(init=False)
     """``{prefix}cache/``: every entry."""
+    markers: expiry.Markers = field(init=False)
+    """The entries' expiry markers, ``{prefix}cache-ttl/`` and ``{prefix}cache-ttl-filed``: beside ``cache/``, so
+    that no reader, listing or tool of the cache meets them."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", f"{Layout(self.prefix).prefix}{CACHE_FOLDER}")
+        prefix = Layout(self.prefix).prefix
+        object.__setattr__(self, "root", f"{prefix}{CACHE_FOLDER}")
+        object.__setattr__(self, "markers", expiry.Markers(f"{prefix}cache-", self.root))
 
     def folder(self, namespace: Sequence[str]) -> str:
         """Every entry of ``namespace`` (and nothing of another namespace: segments end at ``/``)."""
@@ -163,6 +168,35 @@ def expired(ttl: float | None, age: float) -> bool:
     return ttl is not None and age >= ttl
 
 
+def marker_time(written: float, ttl: float | None) -> float | None:
+    """When an entry expires by its writer's clock (``written`` + ``ttl``): the time its expiry marker is filed
+    under; ``None`` for one that never expires (no TTL, or an infinite one). A TTL of minus infinity, or one
+    reaching before the epoch, is filed under the epoch."""
+    if ttl is None or ttl == math.inf:
+        return None
+    return written + max(ttl, -written)
+
+
+@dataclass(frozen=True)
+class EntryExpiry:
+    """What the sweep reads of one version of an entry (:class:`.expiry.Judged`): its frame, not its value."""
+
+    key: str
+    etag: str
+    expires: float | None
+    """Its marker's time (:func:`marker_time`); an entry filed under a minute before it truly expires (a writer
+    whose clock is behind) stays filed there, and is read by each sweep until it has."""
+    ttl: float | None
+    age: float
+    """Its age at the sweep's ``now``, as reads judge it (:func:`age_of`: the server's clock)."""
+    put_derived: bool = True
+    """Every ``set`` with a TTL files its entry's marker first, and no read moves an entry's expiry."""
+
+    def expired(self, now: datetime) -> bool:
+        """Whether it has expired at ``now``, the sweep's clock that ``age`` was judged at."""
+        return expired(self.ttl, self.age)
+
+
 @dataclass(frozen=True)
 class CacheCodec:
     """Bytes of one entry, framed like every object of the package (``codec.Codec``)."""
@@ -208,14 +242,15 @@ class CacheSweep:
 
     dry_run: bool
     scanned: int = 0
-    """Entries read."""
+    """Entries read: those whose expiry marker came due (every entry, in a ``full`` or first sweep)."""
     expired: int = 0
     deleted: int = 0
     """Expired entries deleted (one rewritten since it was read stays: its delete is refused)."""
     foreign: int = 0
-    """Objects under ``cache/`` that are not entries: left alone."""
+    """Objects under ``cache/`` that are not entries: left alone (counted by a sweep that lists every entry)."""
     unreadable: list[str] = field(default_factory=list)
-    """Entries that cannot be decoded (damaged, foreign, newer format): left alone, each logged."""
+    """Entries read that cannot be decoded (damaged, foreign, newer format): left alone, each logged, and read
+    again a day later."""
 
 
 @dataclass
@@ -239,6 +274,21 @@ class CacheCore:
     codec: CacheCodec
     now: Callable[[], datetime] = _utc_now
     """This machine's clock (see :func:`age_of` for how little it decides)."""
+    sweep_state: expiry.SweepState = field(default_factory=expiry.SweepState)
+    """What the sweeps of this cache remember (:mod:`.expiry`)."""
+
+    @property
+    def expiring(self) -> expiry.Expiring[EntryExpiry]:
+        """What the expiry markers' plans need of the cache (:mod:`.expiry`)."""
+        return expiry.Expiring(
+            self.layout.markers, self.sweep_state, self.codec.codec, self.now, self.layout.is_entry, self._peek
+        )
+
+    def _peek(self, key: str, obj: StoredObject, now: datetime) -> EntryExpiry:
+        frame = self.codec.decode(key, obj.body)
+        return EntryExpiry(
+            key, obj.etag, marker_time(frame.written, frame.ttl), frame.ttl, age_of(obj, frame.written, now)
+        )
 
     def get(self, keys: Sequence[FullKey]) -> Plan[dict[FullKey, Any]]:
         """One GET per distinct key, all in one batch; an expired, missing or unreadable entry is a miss."""
@@ -275,18 +325,25 @@ class CacheCore:
 
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | float | None]]) -> Plan[None]:
         """One unconditional PUT per entry, all in one batch: the last writer wins, and a reader sees one whole
-        entry (S3 replaces an object at once)."""
+        entry (S3 replaces an object at once). Entries with a TTL have their expiry markers filed first, in a
+        batch before (:mod:`.expiry`): an entry never exists without one, so a sweep finds it without reading the
+        others."""
         written = self.now().timestamp()
         puts = []
+        expiries = []
         for (namespace, key), (value, ttl) in pairs.items():
             full = (_namespace(namespace), _key(key))
-            body = self.codec.encode(*full, value, _ttl(ttl), written)
+            seconds = _ttl(ttl)
+            body = self.codec.encode(*full, value, seconds, written)
             if len(body) > MAX_ENTRY_BYTES:
                 raise InvalidConfigError(
                     f"the cache entry for {full!r} is {len(body)} bytes serialized; one S3 object holds at most "
                     f"{MAX_ENTRY_BYTES} bytes. Nothing was cached: cache a smaller value (or no value: no cache_policy)"
                 )
             puts.append(Put(self.layout.entry(*full), body))
+            if (expires := marker_time(written, seconds)) is not None:
+                expiries.append((puts[-1].key, expires))
+        yield from expiry.file_markers(self.expiring, expiries)
         if puts:
             yield from all_of(puts)
 
@@ -308,44 +365,12 @@ class CacheCore:
             pending = {folder: page.token for folder, page in zip(pending, pages, strict=True) if page.token}
         return cleared
 
-    def sweep(self, *, dry_run: bool = False) -> Plan[CacheSweep]:
-        """Delete every expired entry (``DeleteIfMatch``: one rewritten since it was read stays). Reads every
-        entry, page by page and chunk by chunk; judges it by its frame alone (no key is needed for encrypted
-        values)."""
-        report = CacheSweep(dry_run)
-        token: str | None = None
-        while True:
-            page = yield from one(ListKeys(self.layout.root, token=token))
-            entries = [key for key in page.keys if self.layout.is_entry(key)]
-            report.foreign += len(page.keys) - len(entries)
-            for chunk in chunks(entries, READ_CHUNK):
-                objs = yield from all_of([Get(key) for key in chunk])
-                doomed = self._expired_among(chunk, objs, self.now(), report)
-                report.expired += len(doomed)
-                if doomed and not dry_run:
-                    replies = yield from all_of([DeleteIfMatch(key, etag) for key, etag in doomed])
-                    report.deleted += sum(reply is not PRECONDITION_FAILED for reply in replies)
-            if page.token is None:
-                return report
-            token = page.token
-
-    def _expired_among(
-        self, keys: Sequence[str], objs: Sequence[StoredObject | None], now: datetime, report: CacheSweep
-    ) -> list[tuple[str, str]]:
-        doomed = []
-        for key, obj in zip(keys, objs, strict=True):
-            if obj is None:
-                continue  # deleted since it was listed
-            report.scanned += 1
-            try:
-                frame = self.codec.decode(key, obj.body)
-            except (CorruptObjectError, NewerFormatError) as exc:
-                logger.warning("cache sweep left an entry it cannot read: %s", exc)
-                report.unreadable.append(key)
-                continue
-            if expired(frame.ttl, age_of(obj, frame.written, now)):
-                doomed.append((key, obj.etag))
-        return doomed
+    def sweep(self, *, dry_run: bool = False, full: bool = False) -> Plan[CacheSweep]:
+        """Delete every expired entry whose expiry marker came due (``DeleteIfMatch``: one rewritten since it was
+        read stays), judged by its frame alone (no key is needed for encrypted values). Reads every entry when the
+        cache was never filed (entries of releases before markers) or ``full``. See :mod:`.expiry`."""
+        swept = yield from expiry.sweep(self.expiring, full, dry_run=dry_run)
+        return CacheSweep(dry_run, swept.read, swept.expired, swept.deleted, swept.skipped, swept.damaged)
 
     def namespaces(self) -> Plan[tuple[list[CachedNamespace], int]]:
         """Every namespace holding entries, with their count, bytes and newest write, and how many foreign objects
@@ -577,7 +602,8 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             codec=self._codec,
             ttl=timedelta(days=self.ttl_days) if self.ttl_days else None,
         )
-        return core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
+        yield from core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
+        yield from expiry.file_if_empty(self._core.expiring)  # an empty cache's first sweep need not list it all
 
     # -- BaseCache ------------------------------------------------------------------------------------------
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
@@ -654,14 +680,16 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         """:meth:`setup`, awaited: same effect and errors."""
         await self._arun("asetup", self._setup_plan())
 
-    def sweep(self, *, dry_run: bool = False) -> CacheSweep:
+    def sweep(self, *, dry_run: bool = False, full: bool = False) -> CacheSweep:
         """Delete every expired entry now (reads never return one anyway: a sweep only reclaims space).
 
-        Reads every entry; an entry rewritten since it was read stays, and one that cannot be read is left and
-        listed in the result.
+        Reads the entries whose expiry marker came due, not the others; an entry rewritten since it was read stays,
+        and one that cannot be read is left and listed in the result.
 
         Args:
             dry_run: Only count what would be deleted.
+            full: Read every entry, not only those whose marker came due (after processes of a release before
+                expiry markers wrote entries while this one already swept).
 
         Returns:
             What the sweep read, found expired, deleted and left.
@@ -669,11 +697,11 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         Raises:
             S3CheckpointError: An error every call may raise (see the class docstring).
         """
-        return self._run("sweep", self._core.sweep(dry_run=dry_run), bounded=False)
+        return self._run("sweep", self._core.sweep(dry_run=dry_run, full=full), bounded=False)
 
-    async def asweep(self, *, dry_run: bool = False) -> CacheSweep:
+    async def asweep(self, *, dry_run: bool = False, full: bool = False) -> CacheSweep:
         """:meth:`sweep`, awaited: same arguments, result and errors."""
-        return await self._arun("asweep", self._core.sweep(dry_run=dry_run), bounded=False)
+        return await self._arun("asweep", self._core.sweep(dry_run=dry_run, full=full), bounded=False)
 
 
 __all__ = ["CacheCore", "CacheLayout", "CacheSweep", "CachedNamespace", "S3Cache", "age_of"]

@@ -42,7 +42,7 @@ from langgraph_s3_checkpoint import cache as cache_module
 from langgraph_s3_checkpoint._protocol import operator_plans
 from langgraph_s3_checkpoint._protocol.codec import MAGIC
 from langgraph_s3_checkpoint._protocol.keys import is_namespace_segment, namespace_of_segment, namespace_segment
-from langgraph_s3_checkpoint._protocol.requests import StoredObject
+from langgraph_s3_checkpoint._protocol.requests import Put, StoredObject
 from langgraph_s3_checkpoint.cache import CacheLayout, age_of
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -366,6 +366,8 @@ async def test_requests_async(counted: tuple[S3Cache[Any], RequestCounter, Round
 
 
 def test_requests_sweep(counted: tuple[S3Cache[Any], RequestCounter, RoundTrips]) -> None:
+    """A cache never set up (written by a release before expiry markers, say) is read in full by its first sweep,
+    once: it deletes what expired and files the rest; the sweeps after it read what came due."""
     cache, counter, trips = counted
     cache.set({(("n",), f"old{i}"): (i, -1) for i in range(3)})
     cache.set({(("n",), f"new{i}"): (i, 3600) for i in range(2)})
@@ -374,12 +376,147 @@ def test_requests_sweep(counted: tuple[S3Cache[Any], RequestCounter, RoundTrips]
     trips.take()
     report = cache.sweep(dry_run=True)
     assert (report.scanned, report.expired, report.deleted) == (6, 3, 0)
-    assert (counter.snapshot(), trips.take()) == ({"ListObjectsV2": 1, "GetObject": 6}, 2)
+    # cache-ttl-filed (missing), then a LIST and a GET of every entry; a dry run writes nothing
+    assert (counter.snapshot(), trips.take()) == ({"GetObject": 1 + 6, "ListObjectsV2": 1}, 3)
     counter.reset()
     report = cache.sweep()
     assert (report.scanned, report.expired, report.deleted) == (6, 3, 3)
-    assert (counter.snapshot(), trips.take()) == ({"ListObjectsV2": 1, "GetObject": 6, "DeleteObject": 3}, 3)
+    # The same reads; the 3 expired deleted If-Match, the 2 live ones with a TTL filed (together); then the markers
+    # listed from the first, the 3 due ones read and their entries (gone), and removed; cache-ttl-filed written.
+    assert (counter.snapshot(), trips.take()) == (
+        {"GetObject": 1 + 6 + 3 + 3, "ListObjectsV2": 2, "DeleteObject": 3, "PutObject": 2 + 1, "DeleteObjects": 1},
+        9,
+    )
+    counter.reset()
+    assert cache.sweep().scanned == 0
+    assert (counter.snapshot(), trips.take()) == ({"ListObjectsV2": 1}, 1)
     assert len(cache.get([(("n",), f"new{i}") for i in range(2)] + [(("m",), "forever")])) == 3
+
+
+@pytest.mark.parametrize("live", [100, 300])
+def test_a_sweep_costs_what_expired_not_what_is_cached(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter], live: int
+) -> None:
+    """The counts are the same for 100 and for 300 live entries: with nothing expired a sweep is one LIST (the
+    expiry markers, up to the minute under way); with k expired it is that LIST, a GET of each marker and of its
+    entry, a conditional DELETE of each entry and one DeleteObjects of the markers."""
+    client = s3_server.client()
+    with S3Cache(bucket=bucket, prefix=prefix, client=client) as cache:
+        cache.setup()  # an empty cache is filed at once: no sweep of it reads every entry
+        counter = count_requests(client)
+        cache.set({(("live",), f"k{i}"): (i, 3600) for i in range(live)})
+        cache.set({(("forever",), f"k{i}"): (i, None) for i in range(20)})
+        assert counter.snapshot() == {"PutObject": 2 * live + 20}, "a marker before each entry with a TTL"
+        counter.reset()
+        assert cache.sweep().scanned == 0
+        assert counter.snapshot() == {"ListObjectsV2": 1, "PutObject": 1}, "the first records where it swept"
+        counter.reset()
+        assert cache.sweep().scanned == 0
+        assert counter.snapshot() == {"ListObjectsV2": 1}, "nothing expired: one LIST"
+        with S3Cache(bucket=bucket, prefix=prefix, client=client) as fresh:
+            counter.reset()
+            assert fresh.sweep().scanned == 0
+            assert counter.snapshot() == {"GetObject": 1, "ListObjectsV2": 1}, "a new process reads the filed object"
+        for k in (5, 15):
+            cache.set({(("short",), f"{k}.{i}"): (i, -1) for i in range(k)})  # expired at once
+            counter.reset()
+            report = cache.sweep()
+            assert (report.scanned, report.expired, report.deleted, report.unreadable) == (k, k, k, [])
+            assert counter.snapshot() == {"ListObjectsV2": 1, "GetObject": 2 * k, "DeleteObject": k, "DeleteObjects": 1}
+        counter.reset()
+        assert cache.sweep().scanned == 0
+        assert counter.snapshot() == {"ListObjectsV2": 1}
+        assert len(cache.get([(("live",), f"k{i}") for i in range(live)])) == live
+
+
+def test_a_marker_is_written_before_its_entry_and_a_set_that_died_between_leaves_nothing() -> None:
+    """Every entry with a TTL exists only after its expiry marker (so no sweep misses it); a ``set`` that died
+    after its markers leaves markers naming nothing, which the sweep removes once they come due."""
+    clock = Clock()
+    bucket = MemoryBucket(now=clock, keep_log=True)
+    with S3Cache(bucket="b", prefix="p", client=bucket, now=clock) as cache:
+        cache.setup()
+        cache.set({(("n",), "k"): (1, 60), (("n",), "forever"): (2, None)})
+        assert bucket.log is not None
+        puts = [request.key for request, _ in bucket.log if isinstance(request, Put) and "/_setup/" not in request.key]
+        assert puts[0] == "p/cache-ttl-filed"  # setup filed the empty cache
+        assert puts[1].startswith("p/cache-ttl/") and sorted(puts[2:]) == ["p/cache/n/forever", "p/cache/n/k"]
+
+        died = cache.plans.set({(("n",), "died"): (3, 30)})
+        cache.bucket_io.run(_one_batch(next(died)))  # its marker, then nothing more
+        died.close()
+        clock.advance(61)
+        report = cache.sweep()
+        assert (report.scanned, report.expired, report.deleted) == (1, 1, 1)  # k; the marker of "died" named nothing
+        assert bucket.keys("p/cache-ttl/") == [] and bucket.keys("p/cache/") == ["p/cache/n/forever"]
+
+
+def _set_as_an_older_release(cache: S3Cache[Any], pairs: dict[Any, tuple[Any, float | None]]) -> None:
+    """Entries as a release before expiry markers wrote them: the same objects, no marker."""
+    core = cache.plans
+    written = core.now().timestamp()
+    for (namespace, key), (value, ttl) in pairs.items():
+        body = core.codec.encode(namespace, key, value, ttl, written)
+        cache.bucket_io.execute(Put(core.layout.entry(namespace, key), body))
+
+
+def test_entries_of_an_older_release_are_swept(cache: S3Cache[Any]) -> None:
+    """Entries without markers: the first sweep of a cache that was never filed reads them all; those written by an
+    older release after that are found by ``full=True`` (and only by it: a sweep reads what its markers name)."""
+    _set_as_an_older_release(cache, {(("old",), f"k{i}"): (i, -1 if i < 3 else 3600) for i in range(6)})
+    report = cache.sweep()
+    assert (report.scanned, report.expired, report.deleted) == (6, 3, 3)
+    _set_as_an_older_release(cache, {(("old",), "late"): (0, -1)})
+    assert cache.sweep().scanned == 0  # filed: no marker names the late entry
+    report = cache.sweep(full=True)
+    assert (report.scanned, report.expired, report.deleted) == (4, 1, 1)
+    assert sorted(k for _, k in cache.get([(("old",), f"k{i}") for i in range(6)] + [(("old",), "late")])) == [
+        f"k{i}" for i in range(3, 6)
+    ]
+
+
+def test_a_damaged_entry_is_left_logged_and_does_not_stop_the_sweep(
+    cache: S3Cache[Any], s3_server: LocalS3Server, bucket: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache.setup()
+    cache.set({(("n",), f"k{i}"): (i, -1) for i in range(4)})
+    damaged = cache.plans.layout.entry(("n",), "k1")
+    s3_server.client().put_object(Bucket=bucket, Key=damaged, Body=b"not an entry")
+    with caplog.at_level(logging.WARNING):
+        report = cache.sweep()
+    assert (report.scanned, report.expired, report.deleted, report.unreadable) == (4, 3, 3, [damaged])
+    assert damaged in caplog.text
+    assert damaged in _keys_under(s3_server.client(), bucket, prefix)  # left alone
+    assert cache.sweep().scanned == 0  # looked at again a day later, not by every sweep
+
+
+def test_an_entry_set_again_while_the_sweep_runs_stays(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    """Its marker came due and it expired; a ``set`` writes it again between any two round trips of the sweep.
+    The new entry stays: the conditional delete names the expired version, and the new one is judged again."""
+    key = (("n",), "k")
+    stop = 0
+    while True:
+        with S3Cache(bucket=bucket, prefix=f"{prefix}/{stop}", client=s3_server.client()) as cache:
+            cache.setup()
+            cache.set({key: ("old", -1)})
+            plan, reply, steps = cache.plans.sweep(), None, 0
+            with contextlib.suppress(StopIteration):
+                while True:
+                    batch = plan.send(reply)
+                    if steps == stop:
+                        cache.set({key: ("new", 3600)})
+                    reply = cache.bucket_io.run(_one_batch(batch))
+                    steps += 1
+            if stop == steps:
+                assert cache.get([key]) == {}  # not set again: the sweep deleted the expired entry
+                break
+            assert cache.get([key]) == {key: "new"}, f"set again before round trip {stop} of {steps}"
+            stop += 1
+    assert stop >= 5  # LIST the markers, GET them, GET the entry, delete it, remove the marker, record the sweep
+
+
+def _one_batch(requests: list[Any]) -> Any:
+    return (yield requests)
 
 
 class Step(TypedDict, total=False):
@@ -402,14 +539,15 @@ def _fan_out_graph(cache: S3Cache[Any], runs: list[str], width: int, **compile_a
 
 
 def test_requests_of_a_graph_superstep(counted: tuple[S3Cache[Any], RequestCounter, RoundTrips]) -> None:
-    """The N cached nodes of a superstep cost one round trip of N GETs, then each node that ran its PUT."""
+    """The N cached nodes of a superstep cost one round trip of N GETs, then each node that ran its expiry marker
+    and, after it, its PUT (LangGraph sends these in the background, beside the next steps)."""
     cache, counter, trips = counted
     runs: list[str] = []
     graph = _fan_out_graph(cache, runs, 4)
     first = graph.invoke({"text": "q"})
     assert len(runs) == 4
-    assert counter.snapshot() == {"GetObject": 4, "PutObject": 4}
-    assert trips.take() == 1 + 4  # the superstep's GETs together; each node's writes as it finishes
+    assert counter.snapshot() == {"GetObject": 4, "PutObject": 4 + 4}
+    assert trips.take() == 1 + 2 * 4  # the superstep's GETs together; each node's marker, then its writes
     counter.reset()
     assert graph.invoke({"text": "q"}) == first
     assert len(runs) == 4  # served from the bucket
@@ -632,7 +770,7 @@ def test_a_second_process_is_served_what_the_first_computed(s3_server: LocalS3Se
     other = run("cache_worker.py", ["another question"], env)
     assert first["output"] == second["output"] == {"text": "what is S3?", "answer": "WHAT IS S3?"}
     assert (first["runs"], second["runs"], other["runs"]) == (1, 0, 1)
-    assert first["requests"] == {"Get": 1, "Put": 1}  # the miss, then the node's writes
+    assert first["requests"] == {"Get": 1, "Put": 2}  # the miss, then the writes' expiry marker and the writes
     assert second["requests"] == {"Get": 1}  # served from the bucket: one GET, no LIST, nothing written
 
 

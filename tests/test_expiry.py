@@ -31,10 +31,10 @@ from langgraph.store.base import GetOp, PutOp
 from sim import Lost, Op, fault_label, faults_for, interleavings
 
 from langgraph_s3_checkpoint import S3Store
+from langgraph_s3_checkpoint._protocol.expiry import LATE_MINUTES, minute_of
 from langgraph_s3_checkpoint._protocol.requests import DeleteIfMatch, Get, ListKeys, Put, Written
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.store.expiry import LATE_MINUTES, minute_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NS = ("users", "u1")
@@ -432,6 +432,25 @@ def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(capl
     clock.advance(24 * 60 + 1)
     assert store.sweep_ttl() == 1
     assert bucket.keys("store/") == ["store/ttl-filed"]
+
+
+def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A newer release's item is sound, not damage: the sweep neither deletes it nor stops at it."""
+    bucket, clock = MemoryBucket(), Clock()
+    store = open_store(bucket, clock)
+    store.setup()
+    store.put(NS, "newer", {"v": 1}, ttl=1)
+    store.put(NS, "expires", {"v": 2}, ttl=1)
+    newer = store._core.layout.item(NS, "newer")
+    body = bucket.execute(Get(newer)).body
+    bucket.execute(Put(newer, body[:4] + bytes([body[4] + 1]) + body[5:]))  # the format version after ours
+    clock.advance(2)
+    with caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint.store"):
+        assert store.sweep_ttl() == 1
+    assert newer in caplog.text
+    assert newer in bucket.keys("store/ns/")
 
 
 def test_foreign_objects_in_the_marker_folder_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:

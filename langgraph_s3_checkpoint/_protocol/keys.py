@@ -29,8 +29,9 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     runs/{run}/{T}/{N}                        run index: first checkpoint id of run in (T, N)
 
 Beside ``threads/``, ``runs/`` and ``_setup/`` (the saver's), ``store/`` is the long-term memory store's
-(:mod:`.store`) and ``cache/`` the node cache's (:mod:`.cache`: ``cache/{namespace_segment(ns)}/{escape(key)}``);
-the saver's readers and tools walk only their own three folders, so they never see the other two.
+(:mod:`.store`) and ``cache/`` the node cache's (:mod:`.cache`: ``cache/{namespace_segment(ns)}/{escape(key)}``,
+with its expiry markers beside it in ``cache-ttl/``); the saver's readers and tools walk only their own three
+folders, so they never see the others.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def cmd_cache_sweep(ctx: Context, args: argparse.Namespace) -> int:
     if not args.dry_run:
         ctx.confirm(args, f"Delete every expired node cache entry under {ctx.where}?")
     with _node_cache(ctx) as cache:
-        report = cache.sweep(dry_run=args.dry_run)
+        report = cache.sweep(dry_run=args.dry_run, full=args.full)
     if ctx.as_json:
         ctx.emit_json({"ok": not report.unreadable, **dataclasses.asdict(report)})
     else:
@@ -118,4 +118,9 @@ def add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> Non
     sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
     destructive(sub)
     sub = add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
+    sub.add_argument(
+        "--full",
+        action="store_true",
+        help="read every entry, not only those whose expiry came due (after an older release wrote entries)",
+    )
     destructive(sub)

@@ -43,6 +43,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from .._protocol import expiry
 from .._protocol.checkpoint_plans import Core
 from .._protocol.codec import Codec
 from .._protocol.keys import MAX_KEY_BYTES, Layout, key_bytes
@@ -70,7 +71,6 @@ from ..saver import (
     make_bucket_io,
     make_client,
 )
-from . import expiry
 from .checks import check_index, check_op, check_ttl, index_fields
 from .embedding import assign_vectors, last_writes, texts_to_embed
 from .layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout, T
@@ -227,7 +227,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         core = Core(layout=Layout(self.prefix), codec=self._codec)
         yield from core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
         # A store without items has none an older release wrote: its first sweep need not read them all.
-        yield from expiry.file_if_empty(self._core)
+        yield from expiry.file_if_empty(self._core.expiring)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:

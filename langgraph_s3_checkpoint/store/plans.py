@@ -21,6 +21,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import _compare_values, _does_match
 
+from .._protocol import expiry
 from .._protocol.keys import is_digest
 from .._protocol.plans import all_pages, chunks, one
 from .._protocol.requests import (
@@ -43,7 +44,6 @@ from ..errors import (
     CorruptObjectError,
     StoreConflictError,
 )
-from . import expiry
 from .layout import (
     DEFAULT_VECTOR_SHARDS,
     HERE,
@@ -222,6 +222,19 @@ class StoreCore:
         """Keys of the expiry markers (:mod:`.expiry`)."""
         return expiry.Markers(self.layout.root, self.layout.items_root)
 
+    @property
+    def expiring(self) -> expiry.Expiring[Expiry]:
+        """What the expiry markers' plans need of the store (:mod:`.expiry`)."""
+        return expiry.Expiring(
+            self.markers,
+            self.sweep_state,
+            self.codec.codec,
+            self.now,
+            self.layout.is_item,
+            lambda key, obj, now: self.codec.peek_expiry(key, obj),
+            self.forget_vectors,
+        )
+
     # -- batch ------------------------------------------------------------------------------------
     def batch(
         self,
@@ -284,7 +297,7 @@ class StoreCore:
         now = self.now()
         # Expiry markers first: an item with a TTL never exists without one (expiry.py).
         yield from expiry.file_markers(
-            self,
+            self.expiring,
             [
                 (self.layout.item(op.namespace, op.key), expires_at(now, op.ttl))
                 for op in ops
@@ -692,7 +705,8 @@ class StoreCore:
     def sweep(self, full: bool = False) -> Plan[int]:
         """Delete every expired item whose expiry marker came due (every expired item, reading all of them,
         when the store was never filed or ``full``), and its vectors; returns how many (see :mod:`.expiry`)."""
-        return (yield from expiry.sweep(self, full))
+        swept = yield from expiry.sweep(self.expiring, full)
+        return swept.deleted
 
     def forget_vectors(self, gone: Sequence[Expiry]) -> Plan[None]:
         """Remove the vector entries of deleted items (with an index): one read-modify-write per shard."""

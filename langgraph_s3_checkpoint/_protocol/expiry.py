@@ -1,11 +1,14 @@
-"""Expiry markers: what lets the store's TTL sweep read only what came due, not every item.
+"""Expiry markers: what lets a TTL sweep read only what came due, not every item.
 
-An item with a TTL records its expiry in its own frame, and reads judge it by that alone. For the sweep to
-find expired items without reading the live ones, every ``put`` with a TTL first files a *marker* under
-the minute its item expires in::
+One mechanism for the store's items and the node cache's entries (:class:`Expiring` is what it needs of
+either). An item with a TTL records its expiry in its own frame, and reads judge it by that alone. For the
+sweep to find expired items without reading the live ones, every ``put`` (the cache's ``set``) with a TTL
+first files a *marker* under the minute its item expires in::
 
     store/ttl/{minute}/{nonce}      frame {"item": the item's key below store/ns/}
     store/ttl-filed                 frame {"format": 1, "swept_through": minute}: every item is filed
+    cache-ttl/{minute}/{nonce}      the node cache's (beside cache/, whose readers and tools never see them):
+    cache-ttl-filed                 the item is an entry's key below cache/
 
 ``minute`` is the expiry in whole minutes since the epoch, nine digits, so markers list in expiry order;
 ``nonce`` is 32 hex digits (random for a put's marker, derived from the item's key and ETag for the ones the
@@ -48,13 +51,15 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar
 
-from .._protocol.plans import chunks, deletes, one
-from .._protocol.requests import (
+from ..errors import CorruptObjectError, NewerFormatError
+from .codec import Codec
+from .plans import chunks, deletes, one
+from .requests import (
     CREATE,
     PRECONDITION_FAILED,
     DeleteIfMatch,
@@ -66,11 +71,6 @@ from .._protocol.requests import (
     Request,
     StoredObject,
 )
-from ..errors import CorruptObjectError
-
-if TYPE_CHECKING:
-    from .objects import Expiry
-    from .plans import StoreCore
 
 logger = logging.getLogger("langgraph_s3_checkpoint.store")
 
@@ -116,8 +116,10 @@ class Markers:
     """Keys of the markers of one store prefix. Pure."""
 
     root: str
-    """The store's root (``{prefix}store/``)."""
+    """What the names of the markers and of the filed object start with (the store's ``{prefix}store/``, the
+    cache's ``{prefix}cache-``)."""
     items_root: str
+    """The folder of the items (a marker names its item below it)."""
 
     @property
     def folder(self) -> str:
@@ -159,107 +161,170 @@ class SweepState:
     """The ``swept_through`` last read from or written to ``store/ttl-filed``."""
 
 
+class Judged(Protocol):
+    """What the sweep reads of one version of an item, from its frame alone (the store's
+    :class:`~.store.Expiry`, the cache's :class:`~.cache.EntryExpiry`)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def etag(self) -> str: ...
+
+    @property
+    def expires(self) -> float | None:
+        """The POSIX time its marker is filed under (``None``: it never expires, nothing to file)."""
+
+    @property
+    def put_derived(self) -> bool:
+        """Whether the put that wrote this version filed a marker for it at ``expires``."""
+
+    def expired(self, now: datetime) -> bool:
+        """Whether it has expired at ``now``, as every read judges it."""
+
+
+E = TypeVar("E", bound=Judged)
+
+
+@dataclass(frozen=True)
+class Expiring(Generic[E]):
+    """What the sweep needs of the objects it sweeps (the store's items, the node cache's entries)."""
+
+    markers: Markers
+    state: SweepState
+    frames: Codec
+    """Frames the markers and the filed object."""
+    now: Callable[[], datetime]
+    is_item: Callable[[str], bool]
+    """Whether a listed key below ``markers.items_root`` is an item (anything else is skipped)."""
+    peek: Callable[[str, StoredObject, datetime], E]
+    """An item's expiry from its frame; :class:`CorruptObjectError` or :class:`NewerFormatError` if it has none."""
+    forget: Callable[[Sequence[E]], Plan[None]] | None = None
+    """Removes what goes with deleted items (the store's vector entries)."""
+
+
 @dataclass
-class _Due:
+class Swept:
+    """What one sweep found and did."""
+
+    read: int = 0
+    """Items read."""
+    expired: int = 0
+    """Items found expired (each deleted unless rewritten meanwhile, or a dry run)."""
+    deleted: int = 0
+    skipped: int = 0
+    """Keys below the items' folder that are not items, listed by a pass over every item: left alone."""
+    damaged: list[str] = field(default_factory=list)
+    """Items whose frame cannot be read: left alone (logged, looked at again a day later)."""
+
+
+@dataclass
+class _Due(Generic[E]):
     """One item to judge, and the due markers naming it (none in a full pass)."""
 
     item: str
     markers: list[str] = field(default_factory=list)
-    refused: Expiry | None = None
+    refused: E | None = None
     """The expired version whose conditional delete was refused: if the item is gone now, it counts as deleted."""
 
 
-def file_markers(core: StoreCore, expiries: Sequence[tuple[str, float]]) -> Plan[None]:
+def file_markers(owner: Expiring[E], expiries: Sequence[tuple[str, float]]) -> Plan[None]:
     """A put's markers, one per (item key, expiry), sent before the items themselves."""
     if expiries:
         yield [
-            Put(core.markers.key(minute_of(expires), random_nonce()), _marker_body(core, item), expires=False)
+            Put(owner.markers.key(minute_of(expires), random_nonce()), _marker_body(owner, item), expires=False)
             for item, expires in expiries
         ]
 
 
-def file_if_empty(core: StoreCore) -> Plan[None]:
-    """Write ``store/ttl-filed`` for a store that holds no item yet (``setup``), unless it exists: every item
-    such a store will hold is written with its marker, so its first sweep need not read them all."""
-    if core.sweep_state.filed:
+def file_if_empty(owner: Expiring[E]) -> Plan[None]:
+    """Write the filed object for a store (cache) that holds nothing yet (``setup``), unless it exists: every
+    item it will hold is written with its marker, so its first sweep need not read them all."""
+    if owner.state.filed:
         return
-    page = yield from one(ListKeys(core.layout.items_root, max_keys=1))
+    page = yield from one(ListKeys(owner.markers.items_root, max_keys=1))
     if page.keys:
         return
     frame = {"format": FORMAT, "swept_through": None}
     # Create-only: refused when a sweep or another setup wrote it first, and then it exists as well.
-    yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), mode=CREATE, expires=False))
-    core.sweep_state.filed = True
+    yield from one(Put(owner.markers.filed, owner.frames._frame(frame), mode=CREATE, expires=False))
+    owner.state.filed = True
 
 
-def sweep(core: StoreCore, full: bool) -> Plan[int]:
-    """Delete every expired item whose marker came due (every item, in a first or ``full`` sweep); returns how
-    many were deleted. See the module docstring."""
-    now = core.now()
+def sweep(owner: Expiring[E], full: bool, *, dry_run: bool = False) -> Plan[Swept]:
+    """Delete every expired item whose marker came due (every item, in a first or ``full`` sweep). See the
+    module docstring. ``dry_run`` reads as a sweep does and writes nothing (it files and deletes nothing, and
+    does not record where it swept): what it reports expired is what a sweep would delete."""
+    now = owner.now()
     through = minute_of(now.timestamp())
-    state = core.sweep_state
-    deleted = 0
+    state = owner.state
+    swept = Swept()
     start: int | None = state.swept_through
     if full or not state.filed:
-        recorded = None if full else (yield from _read_filed(core))
+        recorded = None if full else (yield from _read_filed(owner))
         if recorded is None:
-            deleted += yield from _file_every_item(core, now)
+            yield from _file_every_item(owner, now, swept, dry_run)
+            if dry_run:
+                return swept  # every item was read: the markers would only name some of them again
             start = None  # every marker ever filed is judged once: those of items the full pass deleted go
         else:
             state.recorded = recorded if recorded >= 0 else None
             start = state.recorded
-    deleted += yield from _sweep_due(core, now, through, start)
+    yield from _sweep_due(owner, now, through, start, swept, dry_run)
+    if dry_run:
+        return swept
     if start is None or state.recorded is None or through - state.recorded >= RECORD_EVERY_MINUTES:
         frame = {"format": FORMAT, "swept_through": through}
-        yield from one(Put(core.markers.filed, core.codec.codec._frame(frame), expires=False))
+        yield from one(Put(owner.markers.filed, owner.frames._frame(frame), expires=False))
         state.recorded = through
     state.filed, state.swept_through = True, through
-    return deleted
+    return swept
 
 
-def _read_filed(core: StoreCore) -> Plan[int | None]:
-    """``swept_through`` of ``store/ttl-filed`` (``-1`` when it has none); ``None`` when it is missing, not
-    ours or unreadable: then nothing says every item has a marker."""
-    obj = yield from one(Get(core.markers.filed))
+def _read_filed(owner: Expiring[E]) -> Plan[int | None]:
+    """``swept_through`` of the filed object (``-1`` when it has none); ``None`` when it is missing, not ours or
+    unreadable: then nothing says every item has a marker."""
+    obj = yield from one(Get(owner.markers.filed))
     if obj is None:
         return None
     try:
-        frame = core.codec.codec._unframe(core.markers.filed, obj.body)
+        frame = owner.frames._unframe(owner.markers.filed, obj.body)
         swept = frame["swept_through"]
         return -1 if swept is None else int(swept)
     except (CorruptObjectError, KeyError, TypeError, ValueError):
-        logger.warning("TTL sweep found %r unreadable; reading every item again", core.markers.filed)
+        logger.warning("TTL sweep found %r unreadable; reading every item again", owner.markers.filed)
         return None
 
 
-def _file_every_item(core: StoreCore, now: datetime) -> Plan[int]:
+def _file_every_item(owner: Expiring[E], now: datetime, swept: Swept, dry_run: bool) -> Plan[None]:
     """The pass for items filed by no marker: read every item, delete the expired ones, file the others that
     have a TTL. Page by page, :data:`CHUNK` items at a time."""
-    deleted = 0
     token: str | None = None
     while True:
-        page: Page = yield from one(ListKeys(core.layout.items_root, token=token))
-        items = [key for key in page.keys if core.layout.is_item(key)]
+        page: Page = yield from one(ListKeys(owner.markers.items_root, token=token))
+        items = [key for key in page.keys if owner.is_item(key)]
+        swept.skipped += len(page.keys) - len(items)
         for chunk in chunks(items, CHUNK):
-            deleted += yield from _settle(core, [_Due(item) for item in chunk], now)
+            yield from _settle(owner, [_Due[E](item) for item in chunk], now, swept, dry_run)
         if page.token is None:
-            return deleted
+            return
         token = page.token
 
 
-def _sweep_due(core: StoreCore, now: datetime, through: int, start: int | None) -> Plan[int]:
+def _sweep_due(
+    owner: Expiring[E], now: datetime, through: int, start: int | None, swept: Swept, dry_run: bool
+) -> Plan[None]:
     """Judge the items of every marker of a minute up to ``through``, listing from ``LATE_MINUTES`` before
     ``start``; stop at the first later minute."""
-    deleted = 0
-    start_after = None if start is None else core.markers.start_after(max(0, start - LATE_MINUTES))
+    start_after = None if start is None else owner.markers.start_after(max(0, start - LATE_MINUTES))
     token: str | None = None
     while True:
-        listing = ListKeys(core.markers.folder, start_after=None if token else start_after, token=token)
+        listing = ListKeys(owner.markers.folder, start_after=None if token else start_after, token=token)
         page: Page = yield from one(listing)
         due: list[str] = []
         ended = False
         for key in page.keys:
-            minute = core.markers.minute(key)
+            minute = owner.markers.minute(key)
             if minute is None:
                 continue
             if minute > through:
@@ -267,47 +332,53 @@ def _sweep_due(core: StoreCore, now: datetime, through: int, start: int | None) 
                 break
             due.append(key)
         for chunk in chunks(due, CHUNK):
-            deleted += yield from _settle_markers(core, chunk, now)
+            yield from _settle_markers(owner, chunk, now, swept, dry_run)
         if ended or page.token is None:
-            return deleted
+            return
         token = page.token
 
 
-def _settle_markers(core: StoreCore, keys: Sequence[str], now: datetime) -> Plan[int]:
+def _settle_markers(owner: Expiring[E], keys: Sequence[str], now: datetime, swept: Swept, dry_run: bool) -> Plan[None]:
     """Read due markers for their items, then judge the items."""
     bodies = yield [Get(key) for key in keys]
-    by_item: dict[str, _Due] = {}
+    by_item: dict[str, _Due[E]] = {}
     for key, obj in zip(keys, bodies, strict=True):
         if obj is None:
             continue  # another sweep settled it since the listing
-        item = _item_of_marker(core, key, obj.body)
+        item = _item_of_marker(owner, key, obj.body)
         if item is not None:
-            by_item.setdefault(item, _Due(item)).markers.append(key)
-    return (yield from _settle(core, list(by_item.values()), now))
+            by_item.setdefault(item, _Due[E](item)).markers.append(key)
+    yield from _settle(owner, list(by_item.values()), now, swept, dry_run)
 
 
-def _item_of_marker(core: StoreCore, key: str, body: bytes) -> str | None:
+def _item_of_marker(owner: Expiring[E], key: str, body: bytes) -> str | None:
     """The item a marker names; ``None`` (logged, left alone) for a body that is not a marker of ours."""
     try:
-        frame = core.codec.codec._unframe(key, body)
-        item = f"{core.layout.items_root}{frame['item']}"
+        frame = owner.frames._unframe(key, body)
+        item = f"{owner.markers.items_root}{frame['item']}"
     except (CorruptObjectError, KeyError, TypeError) as exc:
         logger.warning("TTL sweep left %r, which is not a marker it can read: %s", key, exc)
         return None
-    if not core.layout.is_item(item):
-        logger.warning("TTL sweep left %r, which names %r, not an item of this store", key, item)
+    if not owner.is_item(item):
+        logger.warning("TTL sweep left %r, which names %r, not an item it sweeps", key, item)
         return None
     return item
 
 
-def _settle(core: StoreCore, dues: list[_Due], now: datetime) -> Plan[int]:
+def _settle(owner: Expiring[E], dues: list[_Due[E]], now: datetime, swept: Swept, dry_run: bool) -> Plan[None]:
     """Judge each item by its frame and act (module docstring); then remove the markers that no longer cover
-    anything, and the vectors of the items deleted. Returns how many items were deleted."""
-    settling = _Settlement(core, now)
+    anything, and what goes with the items deleted (:attr:`Expiring.forget`). Counts into ``swept``."""
+    settling = _Settlement(owner, now)
     pending = dues
     for attempt in range(ATTEMPTS):
         objs = yield [Get(due.item) for due in pending]
         deletions = [(due, e) for due, obj in zip(pending, objs, strict=True) if (e := settling.judge(due, obj))]
+        if attempt == 0:
+            swept.read += sum(obj is not None for obj in objs)
+            swept.expired += len(deletions)
+            if dry_run:
+                swept.damaged += settling.damaged
+                return
         filings = settling.take_files()
         if not deletions:
             if filings:
@@ -315,40 +386,42 @@ def _settle(core: StoreCore, dues: list[_Due], now: datetime) -> Plan[int]:
             break
         # The deletes travel with the markers filed so far (items filed again, in the same round trip).
         replies = (yield [*(DeleteIfMatch(e.key, e.etag) for _, e in deletions), *filings])[: len(deletions)]
-        pending = []
-        for (due, expired), reply in zip(deletions, replies, strict=True):
-            if reply is PRECONDITION_FAILED:
-                # Rewritten or refreshed since it was read, or already gone: deleted by another sweep, or by
-                # this one when the answer was lost and the retry found it missing (SeaweedFS answers 412).
-                due.refused = expired
-                pending.append(due)
-            else:
-                settling.drop += due.markers
-                settling.gone.append(expired)
-        if pending and attempt == ATTEMPTS - 1:
+        pending = settling.refused(deletions, replies)
+        if not pending:
+            break
+        if attempt == ATTEMPTS - 1:
             # Still changing: filed for the next minute, so that the next sweep looks again.
             for due in pending:
                 settling.refile(due, minute_of(now.timestamp()) + 1, random_nonce())
+    yield from _conclude(owner, settling, swept)
+
+
+def _conclude(owner: Expiring[E], settling: _Settlement[E], swept: Swept) -> Plan[None]:
+    """File what is still to file; then remove the markers that no longer cover anything, and what goes with
+    the items deleted."""
     if filings := settling.take_files():
         yield filings
     if settling.drop:
         # Only now: each marker goes once its item is gone or the marker filing it again has landed.
         yield deletes(sorted(set(settling.drop)))
-    yield from core.forget_vectors(settling.gone)
-    return len(settling.gone)
+    if owner.forget is not None:
+        yield from owner.forget(settling.gone)
+    swept.deleted += len(settling.gone)
+    swept.damaged += settling.damaged
 
 
 @dataclass
-class _Settlement:
+class _Settlement(Generic[E]):
     """What judging a chunk of items decided: markers to file, markers to remove, items deleted."""
 
-    core: StoreCore
+    owner: Expiring[E]
     now: datetime
     files: dict[str, Put] = field(default_factory=dict)
     drop: list[str] = field(default_factory=list)
-    gone: list[Expiry] = field(default_factory=list)
+    gone: list[E] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
 
-    def judge(self, due: _Due, obj: StoredObject | None) -> Expiry | None:
+    def judge(self, due: _Due[E], obj: StoredObject | None) -> E | None:
         """Settle one item as read; the expired version to delete (``DeleteIfMatch``), if it is one."""
         if obj is None:
             self.drop += due.markers
@@ -356,9 +429,11 @@ class _Settlement:
                 self.gone.append(due.refused)
             return None
         try:
-            expiry = self.core.codec.peek_expiry(due.item, obj)
-        except CorruptObjectError as exc:
-            logger.warning("TTL sweep left %r, which cannot be read: %s", due.item, exc.reason)
+            expiry = self.owner.peek(due.item, obj, self.now)
+        except (CorruptObjectError, NewerFormatError) as exc:
+            # A newer release's item is sound: left alone like a damaged one, never deleted.
+            logger.warning("TTL sweep left %r, which cannot be read: %s", due.item, exc)
+            self.damaged.append(due.item)
             self.refile(due, minute_of(self.now.timestamp()) + DAMAGED_RETRY_MINUTES, filed_nonce(due.item, obj.etag))
             return None
         if expiry.expires is None:
@@ -367,14 +442,29 @@ class _Settlement:
         if expiry.expired(self.now):
             return expiry
         minute = minute_of(expiry.expires)
-        if any(self.core.markers.minute(key) == minute for key in due.markers):
+        markers = self.owner.markers
+        if any(markers.minute(key) == minute for key in due.markers):
             # Filed where it belongs, in the minute under way: it stays for the next sweep, the others go.
-            self.drop += [key for key in due.markers if self.core.markers.minute(key) != minute]
+            self.drop += [key for key in due.markers if markers.minute(key) != minute]
         elif expiry.put_derived and due.markers:
             self.drop += due.markers  # the put that wrote this version filed its own marker first
         else:
             self.refile(due, minute, filed_nonce(due.item, expiry.etag))
         return None
+
+    def refused(self, deletions: Sequence[tuple[_Due[E], E]], replies: Sequence[Any]) -> list[_Due[E]]:
+        """Settle the answers of the conditional deletes; the items whose delete was refused, to read again."""
+        pending = []
+        for (due, expired), reply in zip(deletions, replies, strict=True):
+            if reply is PRECONDITION_FAILED:
+                # Rewritten or refreshed since it was read, or already gone: deleted by another sweep, or by
+                # this one when the answer was lost and the retry found it missing (SeaweedFS answers 412).
+                due.refused = expired
+                pending.append(due)
+            else:
+                self.drop += due.markers
+                self.gone.append(expired)
+        return pending
 
     def take_files(self) -> list[Request]:
         """The markers to file decided so far (each once)."""
@@ -382,13 +472,13 @@ class _Settlement:
         self.files.clear()
         return filings
 
-    def refile(self, due: _Due, minute: int, nonce: str) -> None:
+    def refile(self, due: _Due[E], minute: int, nonce: str) -> None:
         """File ``due``'s item under ``minute``; its markers go once that one is written (unless it is one)."""
-        key = self.core.markers.key(minute, nonce)
+        key = self.owner.markers.key(minute, nonce)
         if key not in due.markers:
-            self.files[key] = Put(key, _marker_body(self.core, due.item), expires=False)
+            self.files[key] = Put(key, _marker_body(self.owner, due.item), expires=False)
         self.drop += [marker for marker in due.markers if marker != key]
 
 
-def _marker_body(core: StoreCore, item: str) -> bytes:
-    return core.codec.codec._frame({"item": item[len(core.layout.items_root) :]})
+def _marker_body(owner: Expiring[E], item: str) -> bytes:
+    return owner.frames._frame({"item": item[len(owner.markers.items_root) :]})
