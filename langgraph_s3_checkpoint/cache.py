@@ -6,12 +6,12 @@ time it ran on the same input, and stores its writes after it ran. Workers that 
 those results: a node one of them computed is served to the others.
 
 Same design as the saver and the store: every operation is a *plan* (a generator yielding batches of independent
-requests, :mod:`.requests`) in :class:`CacheCore`, driven by ``BucketIO.run`` (the sync methods) or
+requests, :mod:`._protocol.requests`) in :class:`CacheCore`, driven by ``BucketIO.run`` (the sync methods) or
 ``BucketIO.arun`` (the async ones) over the shared I/O shell. Layout under ``{prefix}/cache/`` (see
-:func:`keys.namespace_segment` and :func:`keys.escape`)::
+:func:`._protocol.keys.namespace_segment` and :func:`._protocol.keys.escape`)::
 
     cache/{N}/{K}     one entry: its namespace and key, serde(value), its TTL, the writer's clock
-    cache-ttl/...     expiry markers of the entries with a TTL, and ``cache-ttl-filed`` (:mod:`.expiry`)
+    cache-ttl/...     expiry markers of the entries with a TTL, and ``cache-ttl-filed`` (:mod:`._protocol.expiry`)
 
 Neither the saver (``threads/``, ``runs/``, ``_setup/``) nor the store (``store/``) reads these, and the cache's
 plans read nothing else (its optional ``setup`` is the saver's). A key under ``cache/`` that is not ``{N}/{K}`` with
@@ -179,7 +179,7 @@ def marker_time(written: float, ttl: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class EntryExpiry:
-    """What the sweep reads of one version of an entry (:class:`.expiry.Judged`): its frame, not its value."""
+    """What the sweep reads of one version of an entry (:class:`._protocol.expiry.Judged`): its frame, not its value."""
 
     key: str
     etag: str
@@ -275,11 +275,11 @@ class CacheCore:
     now: Callable[[], datetime] = _utc_now
     """This machine's clock (see :func:`age_of` for how little it decides)."""
     sweep_state: expiry.SweepState = field(default_factory=expiry.SweepState)
-    """What the sweeps of this cache remember (:mod:`.expiry`)."""
+    """What the sweeps of this cache remember (:mod:`._protocol.expiry`)."""
 
     @property
     def expiring(self) -> expiry.Expiring[EntryExpiry]:
-        """What the expiry markers' plans need of the cache (:mod:`.expiry`)."""
+        """What the expiry markers' plans need of the cache (:mod:`._protocol.expiry`)."""
         return expiry.Expiring(
             self.layout.markers, self.sweep_state, self.codec.codec, self.now, self.layout.is_entry, self._peek
         )
@@ -326,8 +326,8 @@ class CacheCore:
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | float | None]]) -> Plan[None]:
         """One unconditional PUT per entry, all in one batch: the last writer wins, and a reader sees one whole
         entry (S3 replaces an object at once). Entries with a TTL have their expiry markers filed first, in a
-        batch before (:mod:`.expiry`): an entry never exists without one, so a sweep finds it without reading the
-        others."""
+        batch before (:mod:`._protocol.expiry`): an entry never exists without one, so a sweep finds it without reading
+        the others."""
         written = self.now().timestamp()
         puts = []
         expiries = []
@@ -368,7 +368,7 @@ class CacheCore:
     def sweep(self, *, dry_run: bool = False, full: bool = False) -> Plan[CacheSweep]:
         """Delete every expired entry whose expiry marker came due (``DeleteIfMatch``: one rewritten since it was
         read stays), judged by its frame alone (no key is needed for encrypted values). Reads every entry when the
-        cache was never filed (entries of releases before markers) or ``full``. See :mod:`.expiry`."""
+        cache was never filed (entries of releases before markers) or ``full``. See :mod:`._protocol.expiry`."""
         swept = yield from expiry.sweep(self.expiring, full, dry_run=dry_run)
         return CacheSweep(dry_run, swept.read, swept.expired, swept.deleted, swept.skipped, swept.damaged)
 

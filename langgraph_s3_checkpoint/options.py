@@ -260,7 +260,7 @@ def parse_flag(name: str, value: str) -> bool:
 # ------------------------------------------------------------------------------------------------
 TRANSPORTS = ("auto", "boto3", "direct")
 """Who sends GET, PUT and LIST: by default (``auto``) the direct transport unless something watches the
-boto3 client (:mod:`.watch`), else always boto3 or always direct."""
+boto3 client (:mod:`._transport.watch`), else always boto3 or always direct."""
 CHECKSUM_SETTINGS = ("when_required", "when_supported")
 """botocore's ``request_checksum_calculation`` / ``response_checksum_validation``. The clients the saver makes use
 ``when_required``: botocore >= 1.36 otherwise adds CRC32 checksums to every PutObject (over https an aws-chunked body

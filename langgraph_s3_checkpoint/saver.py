@@ -1,8 +1,8 @@
-"""``S3Saver`` and ``AsyncS3Saver``: LangGraph's checkpointer API over the plans in :mod:`core`.
+"""``S3Saver`` and ``AsyncS3Saver``: LangGraph's checkpointer API over the plans in :mod:`._protocol.checkpoint_plans`.
 
 Both savers implement every sync and async method of ``BaseCheckpointSaver``; each method hands a plan
-to the I/O shell's sync or async driver (:class:`.shell.BucketIO`). They differ only in how they are opened
-(``with`` / ``async with``), in ``setup`` being awaitable, and in ``AsyncS3Saver`` refusing blocking
+to the I/O shell's sync or async driver (:class:`._transport.bucket_io.BucketIO`). They differ only in how they are
+opened (``with`` / ``async with``), in ``setup`` being awaitable, and in ``AsyncS3Saver`` refusing blocking
 calls made from inside a running event loop (where they would stall every other coroutine).
 """
 
@@ -79,9 +79,9 @@ transient failures S3 documents; more only make a dead endpoint take longer to r
 DEFAULT_OPERATION_TIMEOUT = 60.0
 """Deadline in seconds for one saver or store call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
 item it yields). No attempt of a request starts after it, a read still unanswered is cut at it, and a write still
-unanswered gets the read timeout more to answer (:mod:`.deadline`); the call ends only once all of them have. It caps
-calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the last
-byte received)."""
+unanswered gets the read timeout more to answer (:mod:`._transport.deadline`); the call ends only once all of them have.
+It caps calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the
+last byte received)."""
 
 logger = logging.getLogger("langgraph_s3_checkpoint")
 
@@ -240,9 +240,10 @@ def make_bucket_io(
     it; ``serves`` names which one holds it in the error for a call after ``close()``.
 
     With the direct transport and ``native_async``, the async driver sends GET, PUT and LIST from the
-    event loop (:mod:`.native`); without it, from the thread pool over blocking sockets (:mod:`.blocking`).
-    ``"auto"`` (the default) sends them directly while nothing but botocore watches the client (:mod:`.watch`)
-    and through boto3 otherwise, or always through boto3 when the direct transport cannot imitate the client."""
+    event loop (:mod:`._transport.asyncio_sender`); without it, from the thread pool over blocking sockets
+    (:mod:`._transport.blocking_sender`). ``"auto"`` (the default) sends them directly while nothing but botocore
+    watches the client (:mod:`._transport.watch`) and through boto3 otherwise, or always through boto3 when the direct
+    transport cannot imitate the client."""
     if transport not in TRANSPORTS:
         raise InvalidConfigError(f"transport must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}")
     put_args: dict[str, Any] = {}
@@ -307,7 +308,7 @@ def make_bucket_io(
 def _gate(
     client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...]
 ) -> ConditionalWrites:
-    """The conditional-write probe's gate (:mod:`.conditions`): its verdict is the process's for this endpoint,
+    """The conditional-write probe's gate (:mod:`._transport.probe`): its verdict is the process's for this endpoint,
     bucket and extra headers; its objects go under the saver's prefix (IAM policies may allow no other)."""
     layout = Layout(prefix)
     return ConditionalWrites(

@@ -1,7 +1,7 @@
 """Plan-level simulation of the commit protocol over an in-memory bucket: faults, interleavings, an oracle.
 
-Every saver operation is a plan (``core.py``): a generator yielding batches of independent requests. Here a
-plan is driven one batch at a time against a :class:`MemoryBucket`, so that
+Every saver operation is a plan (``_protocol/checkpoint_plans.py``): a generator yielding batches of independent
+requests. Here a plan is driven one batch at a time against a :class:`MemoryBucket`, so that
 
 * a **fault** can be injected at batch ``k`` (:class:`Crash` after any subset of the batch landed,
   :class:`Lost` answer: a request applied twice, as botocore's retry does, the plan seeing the second

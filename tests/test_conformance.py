@@ -107,7 +107,8 @@ async def assert_conformance(name: str, path: str, saver_kwargs: Callable[[], di
         if path == "async":
             kwargs = saver_kwargs()
             saver: Any = AsyncS3Saver(**kwargs)
-            # The async saver with the direct transport sends GET/PUT/LIST from the event loop (native.py).
+            # The async saver with the direct transport sends GET/PUT/LIST from the event loop
+            # (_transport/asyncio_sender.py).
             direct = kwargs.get("transport") != "boto3" and not isinstance(kwargs["client"], MemoryBucket)
             assert (saver.bucket_io.native is not None) == direct
             await saver.setup()

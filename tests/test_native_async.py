@@ -1,5 +1,5 @@
 """The async saver's native transport: ``AsyncS3Saver(transport="direct")`` sends GET, PUT and LIST from the
-event loop (``native.py``), with the sync direct transport's signing, replies, errors and retries.
+event loop (``_transport/asyncio_sender.py``), with the sync direct transport's signing, replies, errors and retries.
 
 What is checked here, on real servers and real sockets: that the requests really go out on the loop
 (the saver's thread pool is never created and the blocking sender never called), that they are the same requests as

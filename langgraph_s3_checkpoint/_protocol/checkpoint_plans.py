@@ -1,7 +1,7 @@
 """The saver's plans in one class: :class:`Core` composes reading (:mod:`.reading`), committing
 (:mod:`.committing`) and thread edits (:mod:`.thread_edits`) over one bucket prefix, free of I/O.
 
-Every operation is a *plan*: a generator that yields batches of :mod:`requests` and receives their
+Every operation is a *plan*: a generator that yields batches of :mod:`.requests` and receives their
 replies (see :mod:`langgraph_s3_checkpoint._protocol.requests`). The sync and async savers run the same plans
 through two small drivers (:mod:`langgraph_s3_checkpoint._transport.bucket_io`), so there is exactly one copy of the
 commit protocol: :meth:`.committing.Committing.put`, whose docstring states it step by step, and one rule
@@ -18,7 +18,7 @@ from .thread_edits import Maintenance
 
 class Core(Maintenance):
     """Plans for every saver operation over one bucket prefix: :class:`~.reading.Reading`,
-    :class:`~.committing.Committing` and :class:`~.maintenance.Maintenance`, over the fields of
+    :class:`~.committing.Committing` and :class:`~.thread_edits.Maintenance`, over the fields of
     :class:`~.reading.CoreState`."""
 
 

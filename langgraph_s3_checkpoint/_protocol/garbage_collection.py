@@ -51,7 +51,7 @@ Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastMo
 server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
 the grace well above the longest a ``put`` can take. ORPHAN records are garbage at once, but the grace
 applies to them too, for safety. Committed checkpoints are never deleted. Keys that are not the saver's
-by :func:`keys.classify`'s rule (an unrecognised key, a zero-byte folder marker ending in ``/``, anything
+by :func:`.keys.classify`'s rule (an unrecognised key, a zero-byte folder marker ending in ``/``, anything
 in a folder no id escapes to) are never deleted; the report counts them as ``foreign``. Where a record
 cannot be read (damaged, or deleted since the listing by a concurrent ``prune``/``delete_for_runs``/
 ``delete_thread``), the namespace's remaining ORPHAN records, its blobs and its run-index entries are

@@ -1,10 +1,10 @@
 """Operator plans behind the ``langgraph-s3`` command: thread statistics, export/import, integrity checks.
 
-Like :mod:`core`, every operation is a plan (a generator yielding request batches and ``Emit``-ting
+Like :mod:`.checkpoint_plans`, every operation is a plan (a generator yielding request batches and ``Emit``-ting
 results), so it runs on the saver's own I/O shell (``saver.bucket_io``) with the same credentials,
 SSE settings and thread pool. Listings carry each object's size and modification time.
 
-What each kind of key under a thread is is decided in one place, :func:`keys.classify`, which the
+What each kind of key under a thread is is decided in one place, :func:`.keys.classify`, which the
 statistics, export, the importer, the verifier and ``copy_thread`` share.
 """
 
@@ -80,7 +80,7 @@ UNNAMED = (
 
 def thread_ids(layout: Layout, unnamed: list[Problem] | None = None) -> OpsPlan[None]:
     """Emit the id of every thread under the prefix, in key order (possibly some just deleted); folders that
-    are not a thread's (:func:`keys.is_own_segment`) are skipped. A thread whose long id cannot be read back
+    are not a thread's (:func:`.keys.is_own_segment`) are skipped. A thread whose long id cannot be read back
     (:data:`UNNAMED`) is not emitted: ``unnamed`` gets a :class:`Problem` naming its ``name`` key."""
     root = layout.threads_root
     token: str | None = None
@@ -401,7 +401,7 @@ def verify_thread(layout: Layout, codec: Codec, thread_id: str) -> OpsPlan[int]:
 
     Checks that every head and record decodes, that the record a head points at exists, that every
     blob a record references exists and decodes, and that writes, run entries and names decode. Then
-    everything ``repair_thread`` would fix (:func:`repair.repair_needed`, its dry run's decision: a head
+    everything ``repair_thread`` would fix (:func:`.repair.repair_needed`, its dry run's decision: a head
     missing over a committed history, a damaged head, a lost thread ``name``) is a problem too.
     Emits :class:`Checked` as it goes and returns the number of objects read.
     """

@@ -84,7 +84,7 @@ def mark(key: str, operation: str) -> Plan[DeleteIfMatch]:
     and is removed last, so an operation that dies part-way leaves it beside the records it was deleting or
     writing: ``repair_thread`` then does not take them for a namespace whose head was lost. Each operation
     writes its own bytes (``"{operation} {uuid}"``, a rollback's operation carrying its run id, read by
-    :func:`keys.marker_operation`) and removes the marker only if it is still its own, so that of a second one
+    :func:`.keys.marker_operation`) and removes the marker only if it is still its own, so that of a second one
     running meanwhile stays until that one ends."""
     written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
     assert isinstance(written, Written)  # an unconditional PUT is never refused
@@ -139,7 +139,7 @@ def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
 def id_behind(segment: str, folder: str) -> Plan[str | None]:
     """The real thread or namespace id behind a folder's ``segment`` (``folder`` ends with it and ``/``); ``None``
     for a segment we did not make (a foreign folder such as ``%ZZ``) or a digest whose ``name`` object is missing
-    or not to be trusted (:func:`keys.named_id`). The one way readers, maintenance and tools read it."""
+    or not to be trusted (:func:`.keys.named_id`). The one way readers, maintenance and tools read it."""
     if not is_own_segment(segment):
         return None
     if not is_digest(segment):
@@ -150,7 +150,7 @@ def id_behind(segment: str, folder: str) -> Plan[str | None]:
 
 def own_folders_under(root: str) -> Plan[list[str]]:
     """The thread or namespace folders directly under ``root`` (``threads/{T}/ns/``, say), from a delimited
-    listing: those whose name :func:`keys.is_own_segment` accepts. Any other folder is foreign, and what it
+    listing: those whose name :func:`.keys.is_own_segment` accepts. Any other folder is foreign, and what it
     holds, a ``head`` included, is nobody's checkpoint."""
     found = yield from all_pages(root, delimiter="/")
     return [p for page in found for p in page.prefixes if is_own_segment(p[len(root) : -1])]

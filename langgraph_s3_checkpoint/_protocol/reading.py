@@ -320,7 +320,7 @@ class Reading(CoreState):
         return reads
 
     def _standing(self, thread_id: str, ns: str, record: Record, head: StoredObject | None) -> Plan[Standing]:
-        """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
+        """Whether ``record`` is committed, by :mod:`.chain`'s rule, walking down from ``head``."""
         try:
             chain = (
                 Chain.without_head()
@@ -482,7 +482,7 @@ class Reading(CoreState):
                     return
 
     def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
-        """The real id behind a thread or namespace folder's segment (:func:`plans.id_behind`): one method that the
+        """The real id behind a thread or namespace folder's segment (:func:`.plans.id_behind`): one method that the
         core's readers and maintenance all go through, and a test can interpose on."""
         return (yield from id_behind(segment, prefix))
 

@@ -134,7 +134,7 @@ class RemoveExpiryRule(Request[None]):
 @dataclass(frozen=True)
 class ProbeConditionalWrites(Request[None]):
     """Not sent: the shell answers it once the server's conditional writes are known to be enforced (probed once
-    per process and endpoint, :mod:`.conditions`), or raises :class:`~.errors.ConditionalWritesUnsupportedError`.
+    per process and endpoint, :mod:`.._transport.probe`), or raises :class:`~.errors.ConditionalWritesUnsupportedError`.
     The shell does the same before the first write of every saver and store; ``setup()`` asks for it by name, so
     that nothing (a lifecycle rule) is installed on a server it would refuse."""
 
@@ -205,7 +205,7 @@ def condition_failed(request: Put, *, refused: bool, missing: bool) -> bool:
     ``refused``: the server answered 412 Precondition Failed. ``missing``: it answered 404. A missing key
     under ``If-Match`` is 404 on AWS and moto and 412 on SeaweedFS; both mean the object is not the one
     expected. Not a 409 ConditionalRequestConflict: AWS documents it as "a concurrent write raced you, retry",
-    so both transports send the same request again (:mod:`.retries`); it says nothing about the object.
+    so both transports send the same request again (:mod:`.._transport.retries`); it says nothing about the object.
     """
     return refused or (missing and isinstance(request.mode, Update))
 

@@ -671,7 +671,7 @@ class Maintenance(Committing):
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, *, create_bucket: bool, bucket: str) -> Plan[None]:
         """The bucket (created with ``create_bucket``), then the conditional-write probe (run by the shell once per
-        process, :mod:`.conditions`: it refuses a server that does not enforce them unless the saver was told
+        process, :mod:`.._transport.probe`: it refuses a server that does not enforce them unless the saver was told
         otherwise), then, with a TTL, the lifecycle rule, read back: a server that stored it without its tag filter
         (Garage) would expire everything under the prefix, the store's items included, so the rule is removed again
         and ``ttl_days`` refused."""

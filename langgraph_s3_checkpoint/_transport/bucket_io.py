@@ -1,11 +1,11 @@
 """The I/O shell: performs the requests that plans ask for, with boto3, and drives plans to the end.
 
 One :class:`BucketIO` serves both savers. ``execute`` turns one request into one boto3 call and maps the
-reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`requests` replies.
+reply (and the handful of S3 errors that carry meaning, such as 412) onto :mod:`.._protocol.requests` replies.
 Independent requests of one batch run in parallel on a bounded thread pool: the sync driver waits for
 them, the async driver awaits them, and that is the only difference between the two. One exception: with
 the direct transport and the async saver, GET, PUT and LIST are sent from the event loop itself
-(:mod:`.native`); the rest of its requests keep the thread pool. Either driver waits for every request of a
+(:mod:`.asyncio_sender`); the rest of its requests keep the thread pool. Either driver waits for every request of a
 batch before it returns or raises, and each request ends by the operation's deadline on its own
 (:mod:`.deadline`), so a call never ends with a request of it still in flight.
 
@@ -15,9 +15,9 @@ redirected the bucket elsewhere; with ``"boto3"`` or ``"direct"``, always that o
 (:mod:`.retries`) and send the same headers: the saver's ``extra_headers`` on every request, Content-MD5 (not
 botocore's CRC32) on the requests S3 requires a checksum for.
 
-Before the first write, the drivers wait for the conditional-write probe's verdict (:mod:`.conditions`), and
+Before the first write, the drivers wait for the conditional-write probe's verdict (:mod:`.probe`), and
 without conditional writes (``require_conditional_writes=False``) they send each batch through
-:func:`.conditions.without_conditions`.
+:func:`.probe.without_conditions`.
 
 boto3 clients are thread-safe, so one client and one connection pool serve every thread.
 """
@@ -743,8 +743,8 @@ class BucketIO:
 
     # -- conditional writes: the probe's verdict before the first write (conditions.py) -------------
     def _step(self, step: list[Request], started: float | None) -> list[Any]:
-        """One batch of a plan; the first that writes waits for the probe's verdict (:mod:`.conditions`), and
-        without conditional writes every batch goes through :func:`.conditions.without_conditions`."""
+        """One batch of a plan; the first that writes waits for the probe's verdict (:mod:`.probe`), and
+        without conditional writes every batch goes through :func:`.probe.without_conditions`."""
         gate = self.conditions
         if gate is None or gate.enforcement is Enforcement.ENFORCED:
             return self._batch(step, started)

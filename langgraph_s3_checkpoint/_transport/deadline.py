@@ -12,9 +12,9 @@ waiting leaves its requests running: a PUT lands after the caller was told the p
 
 How each sender keeps it. The direct transport's blocking sender bounds connect and every ``recv`` by the time left,
 so a reply trickling in byte by byte (each byte restarts the read timeout) still ends at ``cut_at``
-(:mod:`.blocking`); the asyncio sender runs each attempt under a timeout (:mod:`.native`). A boto3 request cannot be
-bounded from outside except by closing its connection: :func:`follow_connections` makes the client's connections
-report to the call on their thread, and one watchdog thread shuts a call's connection down at ``cut_at``
+(:mod:`.blocking_sender`); the asyncio sender runs each attempt under a timeout (:mod:`.asyncio_sender`). A boto3
+request cannot be bounded from outside except by closing its connection: :func:`follow_connections` makes the client's
+connections report to the call on their thread, and one watchdog thread shuts a call's connection down at ``cut_at``
 (:func:`cut_at_deadline`). botocore then retries, and the next attempt is refused before it starts.
 """
 
@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 class DeadlinePassed(Exception):
-    """A request ended by its call's deadline. Internal: :class:`.shell.BucketIO` raises ``S3RequestError`` for it.
+    """A request ended by its call's deadline. Internal: :class:`.bucket_io.BucketIO` raises ``S3RequestError`` for it.
 
     ``sent``: an attempt went out and was not answered (or was answered with an error worth retrying), so a write's
     outcome is unknown; otherwise the request never reached the server."""

@@ -15,8 +15,8 @@ errors), the CA bundle and the client's checksum settings. Everything other than
 
 Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
 answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends over blocking sockets
-(:mod:`.blocking`: the sync saver, and the async saver's worker threads), :class:`.native.NativeTransport` from
-the event loop (the async saver).
+(:mod:`.blocking_sender`: the sync saver, and the async saver's worker threads),
+:class:`.asyncio_sender.NativeTransport` from the event loop (the async saver).
 
 What it gives up: event hooks, stubbers and patches on the client do not see these requests, it follows no
 redirects (:class:`WrongRegionError`), and clients it cannot faithfully imitate (a proxy, from the client's
@@ -146,9 +146,10 @@ return value is the request's reply; it raises the package's error when the requ
 class DirectTransport:
     """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` for one bucket as signed HTTP requests.
 
-    Everything but the sending is pure and shared with the asyncio sender (:mod:`.native`):
+    Everything but the sending is pure and shared with the asyncio sender (:mod:`.asyncio_sender`):
     :meth:`exchanges` signs each attempt, reads each answer into a reply or a failure and decides the
-    backoff; :meth:`execute` only sends over blocking sockets (:mod:`.blocking`) and sleeps with ``time.sleep``."""
+    backoff; :meth:`execute` only sends over blocking sockets (:mod:`.blocking_sender`) and sleeps with
+    ``time.sleep``."""
 
     def __init__(
         self,

@@ -70,7 +70,8 @@ class Failure(Exception):
 
 @dataclass(frozen=True)
 class Exchange:
-    """One signed HTTP request, ready to send: all a sender (:mod:`.blocking` or :mod:`.native`) ever sees."""
+    """One signed HTTP request, ready to send: all a sender (:mod:`.blocking_sender` or :mod:`.asyncio_sender`) ever
+    sees."""
 
     method: str
     target: str

@@ -6,10 +6,10 @@ Why before the first write and not only in ``setup()``. The saver's safety is S3
 store's sweep). A server that ignores them (Google Cloud Storage's XML API, Garage, OCI) passes every single-writer
 test and silently forks a thread under two writers; one that refuses them (Backblaze B2: 501) fails every write with
 an HTTP error. A check that only ``setup()`` runs leaves everyone who skips it unprotected, so the shell
-(:class:`.shell.BucketIO`) runs it before the first write request of every saver and store (or when ``setup()``
-asks, :class:`~.requests.ProbeConditionalWrites`), once per process for an endpoint and bucket, whoever asks first:
-concurrent first writes wait for the one probe, later ones find its verdict and pay nothing (one attribute read per
-batch until it is known, none after).
+(:class:`.bucket_io.BucketIO`) runs it before the first write request of every saver and store (or when ``setup()``
+asks, :class:`~.._protocol.requests.ProbeConditionalWrites`), once per process for an endpoint and bucket, whoever asks
+first: concurrent first writes wait for the one probe, later ones find its verdict and pay nothing (one attribute read
+per batch until it is known, none after).
 
 :func:`probe` is a plan like every other operation; on fresh keys under ``{prefix}_setup/probe-`` (where ``gc``
 collects what an interrupted probe leaves) it checks, in four round trips and eighteen requests (11 PUT, 4 GET, 2
@@ -318,7 +318,7 @@ def _abandon(key: Hashable, verdict: concurrent.futures.Future[Any], error: Base
 
 @dataclass
 class ConditionalWrites:
-    """The gate a :class:`.shell.BucketIO` passes before its first write: the probe's verdict for its endpoint and
+    """The gate a :class:`.bucket_io.BucketIO` passes before its first write: the probe's verdict for its endpoint and
     bucket (shared by the process), and this saver's or store's answer to it (``required``: refuse; else write
     without conditional headers)."""
 

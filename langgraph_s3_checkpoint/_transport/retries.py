@@ -1,6 +1,6 @@
 """When a failed request is sent again, and what it raises when it is not: one policy for both transports.
 
-The direct transport (:mod:`.transport`) retries each attempt itself; the boto3 path (:mod:`.shell`) lets botocore
+The direct transport (:mod:`.direct`) retries each attempt itself; the boto3 path (:mod:`.bucket_io`) lets botocore
 make its own attempts and then asks the same budget, counting botocore's attempts, whether to call again. So a
 request meets the same faults with the same patience whichever transport sends it.
 

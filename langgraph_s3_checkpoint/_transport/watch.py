@@ -1,7 +1,7 @@
 """Whether anything but botocore takes part in a boto3 client's requests: what lets the default transport
 (``transport="auto"``) send GET, PUT and LIST directly without taking anything from its users.
 
-Why. The direct transport (:mod:`.transport`) costs a fraction of boto3's CPU per request, and from the
+Why. The direct transport (:mod:`.direct`) costs a fraction of boto3's CPU per request, and from the
 async saver it sends from the event loop without a thread hop. But it goes past everything people attach to
 a boto3 client: event hooks (request counters, custom headers, signing plugins), botocore's ``Stubber``,
 moto's ``mock_aws``, and patches of the client's methods or of botocore's request path (``unittest.mock``;
@@ -13,7 +13,7 @@ as something else would: from the first request after a hook is registered, a st
 What counts as botocore's own:
 
 * handlers whose code lives in ``botocore`` or ``boto3``, except ``botocore.stub`` (the Stubber's), and this
-  package's own (:func:`.shell.speak_like_the_saver`: the headers the direct transport sends itself);
+  package's own (:func:`.bucket_io.speak_like_the_saver`: the headers the direct transport sends itself);
 * moto's stubber, which moto adds to every client once it is imported, only while ``mock_aws`` enables it;
 * the functions a request passes through (the client's method, ``_make_api_call``, the endpoint's
   ``make_request`` and ``_send``, the HTTP session's ``send``) only while they are botocore's own: not

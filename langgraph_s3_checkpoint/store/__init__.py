@@ -1,11 +1,11 @@
 """``S3Store`` and ``AsyncS3Store``: LangGraph's long-term memory ``BaseStore`` on the saver's bucket.
 
 Same design as the saver: every operation is a *plan* (a generator yielding batches of independent
-requests, see :mod:`requests`), written once in :class:`StoreCore` and driven by ``BucketIO.run`` (sync)
+requests, see :mod:`.._protocol.requests`), written once in :class:`StoreCore` and driven by ``BucketIO.run`` (sync)
 or ``BucketIO.arun`` (async). Embeddings are computed by the store classes before a plan starts (with
 ``embed_documents`` or ``aembed_documents``), so plans stay pure.
 
-Layout under ``{prefix}/store/`` (labels and keys escaped by :func:`keys.escape`; segments longer than
+Layout under ``{prefix}/store/`` (labels and keys escaped by :func:`.._protocol.keys.escape`; segments longer than
 180 characters become ``~`` + SHA-256 and the real label is kept in a ``names/`` object)::
 
     store/ns/{l1}/.../{ln}/~/{key}       one item (value, timestamps, TTL), the only source of truth

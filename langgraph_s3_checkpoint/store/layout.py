@@ -35,7 +35,7 @@ def escape(value: str) -> str:
     """One key segment for a label or key: letters, digits and ``_`` stay, every other UTF-8 byte
     becomes ``=XX``; ``""`` becomes ``~``; a segment over 180 characters becomes ``~`` + SHA-256.
 
-    Unlike the saver's :func:`keys.escape` (``%XX``, ``-`` kept), every character of a segment sorts
+    Unlike the saver's :func:`.._protocol.keys.escape` (``%XX``, ``-`` kept), every character of a segment sorts
     above ``/``, so ascending byte order of keys (S3, moto) and folder-by-folder order (SeaweedFS's
     filer) are the same order: search pages identically on every server."""
     if value == "":
@@ -67,9 +67,9 @@ _VERBATIM = re.compile(r"[A-Za-z0-9_]+")
 
 
 def is_own_segment(segment: str) -> bool:
-    """Whether :func:`escape` could have made ``segment`` (:func:`keys.made_by`, as :func:`keys.is_own_segment` for
-    the saver's): a folder or key of the store whose segment fails it (``a.b``, ``%zz``, ``=zz``) is foreign,
-    skipped by every read, search, listing and sweep."""
+    """Whether :func:`escape` could have made ``segment`` (:func:`.._protocol.keys.made_by`, as
+    :func:`.._protocol.keys.is_own_segment` for the saver's): a folder or key of the store whose segment fails it
+    (``a.b``, ``%zz``, ``=zz``) is foreign, skipped by every read, search, listing and sweep."""
     return made_by(segment, escape, unescape, _VERBATIM)
 
 

@@ -215,16 +215,16 @@ class StoreCore:
     names: dict[str, str] = field(default_factory=dict)
     """Digest segment -> real string, for name objects known to exist (written or read)."""
     sweep_state: expiry.SweepState = field(default_factory=expiry.SweepState)
-    """What the TTL sweeps of this store remember (:mod:`.expiry`)."""
+    """What the TTL sweeps of this store remember (:mod:`.._protocol.expiry`)."""
 
     @property
     def markers(self) -> expiry.Markers:
-        """Keys of the expiry markers (:mod:`.expiry`)."""
+        """Keys of the expiry markers (:mod:`.._protocol.expiry`)."""
         return expiry.Markers(self.layout.root, self.layout.items_root)
 
     @property
     def expiring(self) -> expiry.Expiring[Expiry]:
-        """What the expiry markers' plans need of the store (:mod:`.expiry`)."""
+        """What the expiry markers' plans need of the store (:mod:`.._protocol.expiry`)."""
         return expiry.Expiring(
             self.markers,
             self.sweep_state,
@@ -704,7 +704,8 @@ class StoreCore:
     # -- TTL sweep --------------------------------------------------------------------------------
     def sweep(self, full: bool = False) -> Plan[int]:
         """Delete every expired item whose expiry marker came due (every expired item, reading all of them,
-        when the store was never filed or ``full``), and its vectors; returns how many (see :mod:`.expiry`)."""
+        when the store was never filed or ``full``), and its vectors; returns how many (see
+        :mod:`.._protocol.expiry`)."""
         swept = yield from expiry.sweep(self.expiring, full)
         return swept.deleted
 
