@@ -35,7 +35,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .context import EXIT_OK, Context
+from .context import EXIT_OK, EXIT_PROBLEMS, EXIT_S3, EXIT_USAGE, Context
 from .parser import build_parser, close_context, exit_status, fail, open_context
 
 
@@ -55,3 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if ctx is not None:
             close_context(ctx)
+
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_S3", "EXIT_USAGE", "Context", "build_parser", "main"]
