@@ -313,8 +313,8 @@ def bare(s3: dict[str, Any], samples: int) -> dict[str, float]:
     """Median ms of a 1 KiB PutObject / GetObject through the proxy, per client (in a child process, as the
     savers are: the proxy's threads in the parent would otherwise compete for this process's GIL)."""
     from langgraph_s3_checkpoint import make_client
-    from langgraph_s3_checkpoint.requests import Get, Put
-    from langgraph_s3_checkpoint.transport import DirectTransport
+    from langgraph_s3_checkpoint._protocol.requests import Get, Put
+    from langgraph_s3_checkpoint._transport.direct import DirectTransport
 
     opts = client_options(s3)
     import boto3
@@ -358,7 +358,7 @@ def _bare_step(direct: Any, samples: int) -> float:
     S3 server's CPU (about 2 ms per conditional PUT for SeaweedFS) shares the cores with everything else."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from langgraph_s3_checkpoint.requests import Put
+    from langgraph_s3_checkpoint._protocol.requests import CREATE, Put, Update
 
     etag = direct.execute(Put("bare/step/head", b"h" * 1024)).etag
     walls = []
@@ -369,9 +369,9 @@ def _bare_step(direct: Any, samples: int) -> float:
                 pool.map(
                     direct.execute,
                     (
-                        Put(f"bare/step/writes/{i}", b"w" * 1024, if_none_match=True),
-                        Put(f"bare/step/record/{i}", b"r" * 1024, if_none_match=True),
-                        Put("bare/step/head", f"{i:04d}".encode() * 256, if_match=etag),
+                        Put(f"bare/step/writes/{i}", b"w" * 1024, mode=CREATE),
+                        Put(f"bare/step/record/{i}", b"r" * 1024, mode=CREATE),
+                        Put("bare/step/head", f"{i:04d}".encode() * 256, mode=Update(etag)),
                     ),
                 )
             )

@@ -127,8 +127,8 @@ def bare_latency(server: Any) -> dict[str, float]:
     """
     from worker import process_cpu_s
 
-    from langgraph_s3_checkpoint.requests import Get, Put
-    from langgraph_s3_checkpoint.transport import DirectTransport
+    from langgraph_s3_checkpoint._protocol.requests import Get, Put
+    from langgraph_s3_checkpoint._transport.direct import DirectTransport
 
     client = server.client()
     direct = DirectTransport(client, BUCKET)

@@ -200,23 +200,23 @@ class FloorSaver(NullSaver):
         return (yield requests)
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        from langgraph_s3_checkpoint.requests import Put
+        from langgraph_s3_checkpoint._protocol.requests import CREATE, Put, Update
 
         thread = config["configurable"]["thread_id"]
         head_key = f"{self.prefix}floor/{thread}/head"
         etag = self.heads.get(thread)
-        head = Put(head_key, self.BODY, if_match=etag) if etag else Put(head_key, self.BODY, if_none_match=True)
+        head = Put(head_key, self.BODY, mode=Update(etag)) if etag else Put(head_key, self.BODY, mode=CREATE)
         record = Put(f"{self.prefix}floor/{thread}/c/{checkpoint['id']}", self.BODY)
         replies = await self.io.arun(self._batch([record, head]))
         self.heads[thread] = replies[1].etag
         return await super().aput(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        from langgraph_s3_checkpoint.requests import Put
+        from langgraph_s3_checkpoint._protocol.requests import CREATE, Put
 
         c = config["configurable"]
         key = f"{self.prefix}floor/{c['thread_id']}/w/{c['checkpoint_id']}/{task_id}"
-        await self.io.arun(self._batch([Put(key, self.BODY, if_none_match=True)]))
+        await self.io.arun(self._batch([Put(key, self.BODY, mode=CREATE)]))
 
 
 def throughput_worker(spec: dict[str, Any]) -> dict[str, Any]:

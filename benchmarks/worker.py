@@ -56,7 +56,7 @@ def op_kind(operation: str) -> str:
 def _operation(request: Any) -> str:
     """The S3 call one of our requests is, to count it as boto3's hooks would (imported here: the peers' venvs,
     which run this file too, do not have the package)."""
-    from langgraph_s3_checkpoint.requests import S3_OPERATION
+    from langgraph_s3_checkpoint._protocol.requests import S3_OPERATION
 
     return S3_OPERATION[type(request)]
 

@@ -30,15 +30,9 @@ from typing import Any, TypeVar
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 
-from .codec import Codec
-from .core import Core
-from .errors import (
-    CorruptObjectError,
-    InvalidArgumentTypeError,
-    InvalidConfigError,
-    NewerFormatError,
-)
-from .keys import (
+from ._protocol.checkpoint_plans import Core
+from ._protocol.codec import Codec
+from ._protocol.keys import (
     EXPIRY_TAG,
     MAX_KEY_BYTES,
     MAX_SEGMENT,
@@ -49,6 +43,15 @@ from .keys import (
     key_bytes,
     namespace_of_segment,
     namespace_segment,
+)
+from ._protocol.plans import all_of, chunks, deletes, one
+from ._protocol.requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
+from ._transport.bucket_io import BucketIO, ClosesAtBlockEnd
+from .errors import (
+    CorruptObjectError,
+    InvalidArgumentTypeError,
+    InvalidConfigError,
+    NewerFormatError,
 )
 from .options import (
     CACHE,
@@ -61,15 +64,12 @@ from .options import (
     check_whole_numbers,
     parse_url,
 )
-from .plans import all_of, chunks, deletes, one
-from .requests import PRECONDITION_FAILED, DeleteIfMatch, Get, ListKeys, Page, Plan, Put, StoredObject
 from .saver import (
     DEFAULT_COMPRESS_THRESHOLD,
     DEFAULT_OPERATION_TIMEOUT,
     make_bucket_io,
     make_client,
 )
-from .shell import BucketIO, ClosesAtBlockEnd
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -424,6 +424,37 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
     ``clear``/``aclear``) and both ``with`` and ``async with``. Options are the saver's (``from_conn_string``
     takes the same URL; ``ttl_days`` tags entries for the lifecycle rule ``setup()`` installs). ``now`` is this
     machine's clock, for tests; expiry is judged by the server's clock (:func:`age_of`).
+
+    Args:
+        bucket: The bucket's name.
+        prefix: The key prefix (the saver's, if they share one: entries live under ``cache/``).
+        client: A boto3 S3 client (or a :class:`~.memory.MemoryBucket`); by default one the cache makes from
+            ``client_options``.
+        serde: The serializer of cached values; by default LangGraph's.
+        compress_threshold: As the saver's.
+        max_concurrency: As the saver's.
+        create_bucket: As the saver's.
+        require_conditional_writes: As the saver's.
+        server_side_encryption: As the saver's.
+        sse_kms_key_id: As the saver's.
+        sse_customer_key: As the saver's.
+        ttl_days: As the saver's: tag entries for the lifecycle rule.
+        transport: As the saver's.
+        operation_timeout: Deadline in seconds of ``get`` and ``set`` (``clear`` and sweeps are bounded per
+            request only).
+        extra_headers: As the saver's.
+        now: This machine's clock, for tests.
+        **client_options: Settings of the client the cache makes (``endpoint_url``, ``region_name`` ...).
+
+    Raises:
+        InvalidConfigError: An option is malformed or out of range, the prefix is too long for entries' keys, or
+            client options were given beside ``client=``.
+
+    Errors every call may raise, besides those its docstring names (all are :class:`S3CheckpointError`):
+    :class:`S3RequestError` (the endpoint is unreachable, silent or failing after retries, or the call passed
+    ``operation_timeout``), :class:`S3AccessError`, :class:`BucketNotFoundError`,
+    :class:`ConditionalWritesUnsupportedError` (at the first write) and :class:`SaverMisuseError` (a call on a
+    closed cache).
     """
 
     def __init__(
@@ -496,8 +527,19 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
 
     @classmethod
     def from_conn_string(cls, url: str, **kwargs: Any) -> S3Cache[Any]:
-        """A cache at ``s3://bucket/prefix?options`` (the saver's URL; options only the saver or the store use are
-        ignored). Keyword arguments override URL options. Use it in ``with`` or ``async with``, which close it."""
+        """A cache at a location URL; use it in ``with`` or ``async with``, which close it.
+
+        Args:
+            url: ``s3://bucket/prefix?option=value&...`` (the saver's URL; options only the saver or the store use
+                are ignored).
+            **kwargs: Options that override the URL's.
+
+        Returns:
+            The cache.
+
+        Raises:
+            InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
+        """
         bucket, prefix, options = parse_url(url, used_by=CACHE)
         options.update(kwargs)
         return cls(bucket=bucket, prefix=prefix, **options)
@@ -539,38 +581,98 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
 
     # -- BaseCache ------------------------------------------------------------------------------------------
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
+        """The cached values of ``keys``, read in one round trip.
+
+        An expired, missing or unreadable entry (damaged, another format, a serializer without its key) is a miss;
+        an unreadable one is also a warning on the ``langgraph_s3_checkpoint.cache`` logger.
+
+        Args:
+            keys: ``(namespace, key)`` pairs.
+
+        Returns:
+            The values found, by key.
+
+        Raises:
+            InvalidArgumentTypeError: A namespace is not a tuple of strings, or a key is not a string.
+            S3CheckpointError: An error every call may raise (see the class docstring).
+        """
         return self._run("get", self._core.get(keys))
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
+        """:meth:`get`, awaited: same arguments, result and errors."""
         return await self._arun("aget", self._core.get(keys))
 
     def set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
+        """Store values, one PUT each, in one round trip: the last writer wins, and readers see whole entries.
+
+        Args:
+            pairs: ``(namespace, key)`` -> ``(value, ttl)``, the TTL in seconds (``None``: never expires).
+
+        Raises:
+            InvalidArgumentTypeError: A namespace, key or TTL is of the wrong type.
+            InvalidConfigError: An entry would be larger than one S3 object holds; nothing was cached.
+            SerializationError: A value cannot be serialized.
+            S3CheckpointError: An error every call may raise (see the class docstring).
+        """
         self._run("set", self._core.set(pairs))
 
     async def aset(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
+        """:meth:`set`, awaited: same arguments and errors."""
         await self._arun("aset", self._core.set(pairs))
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        """Delete the entries of some namespaces, or of the whole cache.
+
+        Args:
+            namespaces: The namespaces to clear; ``None``: every one.
+
+        Raises:
+            InvalidArgumentTypeError: A namespace is not a tuple of strings.
+            S3CheckpointError: An error every call may raise (see the class docstring).
+        """
         self._run("clear", self._core.clear(namespaces), bounded=False)
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        """:meth:`clear`, awaited: same arguments and errors."""
         await self._arun("aclear", self._core.clear(namespaces), bounded=False)
 
     # -- the rest of the API ---------------------------------------------------------------------------------
     def setup(self) -> None:
         """Check the bucket (creating it with ``create_bucket=True``) as the saver's ``setup`` does; with
         ``ttl_days``, install the lifecycle rule that expires tagged objects under the prefix. Optional: the cache
-        works without it."""
+        works without it.
+
+        Raises:
+            BucketNotFoundError: The bucket does not exist and ``create_bucket`` is not set.
+            ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
+            InvalidConfigError: The server did not keep the lifecycle rule for ``ttl_days`` as sent.
+            S3CheckpointError: An error every call may raise (see the class docstring).
+        """
         self._run("setup", self._setup_plan())
 
     async def asetup(self) -> None:
+        """:meth:`setup`, awaited: same effect and errors."""
         await self._arun("asetup", self._setup_plan())
 
     def sweep(self, *, dry_run: bool = False) -> CacheSweep:
-        """Delete every expired entry now (reads never return one anyway: a sweep only reclaims space)."""
+        """Delete every expired entry now (reads never return one anyway: a sweep only reclaims space).
+
+        Reads every entry; an entry rewritten since it was read stays, and one that cannot be read is left and
+        listed in the result.
+
+        Args:
+            dry_run: Only count what would be deleted.
+
+        Returns:
+            What the sweep read, found expired, deleted and left.
+
+        Raises:
+            S3CheckpointError: An error every call may raise (see the class docstring).
+        """
         return self._run("sweep", self._core.sweep(dry_run=dry_run), bounded=False)
 
     async def asweep(self, *, dry_run: bool = False) -> CacheSweep:
+        """:meth:`sweep`, awaited: same arguments, result and errors."""
         return await self._arun("asweep", self._core.sweep(dry_run=dry_run), bounded=False)
 
 

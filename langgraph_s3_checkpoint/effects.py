@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Literal
 
 from langchain_core.runnables import RunnableConfig
 
+from ._protocol.keys import escape
+from ._protocol.plans import one
+from ._protocol.requests import CREATE, PRECONDITION_FAILED, Delete, Get, Plan, Put
 from .errors import InvalidConfigError, SaverMisuseError
-from .keys import escape
-from .plans import one
-from .requests import PRECONDITION_FAILED, Delete, Get, Plan, Put
 
 if TYPE_CHECKING:
     from .saver import BaseS3Saver
@@ -66,6 +66,17 @@ def idempotency_key(config: RunnableConfig | None = None, *, name: str = "") -> 
 
     Call it inside a node (``config`` defaults to the running task's config) or pass the node's
     ``config`` argument.
+
+    Args:
+        config: The config a node receives; ``None``: the running task's.
+        name: Tells apart several effects of one task.
+
+    Returns:
+        ``"lgs3-"`` and a SHA-256 of the thread, namespace, task id and ``name``.
+
+    Raises:
+        SaverMisuseError: No ``config`` was given and it is called outside a graph node.
+        InvalidConfigError: The config belongs to no running task (it has no task id).
     """
     if config is None:
         from langgraph.config import get_config
@@ -100,6 +111,13 @@ class EffectLedger:
         def notify(state):
             ledger.once(idempotency_key(name="sms"), lambda: sms.send(state["phone"], "Shipped"))
             return {}
+
+    Args:
+        saver: The saver whose bucket, prefix and I/O the markers use.
+        mode: ``"at_least_once"`` (the marker after the action) or ``"at_most_once"`` (the marker first).
+
+    Raises:
+        InvalidConfigError: ``mode`` is neither.
     """
 
     def __init__(self, saver: BaseS3Saver, *, mode: Mode = "at_least_once") -> None:
@@ -110,7 +128,11 @@ class EffectLedger:
         self.mode: Mode = mode
 
     def object_key(self, key: str) -> str:
-        """The S3 key of ``key``'s marker."""
+        """The S3 key of ``key``'s marker.
+
+        Raises:
+            InvalidConfigError: ``key`` is empty.
+        """
         if not key:
             raise InvalidConfigError("an effect key must be a non-empty string")
         return self._root + escape(key)
@@ -121,22 +143,43 @@ class EffectLedger:
 
     def _create(self, key: str) -> Plan[bool]:
         body = json.dumps({"mode": self.mode, "marked_at": time.time()}).encode()
-        return (yield from one(Put(self.object_key(key), body, if_none_match=True))) is not PRECONDITION_FAILED
+        return (yield from one(Put(self.object_key(key), body, mode=CREATE))) is not PRECONDITION_FAILED
 
     def _remove(self, key: str) -> Plan[None]:
         yield [Delete((self.object_key(key),))]
 
     # -- sync -----------------------------------------------------------------------------------
     def done(self, key: str) -> bool:
-        """Whether ``key`` is marked."""
+        """Whether ``key`` is marked.
+
+        Raises:
+            InvalidConfigError: ``key`` is empty.
+            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
+                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
+        """
         return self._store.run(self._exists(key))
 
     def mark(self, key: str) -> bool:
-        """Mark ``key``; ``True`` if this call created the marker, ``False`` if it already existed."""
+        """Mark ``key`` with a create-only PUT.
+
+        Returns:
+            ``True`` if this call created the marker, ``False`` if it already existed.
+
+        Raises:
+            InvalidConfigError: ``key`` is empty.
+            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
+                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
+        """
         return self._store.run(self._create(key))
 
     def forget(self, key: str) -> None:
-        """Remove ``key``'s marker, so the next ``once`` fires again."""
+        """Remove ``key``'s marker, so the next ``once`` fires again.
+
+        Raises:
+            InvalidConfigError: ``key`` is empty.
+            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
+                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
+        """
         self._store.run(self._remove(key))
 
     def once(self, key: str, action: Callable[[], object]) -> bool:
@@ -147,6 +190,19 @@ class EffectLedger:
         (the action may have taken effect) and the exception propagates.
         at_least_once: ``action`` runs if the key is unmarked, then the marker is written; if
         ``action`` raises, nothing is marked and the next call tries again.
+
+        Args:
+            key: The effect's key (:func:`idempotency_key` inside a node).
+            action: The effect; its result is ignored.
+
+        Returns:
+            Whether ``action`` ran in this call.
+
+        Raises:
+            InvalidConfigError: ``key`` is empty.
+            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
+                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
+            Exception: Whatever ``action`` raises, unchanged.
         """
         steps = self._order()
         answer: bool | None = None
@@ -178,16 +234,19 @@ class EffectLedger:
 
     # -- async ----------------------------------------------------------------------------------
     async def adone(self, key: str) -> bool:
+        """:meth:`done`, awaited: same arguments, result and errors."""
         return await self._store.arun(self._exists(key))
 
     async def amark(self, key: str) -> bool:
+        """:meth:`mark`, awaited: same arguments, result and errors."""
         return await self._store.arun(self._create(key))
 
     async def aforget(self, key: str) -> None:
+        """:meth:`forget`, awaited: same arguments and errors."""
         await self._store.arun(self._remove(key))
 
     async def aonce(self, key: str, action: Callable[[], Awaitable[object]]) -> bool:
-        """The async form of :meth:`once`; ``action`` returns an awaitable."""
+        """:meth:`once`, awaited; ``action`` returns an awaitable. Same result and errors."""
         steps = self._order()
         answer: bool | None = None
         while True:

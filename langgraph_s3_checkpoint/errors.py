@@ -23,7 +23,7 @@ our error                            also a                because
                                                            event loop"
 ===================================  ====================  =================================================
 
-The README's "Errors" section lists every class with what it means and the one action to take.
+docs/behaviour.md, "Errors", lists every class with what it means and the one action to take.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``S3Saver`` and ``AsyncS3Saver``: LangGraph's checkpointer API over the plans in :mod:`core`.
 
-Both savers implement every sync and async method of ``BaseCheckpointSaver``; each method is one line
-that hands a plan to the store's sync or async driver. They differ only in how they are opened
+Both savers implement every sync and async method of ``BaseCheckpointSaver``; each method hands a plan
+to the I/O shell's sync or async driver (:class:`.shell.BucketIO`). They differ only in how they are opened
 (``with`` / ``async with``), in ``setup`` being awaitable, and in ``AsyncS3Saver`` refusing blocking
 calls made from inside a running event loop (where they would stall every other coroutine).
 """
@@ -31,14 +31,19 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .codec import Codec
-from .conditions import ConditionalWrites
-from .core import Core
+from ._protocol.checkpoint_plans import Core
+from ._protocol.codec import Codec
+from ._protocol.fencing import DEFAULT_MEMORY_BYTES, SaverMemory
+from ._protocol.keys import EXPIRY_TAG, Layout
+from ._protocol.repair import RepairReport, SkippingCodec, repair_plan
+from ._protocol.requests import Plan
+from ._transport.asyncio_sender import NativeTransport
+from ._transport.bucket_io import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
+from ._transport.direct import DirectTransport
+from ._transport.memory_bucket import MemoryBucket
+from ._transport.probe import ConditionalWrites
+from ._transport.watch import ClientWatch
 from .errors import CorruptObjectError, InvalidConfigError, SaverMisuseError
-from .fencing import DEFAULT_MEMORY_BYTES, SaverMemory
-from .keys import EXPIRY_TAG, Layout
-from .memory import MemoryBucket
-from .native import NativeTransport
 from .options import (
     CHECKSUM_SETTINGS,
     SAVER,
@@ -53,11 +58,6 @@ from .options import (
     check_whole_numbers,
     parse_url,
 )
-from .repair import RepairReport, SkippingCodec, repair_plan
-from .requests import Plan
-from .shell import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
-from .transport import DirectTransport
-from .watch import ClientWatch
 
 T = TypeVar("T")
 SaverT = TypeVar("SaverT", bound="BaseS3Saver")
@@ -122,8 +122,26 @@ def make_client(
     Credentials come from the standard boto3 chain; ``AWS_ENDPOINT_URL`` is honoured by boto3 itself, and the
     region comes from ``region_name``, else ``AWS_REGION`` (which botocore does not read; other AWS SDKs and the
     AWS CLI prefer it to ``AWS_DEFAULT_REGION``), else botocore's chain (``AWS_DEFAULT_REGION``, the profile).
-    Path-style addressing is the default when an endpoint is given, as local servers expect. Unknown
-    keyword arguments raise :class:`InvalidConfigError` naming the valid ones.
+    Path-style addressing is the default when an endpoint is given, as local servers expect.
+
+    Args:
+        endpoint_url: The S3 endpoint of a non-AWS server.
+        region_name: The region (else ``AWS_REGION``, else botocore's chain).
+        addressing_style: ``"path"``, ``"virtual"`` or ``"auto"``.
+        connect_timeout: Seconds to open a connection.
+        read_timeout: Seconds of silence tolerated while waiting for a reply.
+        max_attempts: Attempts per request.
+        max_pool_connections: Connections kept per client.
+        request_checksum_calculation: botocore's setting: ``"when_required"`` or ``"when_supported"``.
+        response_checksum_validation: botocore's setting: ``"when_required"`` or ``"when_supported"``.
+        **client_kwargs: Credentials (``aws_access_key_id`` ...), ``verify``, ``use_ssl``, ``api_version``.
+
+    Returns:
+        The client, without ``Expect: 100-continue`` (:func:`without_expect_continue`).
+
+    Raises:
+        InvalidConfigError: An unknown keyword argument (the message names the valid ones, or the component an
+            option belongs to), or a setting botocore refuses.
     """
     import boto3
     from botocore.config import Config
@@ -183,7 +201,14 @@ def without_expect_continue(client: Any) -> Any:
     then waits for the server's interim ``100 Continue`` before sending the body: a second round trip
     per PUT. Checkpoint bodies are small, so the header's only benefit (not uploading a large body the
     server would refuse) does not apply; some servers never answer it for an empty body (SeaweedFS).
-    Only this client's handlers change (botocore copies the session's handlers into each client)."""
+    Only this client's handlers change (botocore copies the session's handlers into each client).
+
+    Args:
+        client: A boto3 S3 client.
+
+    Returns:
+        The same client.
+    """
     from botocore.handlers import add_expect_header
 
     client.meta.events.unregister("before-call.s3", add_expect_header)
@@ -295,7 +320,55 @@ def _gate(
 
 
 class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
-    """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`."""
+    """Shared construction and the LangGraph API; see :class:`S3Saver` and :class:`AsyncS3Saver`.
+
+    Every option can also be given in the location URL of ``from_conn_string`` (docs/operations.md, "The location
+    URL", says what each does and why its default).
+
+    Args:
+        bucket: The bucket's name.
+        prefix: The key prefix every object of this saver lives under (``""``: the bucket's root).
+        client: A boto3 S3 client (or a :class:`~.memory.MemoryBucket`); by default one made by :func:`make_client`
+            from ``client_options`` and the timeouts.
+        serde: LangGraph's serializer for every value and for metadata (``EncryptedSerializer``, ``with_allowlist``
+            apply); by default LangGraph's.
+        inline_threshold: Serialized channel values up to this many bytes live inside the checkpoint record;
+            larger ones are stored once per version.
+        compress_threshold: Objects of at least this many bytes are zlib-compressed when that makes them
+            smaller; ``None``: never.
+        max_concurrency: Requests in parallel on the saver's thread pool.
+        create_bucket: Let ``setup()`` create a missing bucket (the one way to have it created).
+        require_conditional_writes: Refuse a server that does not enforce ``If-None-Match``/``If-Match``;
+            ``False`` only with one writer per thread.
+        server_side_encryption: ``"AES256"``, ``"aws:kms"`` or ``"aws:kms:dsse"`` on every PUT and COPY.
+        sse_kms_key_id: The KMS key for ``aws:kms``.
+        sse_customer_key: An SSE-C key of 32 bytes (excludes ``server_side_encryption``).
+        ttl_days: Tag every object for expiry; ``setup()`` installs the lifecycle rule.
+        transport: ``"auto"``, ``"boto3"`` or ``"direct"``: who sends GET, PUT and LIST.
+        cache_bytes: Memory for bodies of listed records and writes, reused while their ETag is unchanged.
+        memory_bytes: Memory for the heads this saver read or committed, so a step continuing one sends no GET.
+        extra_headers: Headers sent, signed, with every request (a mapping, or ``"Name:value,..."``).
+        connect_timeout: Seconds to open a connection (only for the client the saver makes).
+        read_timeout: Seconds of silence tolerated while waiting for a reply (only for the client the saver makes).
+        max_attempts: Attempts per request for transient failures (only for the client the saver makes).
+        operation_timeout: Deadline in seconds of one call (for ``list``, of each item it yields); ``None``: none.
+            Maintenance calls (deletes, copies, prune, expiry, repair) are bounded per request only.
+        **client_options: Settings of the client the saver makes: ``endpoint_url``, ``region_name``,
+            ``addressing_style``, credentials, the checksum settings.
+
+    Raises:
+        InvalidConfigError: An option is malformed, out of range or unknown, or client options were given
+            beside ``client=``; the message names it. Nothing is sent before these checks.
+
+    Errors every call may raise, besides those its docstring names (all are :class:`S3CheckpointError`):
+    :class:`S3RequestError` (the endpoint is unreachable, silent or failing after retries, or the call passed
+    ``operation_timeout``; a write that failed so may still have been applied; its subclasses
+    :class:`NotS3EndpointError`, :class:`WrongRegionError` and :class:`ConditionalRequestConflictError` say why),
+    :class:`S3AccessError` (credentials refused or missing), :class:`BucketNotFoundError`,
+    :class:`ConditionalWritesUnsupportedError` (at the first write, when the server does not enforce conditional
+    writes) and :class:`SaverMisuseError` (a call on a closed saver; :class:`AsyncS3Saver`: a blocking call on the
+    event loop's thread).
+    """
 
     _native_async = False
     """Whether the async driver sends direct-transport requests from the event loop (:class:`AsyncS3Saver`)."""
@@ -418,6 +491,15 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         self._store.close()
 
     def with_allowlist(self, extra_allowlist: Any) -> BaseS3Saver:
+        """A saver like this one whose serializer also allows ``extra_allowlist`` (LangGraph's ``with_allowlist``).
+
+        Args:
+            extra_allowlist: The ``(module, ..., name)`` paths msgpack may also load.
+
+        Returns:
+            A saver sharing this one's bucket, I/O and memory, or this saver when its serializer is unchanged (one
+            without a msgpack allow-list, or that already allows them).
+        """
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
             assert isinstance(clone, BaseS3Saver)
@@ -450,6 +532,27 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
 
     # -- sync API -----------------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Read a checkpoint with its pending writes: the latest of the thread, or the one the config names.
+
+        Only committed checkpoints are returned. Reading the latest costs a GET of the head, a LIST of the
+        checkpoint's folder and one parallel round of GETs for its writes and large values, whatever the
+        history's length; a record a crash left missing is restored from the head.
+
+        Args:
+            config: ``{"configurable": {"thread_id": ..., "checkpoint_ns": ..., "checkpoint_id": ...}}``;
+                without ``checkpoint_id``, the latest checkpoint of the namespace.
+
+        Returns:
+            The checkpoint tuple, or ``None`` if the thread (or that checkpoint) has none.
+
+        Raises:
+            InvalidConfigError: ``config`` has no ``thread_id``, or a namespace or id that is not a string.
+            DamagedHeadError: The namespace's head is unreadable (see :meth:`repair_thread`).
+            DecryptionError: An object cannot be decrypted with the serializer's key.
+            CorruptObjectError: The record, its writes or a large value it references is damaged or missing.
+            NewerFormatError: An object was written by a newer release of this package.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         return self._run("get_tuple", self._core.get_tuple(config))
 
     def list(
@@ -462,13 +565,33 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         skip_damaged: bool = False,
         on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """LangGraph's ``list``; by default a damaged record stops it with :class:`CorruptObjectError`.
+        """Stream committed checkpoints, newest first, as LangGraph's ``list``.
 
-        ``skip_damaged=True`` leaves out checkpoint records (and pending-writes objects) that cannot be
-        decoded and goes on with older history; each one is reported to ``on_damaged`` (default: a
-        warning on the ``langgraph_s3_checkpoint`` logger). Undecryptable objects (a missing or wrong key)
-        are never skipped: that is a configuration error, not damage. A damaged head still raises (see
-        :meth:`repair_thread`).
+        ``list(config)`` without ``checkpoint_ns`` lists every namespace of the thread, newest first across them;
+        ``list(None)`` walks every thread under the prefix (threads in key order). Memory stays flat in history
+        length, and ``limit=k`` reads k records (one LIST, one parallel round of GETs), not the whole history.
+
+        Args:
+            config: The thread (and optionally namespace, or one checkpoint id) to list; ``None`` for every thread.
+            filter: Metadata keys and values a checkpoint must match.
+            before: Only checkpoints older than this config's ``checkpoint_id``.
+            limit: At most this many checkpoints.
+            skip_damaged: Leave out records (and pending-writes objects) that cannot be decoded and go on with
+                older history instead of raising. Undecryptable objects are never skipped (a missing or wrong
+                key is a configuration error, not damage), and a damaged head still raises.
+            on_damaged: Called with each object ``skip_damaged`` leaves out (default: a warning on the
+                ``langgraph_s3_checkpoint`` logger).
+
+        Yields:
+            Checkpoint tuples with their pending writes.
+
+        Raises:
+            InvalidConfigError: ``config`` has no ``thread_id``, or a namespace or id that is not a string.
+            DamagedHeadError: A namespace's head is unreadable (see :meth:`repair_thread`).
+            DecryptionError: An object cannot be decrypted with the serializer's key.
+            CorruptObjectError: A record or writes object is damaged (unless ``skip_damaged``).
+            NewerFormatError: An object was written by a newer release of this package.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
         core = self._listing_core(skip_damaged, on_damaged)
         return self._iterate("list", core.list(config, filter=filter, before=before, limit=limit))
@@ -487,17 +610,30 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         A head is the commit pointer of a namespace; if it is unreadable (or was deleted) the thread reads
         as empty although its history is stored. For each namespace this reads the head and, when it is
         damaged or missing while records exist, chooses the record to restore (see
-        :mod:`langgraph_s3_checkpoint.repair` for the rule and why) and writes it as the head with a
+        :mod:`langgraph_s3_checkpoint._protocol.repair` for the rule and why) and writes it as the head with a
         conditional PUT, so a writer that commits meanwhile wins. Nothing is deleted, and nothing a crash
         left uncommitted is committed (a first put that died before its head, the records of a
         ``delete_thread`` that died part-way, a record whose large values are gone). A thread id too long to be a
         key segment also gets its ``name`` object written again if it is missing or holds another id
-        (``RepairReport.name_restored``). Returns what it found and did per namespace; ``dry_run`` only reports.
+        (``RepairReport.name_restored``).
+
+        Args:
+            thread_id: The thread to repair.
+            dry_run: Only report what would be written.
+
+        Returns:
+            What it found and did per namespace.
+
+        Raises:
+            NewerFormatError: An object was written by a newer release: repair stops rather than move a head
+                back past that release's commits.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
         report: RepairReport = self._run("repair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run))
         return report
 
     async def arepair_thread(self, thread_id: str, *, dry_run: bool = False) -> RepairReport:
+        """:meth:`repair_thread`, awaited: same arguments, result and errors."""
         report: RepairReport = await self._arun(
             "arepair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run)
         )
@@ -510,45 +646,177 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Commit a checkpoint: large changed channel values first, then the record and the head in one round trip.
+
+        The head's conditional PUT is the commit: a put that continues the checkpoint its caller read as the
+        latest commits only if no other writer moved the thread since (fencing, docs/safety.md); a put from a
+        checkpoint read by id (``update_state``, a replay) forks and never conflicts. Nothing is committed when it
+        raises, except after an :class:`S3RequestError`, whose write may have landed (``get_tuple`` shows it).
+
+        Args:
+            config: The config of the parent checkpoint (``thread_id``, ``checkpoint_ns``, ``checkpoint_id``;
+                no ``checkpoint_id`` for a thread's first checkpoint).
+            checkpoint: The checkpoint to store.
+            metadata: Its metadata (``source``, ``step``, ``run_id`` ...).
+            new_versions: The channels whose values changed since the parent, with their new versions.
+
+        Returns:
+            The config of the stored checkpoint.
+
+        Raises:
+            CheckpointConflictError: Another writer committed to the namespace since the caller read it.
+            ParentNotCommittedError: The parent is not a committed checkpoint of the thread (a
+                :class:`CheckpointConflictError`; no other writer is blamed).
+            ClockSkewError: The checkpoint's id is older than its parent's or the head's.
+            SerializationError: A value cannot be serialized.
+            InvalidConfigError: ``config`` has no ``thread_id``, the checkpoint's id is not a non-empty string, an
+                id is not valid Unicode, or a key would pass S3's 1,024 bytes.
+            DamagedHeadError: The namespace's head, read to settle the put, is unreadable.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         return self._run("put", self._core.put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Store a task's pending writes on a checkpoint, merged with the task's earlier writes there.
+
+        One object per task: created with ``If-None-Match: *``, merged with ``If-Match`` by later calls, so
+        concurrent calls never drop each other's writes. The first write per (task, index) wins and special
+        channels replace, as in ``InMemorySaver``.
+
+        Args:
+            config: The config of the checkpoint the writes belong to (with its ``checkpoint_id``).
+            writes: ``(channel, value)`` pairs.
+            task_id: The task that made them.
+            task_path: The task's path, by which readers order a checkpoint's writes.
+
+        Raises:
+            InvalidConfigError: ``config`` has no ``thread_id`` or ``checkpoint_id``, an id is not valid
+                Unicode, or a key would pass S3's 1,024 bytes.
+            SerializationError: A value cannot be serialized.
+            CheckpointConflictError: The task's writes object kept changing under every merge attempt.
+            CorruptObjectError: The task's writes object there is damaged and cannot be merged.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("put_writes", self._core.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of a thread, in every namespace.
+
+        The heads go first, so the thread reads as deleted from then on; a delete that dies part-way leaves a
+        ``deleting`` marker beside what remains: run it again (or let ``gc`` collect the rest).
+
+        Args:
+            thread_id: The thread to delete (nothing happens if it has no objects).
+
+        Raises:
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("delete_thread", self._core.delete_thread(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Roll back runs: remove their checkpoints and writes, moving each head back if a run owned it.
+
+        Large values only the removed checkpoints referenced are left for ``gc``.
+
+        Args:
+            run_ids: The runs to remove (a sequence: one string is refused).
+
+        Raises:
+            InvalidArgumentTypeError: ``run_ids`` is a single string.
+            CheckpointConflictError: A run kept committing (or its writes kept changing) while it was removed.
+            CorruptObjectError: A head or record the rollback must read is damaged, or the ``name`` object of a
+                long thread id or namespace a run wrote to is missing or damaged (that namespace was not rolled
+                back; the others were).
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("delete_for_runs", self._core.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's committed history, every namespace, to a new thread id.
+
+        The target's heads are written last, create-only: until they land the target reads as empty, never
+        half-copied. A copy that dies leaves the target marked ``copying``: run it again.
+
+        Args:
+            source_thread_id: The thread to copy (nothing happens if nothing is stored under it).
+            target_thread_id: The new thread; it must not have checkpoints.
+
+        Raises:
+            TargetThreadExistsError: The target has checkpoints (or another writer gave it some meanwhile).
+            CheckpointConflictError: Large values the source's heads reference kept being deleted while it copied
+                (a concurrent prune or rollback); nothing was committed to the target.
+            DamagedHeadError: A head of the source is unreadable.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("copy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Shrink threads' history, as LangGraph's ``prune``.
+
+        ``"keep_latest"`` keeps the newest checkpoint of each namespace and, for ``DeltaChannel`` values it does
+        not store, the ancestors back to the one that does; ``"delete"`` deletes the threads.
+
+        Args:
+            thread_ids: The threads to prune (a sequence: one string is refused).
+            strategy: ``"keep_latest"`` or ``"delete"``.
+
+        Raises:
+            InvalidArgumentTypeError: ``thread_ids`` is a single string.
+            InvalidConfigError: ``strategy`` is neither of the two.
+            CorruptObjectError: A record prune must read to keep a ``DeltaChannel``'s ancestors is damaged.
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("prune", self._core.prune(thread_ids, strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """Each ``DeltaChannel``'s writes since its last stored value, along the checkpoint's own line of history.
+
+        Args:
+            config: The checkpoint whose history to read.
+            channels: The channels to read.
+
+        Returns:
+            Per channel, its seed value and the writes after it, oldest first.
+
+        Raises:
+            InvalidConfigError: ``config`` has no ``thread_id``.
+            CorruptObjectError: A record or writes object on the way is damaged, or a large value it references
+                is missing (:class:`DecryptionError` without the serializer's key).
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
+        """
         return self._run("get_delta_channel_history", self._core.get_delta_channel_history(config, channels))
 
     def expire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
-        """Delete every thread not updated for ``older_than`` (its newest head is older); returns their ids.
+        """Delete every thread not updated for ``older_than`` (its newest head is older).
 
         A sweep for servers without lifecycle rules, and the safe way to apply a TTL: only whole idle
-        threads are removed, never parts of a live one. ``dry_run`` only reports.
+        threads are removed, never parts of a live one. Age is judged by the server's clock.
+
+        Args:
+            older_than: How long a thread must have been idle.
+            dry_run: Only name the threads.
+
+        Returns:
+            The ids of the threads deleted (or, with ``dry_run``, that would be).
+
+        Raises:
+            S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
         plan = self._core.expire_threads(older_than, dry_run=dry_run)
         return builtins.list(self._iterate("expire_threads", plan))
 
     async def aexpire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
+        """:meth:`expire_threads`, awaited: same arguments, result and errors."""
         plan = self._core.expire_threads(older_than, dry_run=dry_run)
         return [t async for t in self._aiterate("aexpire_threads", plan)]
 
     # -- async API ----------------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`get_tuple`, awaited: same arguments, result and errors."""
         return await self._arun("aget_tuple", self._core.get_tuple(config))
 
     async def alist(
@@ -561,6 +829,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         skip_damaged: bool = False,
         on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list` as an async iterator: same arguments, items and errors."""
         core = self._listing_core(skip_damaged, on_damaged)
         async for item in self._aiterate("alist", core.list(config, filter=filter, before=before, limit=limit)):
             yield item
@@ -572,32 +841,48 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """:meth:`put`, awaited: same arguments, result and errors."""
         return await self._arun("aput", self._core.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """:meth:`put_writes`, awaited: same arguments and errors."""
         await self._arun("aput_writes", self._core.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread`, awaited: same arguments, result and errors."""
         await self._arun("adelete_thread", self._core.delete_thread(str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs`, awaited: same arguments, result and errors."""
         await self._arun("adelete_for_runs", self._core.delete_for_runs(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread`, awaited: same arguments, result and errors."""
         await self._arun("acopy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune`, awaited: same arguments, result and errors."""
         await self._arun("aprune", self._core.prune(thread_ids, strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """:meth:`get_delta_channel_history`, awaited: same arguments, result and errors."""
         return await self._arun("aget_delta_channel_history", self._core.get_delta_channel_history(config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """``{counter:032}.{random:016}``: ordered like the built-in savers, unique across writers."""
+        """The next version of a channel: ``{counter:032}.{random:016}``, ordered like the built-in savers'
+        and unique across writers.
+
+        Args:
+            current: The channel's current version (``None`` for a new channel).
+            channel: Unused (LangGraph's signature).
+
+        Returns:
+            A version that sorts after ``current``.
+        """
         if current is None:
             current_v = 0
         elif isinstance(current, int):
@@ -624,15 +909,35 @@ class S3Saver(BaseS3Saver):
     @classmethod
     @contextmanager
     def from_conn_string(cls, url: str, **kwargs: Any) -> Iterator[S3Saver]:
-        """Open a saver for ``s3://bucket/prefix?options``; keyword arguments override URL options and
-        reach the boto3 client when they are client settings (``endpoint_url``, ``region_name`` ...)."""
+        """Open a saver for a location URL, closed at the end of the ``with`` block.
+
+        Args:
+            url: ``s3://bucket/prefix?option=value&...`` (the options of :class:`BaseS3Saver`).
+            **kwargs: Options that override the URL's; client settings (``endpoint_url``, ``region_name`` ...)
+                reach the boto3 client.
+
+        Yields:
+            The saver.
+
+        Raises:
+            InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
+        """
         with cls._from_url(url, **kwargs) as saver:
             yield saver
 
     def setup(self) -> None:
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
         conditional writes; with ``ttl_days``, install the bucket lifecycle rule that expires the saver's
-        tagged objects under its prefix. Idempotent."""
+        tagged objects under its prefix. Idempotent; optional (the first write checks conditional writes too).
+
+        Raises:
+            BucketNotFoundError: The bucket does not exist and ``create_bucket`` is not set.
+            ConditionalWritesUnsupportedError: The server does not enforce conditional writes (and
+                ``require_conditional_writes`` is set).
+            InvalidConfigError: The server did not keep the lifecycle rule for ``ttl_days`` as sent (it was
+                removed again).
+            S3CheckpointError: An error every call may raise (see :class:`BaseS3Saver`).
+        """
         self._run("setup", self._setup_plan())
 
 
@@ -651,10 +956,13 @@ class AsyncS3Saver(BaseS3Saver):
     @classmethod
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncIterator[AsyncS3Saver]:
+        """Open a saver for a location URL, closed at the end of the ``async with`` block; as
+        :meth:`S3Saver.from_conn_string`."""
         with cls._from_url(url, **kwargs) as saver:
             yield saver
 
     async def setup(self) -> None:
+        """:meth:`S3Saver.setup`, awaited: same effect and errors."""
         await self._arun("setup", self._setup_plan())
 
     def _guard(self, what: str) -> None:

@@ -56,6 +56,16 @@ def options_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, dic
 
     Dedicated variables win over the same option in the URL's query string, so one URL can be shared
     between deployments that differ only in endpoint or region.
+
+    Args:
+        environ: The environment to read; ``None``: ``os.environ``.
+
+    Returns:
+        ``LANGGRAPH_S3_URL`` and the keyword arguments that ``LANGGRAPH_S3_ENDPOINT_URL``, ``LANGGRAPH_S3_REGION``
+        and ``LANGGRAPH_S3_CREATE_BUCKET`` ask for.
+
+    Raises:
+        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
     """
     env = os.environ if environ is None else environ
     url = env.get(ENV_URL, "").strip()
@@ -77,7 +87,16 @@ def options_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, dic
 def saver_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Saver:
     """An :class:`AsyncS3Saver` configured from the environment (not set up yet).
 
-    Keyword arguments (e.g. ``serde=``) override both the URL and the environment.
+    Args:
+        environ: The environment to read; ``None``: ``os.environ``.
+        **kwargs: Saver options (e.g. ``serde=``) that override both the URL and the environment.
+
+    Returns:
+        The saver; the caller closes it.
+
+    Raises:
+        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
+            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
     """
     url, overrides = options_from_env(environ)
     overrides.update(kwargs)
@@ -89,6 +108,16 @@ async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
     """Yield a ready :class:`AsyncS3Saver` (bucket checked, conditional writes probed); close it on exit.
 
     This is the object ``langgraph.json``'s ``checkpointer.path`` should name.
+
+    Yields:
+        The saver, set up.
+
+    Raises:
+        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
+            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
+        BucketNotFoundError: The bucket does not exist and ``LANGGRAPH_S3_CREATE_BUCKET`` is not true.
+        ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
+        S3CheckpointError: Any other error of ``setup()`` (see :meth:`.S3Saver.setup`).
     """
     saver = saver_from_env()
     try:
@@ -100,8 +129,19 @@ async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
 
 def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Store:
     """An :class:`~langgraph_s3_checkpoint.store.AsyncS3Store` on the checkpointer's location (same
-    environment variables; URL options only the saver or the cache use are ignored). Keyword arguments
-    (``index=``, ``ttl=``, ``serde=``) override the URL and the environment."""
+    environment variables; URL options only the saver or the cache use are ignored), not set up yet.
+
+    Args:
+        environ: The environment to read; ``None``: ``os.environ``.
+        **kwargs: Store options (``index=``, ``ttl=``, ``serde=``) that override the URL and the environment.
+
+    Returns:
+        The store; the caller closes it.
+
+    Raises:
+        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
+            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
+    """
     from .store import AsyncS3Store
 
     url, overrides = options_from_env(environ)
@@ -113,7 +153,18 @@ def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> A
 async def store() -> AsyncIterator[AsyncS3Store]:
     """Yield a ready long-term memory store (``langgraph.json``: ``"store": {"path":
     "langgraph_s3_checkpoint.server.store"}``, dotted like the checkpointer); close it on exit.
-    ``tests/test_server.py`` runs it in ``langgraph dev`` beside :func:`checkpointer`."""
+    ``tests/test_server.py`` runs it in ``langgraph dev`` beside :func:`checkpointer`.
+
+    Yields:
+        The store, set up.
+
+    Raises:
+        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
+            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
+        BucketNotFoundError: The bucket does not exist and ``LANGGRAPH_S3_CREATE_BUCKET`` is not true.
+        ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
+        S3CheckpointError: Any other error of ``setup()`` (see :meth:`.S3Store.setup`).
+    """
     memory = store_from_env()
     try:
         await memory.setup()

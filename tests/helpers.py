@@ -18,7 +18,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.requests import Delete, Put
+from langgraph_s3_checkpoint._protocol.requests import Delete, Put
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
 
@@ -119,7 +119,7 @@ def is_record_key(key: str) -> bool:
 
 def checkpoint_id_of(key: str) -> str:
     """The checkpoint id of a record or writes key."""
-    from langgraph_s3_checkpoint.keys import revert_id
+    from langgraph_s3_checkpoint._protocol.keys import revert_id
 
     parts = key.split("/")
     return revert_id(parts[parts.index("c") + 1])

@@ -54,8 +54,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
+from langgraph_s3_checkpoint._protocol.requests import Copy, Delete, DeleteIfMatch, Get, ListKeys, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import Copy, Delete, DeleteIfMatch, Get, ListKeys, Put
 
 SAMPLE_SEED = 27
 """The seed of :func:`explore`'s random schedules."""

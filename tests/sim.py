@@ -33,22 +33,25 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, empty_checkpo
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver
-from langgraph_s3_checkpoint.keys import revert_id
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint._protocol.keys import revert_id
+from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
     Copy,
+    Create,
     Delete,
     DeleteIfMatch,
     Emit,
     Get,
     ListKeys,
+    Overwrite,
     Page,
     Put,
     Request,
     StoredObject,
+    Update,
     Written,
 )
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 BUCKET = "sim"
 INLINE = 64
@@ -112,7 +115,7 @@ def shorten(text: str) -> str:
 
 def describe(request: Request) -> str:
     if isinstance(request, Put):
-        cond = " If-None-Match" if request.if_none_match else (" If-Match" if request.if_match else "")
+        cond = {Create: " If-None-Match", Update: " If-Match", Overwrite: ""}[type(request.mode)]
         return f"PUT {short_key(request.key)}{cond}"
     if isinstance(request, Get):
         return f"GET {short_key(request.key)}"

@@ -23,7 +23,13 @@ from faultproxy import FaultProxy
 from helpers import RequestCounter, cfg, client_options
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_s3_checkpoint import AsyncS3Saver, S3RequestError, S3Saver, S3Store, WrongRegionError
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    S3RequestError,
+    S3Saver,
+    S3Store,
+    WrongRegionError,
+)
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 

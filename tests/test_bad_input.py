@@ -305,7 +305,7 @@ def test_a_clock_far_off_is_named_as_the_cause(
 
     import botocore.auth
 
-    from langgraph_s3_checkpoint import transport as direct_module
+    from langgraph_s3_checkpoint._transport import direct as direct_module
 
     class AnHourAhead(datetime):
         @classmethod

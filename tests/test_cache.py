@@ -37,16 +37,16 @@ from langgraph_s3_checkpoint import (
     SaverMisuseError,
     SerializationError,
     cli,
-    ops,
 )
 from langgraph_s3_checkpoint import cache as cache_module
+from langgraph_s3_checkpoint._protocol import operator_plans
+from langgraph_s3_checkpoint._protocol.codec import MAGIC
+from langgraph_s3_checkpoint._protocol.keys import is_namespace_segment, namespace_of_segment, namespace_segment
+from langgraph_s3_checkpoint._protocol.requests import StoredObject
 from langgraph_s3_checkpoint.cache import CacheLayout, age_of
-from langgraph_s3_checkpoint.codec import MAGIC
 from langgraph_s3_checkpoint.gc import gc
-from langgraph_s3_checkpoint.keys import is_namespace_segment, namespace_of_segment, namespace_segment
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import StoredObject
 
 ODD_STRINGS = ["", "k", "K", "a/b", "..", ".", "a.b", "%41", "~", "~~", "ü", "\ud800", "x" * 250, "=2E", " "]
 ODD_NAMESPACES: list[tuple[str, ...]] = [
@@ -599,13 +599,15 @@ def test_saver_store_and_cache_share_a_prefix_without_seeing_each_other(
         report = gc(saver, grace_seconds=0)
         assert (report.total, report.foreign, report.unreadable) == (0, 0, [])
         io = saver.bucket_io
-        assert [s.thread_id for s in io.iterate(ops.all_thread_stats(saver.plans.layout))] == ["t"]
+        assert [s.thread_id for s in io.iterate(operator_plans.all_thread_stats(saver.plans.layout))] == ["t"]
         assert not [
             p
-            for p in io.iterate(ops.verify_thread(saver.plans.layout, saver.plans.codec, "t"))
-            if isinstance(p, ops.Problem)
+            for p in io.iterate(operator_plans.verify_thread(saver.plans.layout, saver.plans.codec, "t"))
+            if isinstance(p, operator_plans.Problem)
         ]
-        exported = [e.relative for e in io.iterate(ops.export_thread(saver.plans.layout, saver.plans.codec, "t"))]
+        exported = [
+            e.relative for e in io.iterate(operator_plans.export_thread(saver.plans.layout, saver.plans.codec, "t"))
+        ]
         assert exported and not any("cache" in key for key in exported)
         assert saver.repair_thread("t").ok
         assert store.list_namespaces() == [("memories",)]

@@ -27,8 +27,8 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
 from langgraph_s3_checkpoint import S3Saver, local
-from langgraph_s3_checkpoint.cli import Progress, clip, jsonable
-from langgraph_s3_checkpoint.keys import Layout
+from langgraph_s3_checkpoint._protocol.keys import Layout
+from langgraph_s3_checkpoint.cli.context import Progress, clip, jsonable
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 CLI_BUCKET = "lgs3-cli"

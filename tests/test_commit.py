@@ -16,8 +16,8 @@ import pytest
 from helpers import cfg, cid, crash_before_head, drive, head_put_of, ids, put, put_plan, saver_factory, send
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED
 
 
 @pytest.fixture

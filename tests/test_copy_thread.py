@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from helpers import BIG, Crash, cfg, cid, crash_at, deletes_records, ids, lose_first_answer, put, saver_factory, ver
 
-from langgraph_s3_checkpoint import S3Saver, TargetThreadExistsError, maintenance
+from langgraph_s3_checkpoint import S3Saver, TargetThreadExistsError
+from langgraph_s3_checkpoint._protocol import thread_edits
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, export_thread, import_thread, verify_thread
+from langgraph_s3_checkpoint._protocol.requests import CREATE, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, export_thread, import_thread, verify_thread
-from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_a_copy_whose_head_answer_was_lost_finds_its_own_head(make_saver: Callab
     """A copy whose head PUT landed but whose answer was lost finds its own head on the retry: no error."""
     copier = make_saver()
     put(copier, "src", cid(1))
-    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and bool(r.if_none_match) and r.key.endswith("/head"))
+    lost = lose_first_answer(copier, lambda r: isinstance(r, Put) and r.mode == CREATE and r.key.endswith("/head"))
     copier.copy_thread("src", "dst")
     assert lost and ids(make_saver().list(cfg("dst"))) == [cid(1)]
 
@@ -84,7 +85,7 @@ def test_a_copy_takes_a_new_snapshot_when_the_source_is_pruned_meanwhile(
     """A copy snapshots the source's heads, copies the objects, then commits the heads. If the source moves on and a
     prune removes a large value the snapshot references (older than the grace period) before it was copied, the copy
     takes a new snapshot rather than commit a head whose value is gone."""
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
     source, copier = make_saver(), make_saver()
     big = {"big": "a" * BIG}
     put(source, "src", cid(1), values=big, versions={"big": ver(1)})

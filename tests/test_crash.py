@@ -39,16 +39,12 @@ from workers.common import (
     worker_env,
 )
 
-from langgraph_s3_checkpoint import (
-    AsyncS3Saver,
-    CheckpointConflictError,
-    S3Saver,
-    plans,
-)
+from langgraph_s3_checkpoint import AsyncS3Saver, CheckpointConflictError, S3Saver
+from langgraph_s3_checkpoint._protocol import plans
+from langgraph_s3_checkpoint._protocol.keys import escape
+from langgraph_s3_checkpoint._protocol.writes import TaskWrites
 from langgraph_s3_checkpoint.gc import agc, gc
-from langgraph_s3_checkpoint.keys import escape
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.writes import TaskWrites
 
 ITERATIONS = int(os.environ.get("LGS3_CRASH_ITERATIONS", "10"))
 OPS_ITERATIONS = max(2, ITERATIONS * 2 // 5)

@@ -32,9 +32,9 @@ from helpers import (
 )
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, verify_thread
 
 
 @pytest.fixture

@@ -32,10 +32,10 @@ from langgraph_s3_checkpoint import (
     S3Saver,
     make_client,
 )
-from langgraph_s3_checkpoint.http1 import Exchange
+from langgraph_s3_checkpoint._protocol.requests import CREATE, Get, ListKeys, Put, Update
+from langgraph_s3_checkpoint._transport.direct import DirectTransport
+from langgraph_s3_checkpoint._transport.http1 import Exchange
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Get, ListKeys, Put
-from langgraph_s3_checkpoint.transport import DirectTransport
 
 SSE_KEY = "0123456789abcdef0123456789abcdef"
 BUCKET = "lgs3-test"
@@ -336,7 +336,7 @@ class _Captured(Exception):
 
 def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any:
     """The prepared request boto3 sends for ``request``, with the same arguments the direct transport sends."""
-    from langgraph_s3_checkpoint.transport import list_arguments, put_arguments
+    from langgraph_s3_checkpoint._transport.direct import list_arguments, put_arguments
 
     captured: list[Any] = []
 
@@ -364,8 +364,8 @@ def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any
     "request_",
     [
         Get("threads/a b+c=d~e%f/ü/checkpoint"),
-        Put("threads/x/c/1~/checkpoint", b"body", if_none_match=True),
-        Put("threads/x/head", b"{}", if_match='"etag"'),
+        Put("threads/x/c/1~/checkpoint", b"body", mode=CREATE),
+        Put("threads/x/head", b"{}", mode=Update('"etag"')),
         ListKeys("threads/a b+/", start_after="threads/a b+/c~", delimiter="/"),
         ListKeys("ns/", token="opaque+token/=="),
     ],
@@ -387,7 +387,7 @@ def test_the_request_and_its_signature_are_botocores(
     from botocore.config import Config
     from botocore.credentials import Credentials
 
-    import langgraph_s3_checkpoint.transport as transport_module
+    import langgraph_s3_checkpoint._transport.direct as transport_module
 
     instant = datetime(2026, 12, 1, 12, 34, 56, tzinfo=timezone.utc)
 

@@ -26,8 +26,13 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_s3_checkpoint import CorruptObjectError, S3RequestError, S3Saver, local
-from langgraph_s3_checkpoint.codec import MAGIC
+from langgraph_s3_checkpoint import (
+    CorruptObjectError,
+    S3RequestError,
+    S3Saver,
+    local,
+)
+from langgraph_s3_checkpoint._protocol.codec import MAGIC
 from langgraph_s3_checkpoint.errors import DecryptionError
 
 AES_KEY = "0123456789abcdef0123456789abcdef"

@@ -31,10 +31,10 @@ from langgraph.store.base import GetOp, PutOp
 from sim import Lost, Op, fault_label, faults_for, interleavings
 
 from langgraph_s3_checkpoint import S3Store
-from langgraph_s3_checkpoint.expiry import LATE_MINUTES, minute_of
+from langgraph_s3_checkpoint._protocol.requests import DeleteIfMatch, Get, ListKeys, Put, Written
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import DeleteIfMatch, Get, ListKeys, Put, Written
+from langgraph_s3_checkpoint.store.expiry import LATE_MINUTES, minute_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NS = ("users", "u1")

@@ -18,9 +18,9 @@ from helpers import cfg
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver, ThreadChangedError
+from langgraph_s3_checkpoint._protocol.operator_plans import Exported, export_thread, import_thread
+from langgraph_s3_checkpoint._protocol.requests import Emit
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.ops import Exported, export_thread, import_thread
-from langgraph_s3_checkpoint.requests import Emit
 
 LARGE = 64
 """Bytes above which a value gets its own object (the saver's ``inline_threshold`` here)."""

@@ -41,7 +41,13 @@ from langgraph.checkpoint.base import (
 )
 from workers.common import crash_graph, crash_input, crash_markers, fence_graph
 
-from langgraph_s3_checkpoint import AsyncS3Saver, CheckpointConflictError, S3RequestError, S3Saver, make_client
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    CheckpointConflictError,
+    S3RequestError,
+    S3Saver,
+    make_client,
+)
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 BUCKET = "lgs3-test"

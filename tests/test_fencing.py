@@ -316,7 +316,7 @@ def test_rollback_also_removes_what_the_cancelled_run_commits_meanwhile(make_sav
 def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
     """Run ``roller.delete_for_runs([run_id])`` step by step and call ``commit()`` once, at the moment
     between reading the head and moving it; returns what ``commit`` returned."""
-    from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
+    from langgraph_s3_checkpoint._protocol.requests import DeleteIfMatch, Put
 
     plan = roller.plans.delete_for_runs([run_id])
     reply: Any = None

@@ -1,7 +1,8 @@
 """The fencing table, row by row: every (parent, how the caller read it, source) against every state of the head.
 
-:data:`~langgraph_s3_checkpoint.fencing.FENCING_TABLE` picks a rule from what a put says and how its caller read
-the parent; :data:`~langgraph_s3_checkpoint.fencing.SETTLE_TABLE` says what the rule does on the head as it is.
+:data:`~langgraph_s3_checkpoint._protocol.fencing.FENCING_TABLE` picks a rule from what a put says and how its
+caller read the parent; :data:`~langgraph_s3_checkpoint._protocol.fencing.SETTLE_TABLE`
+says what the rule does on the head as it is.
 Here each row is set up for real on an in-memory bucket (the caller's read made by the saver itself, in a call
 chain of its own) and the put's observable outcome is compared with what the two tables say: committed on top of
 the head, already committed (a lost answer), or refused with the error the refusal names.
@@ -19,7 +20,7 @@ from helpers import cfg
 from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
-from langgraph_s3_checkpoint.fencing import (
+from langgraph_s3_checkpoint._protocol.fencing import (
     FENCING_TABLE,
     SETTLE_TABLE,
     HeadNow,
@@ -30,8 +31,8 @@ from langgraph_s3_checkpoint.fencing import (
     rule_for,
     settle,
 )
+from langgraph_s3_checkpoint._protocol.requests import Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import Get
 
 OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
 """Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""

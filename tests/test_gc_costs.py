@@ -19,9 +19,9 @@ from helpers import RequestCounter
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.requests import Put
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Put
 
 THREADS = 4
 SEALED_AFTER = 3.0

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from langgraph_s3_checkpoint import make_client
-from langgraph_s3_checkpoint.http1 import MAX_LINE, ProtocolError, Reply, ReplyReader, request_bytes
-from langgraph_s3_checkpoint.native import NativeTransport
-from langgraph_s3_checkpoint.requests import Get, Put, Written
-from langgraph_s3_checkpoint.transport import DirectTransport
+from langgraph_s3_checkpoint._protocol.requests import Get, Put, Written
+from langgraph_s3_checkpoint._transport.asyncio_sender import NativeTransport
+from langgraph_s3_checkpoint._transport.direct import DirectTransport
+from langgraph_s3_checkpoint._transport.http1 import MAX_LINE, ProtocolError, Reply, ReplyReader, request_bytes
 
 
 @dataclass(frozen=True)

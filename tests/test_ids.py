@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.keys import (
+from langgraph_s3_checkpoint._protocol.keys import (
     MAX_SEGMENT,
     KeyKind,
     Layout,

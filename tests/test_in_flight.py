@@ -36,7 +36,14 @@ from helpers import cfg, client_options, fake_client_options, silent_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.store.base import PutOp
 
-from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, S3RequestError, S3Saver, S3Store, make_client
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    AsyncS3Store,
+    S3RequestError,
+    S3Saver,
+    S3Store,
+    make_client,
+)
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 BUCKET = "lgs3-test"
@@ -294,7 +301,7 @@ def test_a_write_whose_answer_trickles_in_ends_a_read_timeout_after_the_deadline
 def test_the_watchdog_of_boto3_requests_keeps_only_those_running(seaweedfs_server: LocalS3Server) -> None:
     """Every boto3 request of a bounded call is watched until its cut; those that ended are dropped from the
     watchdog as more are watched, so that a busy process does not hold one entry per request of the last minute."""
-    from langgraph_s3_checkpoint import deadline
+    from langgraph_s3_checkpoint._transport import deadline
 
     seaweedfs_server.create_bucket(BUCKET)
     with S3Saver(
@@ -433,7 +440,7 @@ def test_a_batch_of_writes_settles_once_and_is_abandoned_on_a_second_cancellatio
     """The rule behind the test above, without a server: cancelled once, the caller waits for the batch (whose
     error, if any, is retrieved, not reported at exit); cancelled again while waiting, it stops waiting and the
     batch is cancelled too, as every batch was before."""
-    from langgraph_s3_checkpoint.shell import _settled_if_cancelled
+    from langgraph_s3_checkpoint._transport.bucket_io import _settled_if_cancelled
 
     finished: list[str] = []
 

@@ -12,7 +12,7 @@ from helpers import assert_one_error_line, cfg, chat, cid, cli_env, ids, put, ru
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver
-from langgraph_s3_checkpoint.keys import Layout
+from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 

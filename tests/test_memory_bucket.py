@@ -22,9 +22,15 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from test_conformance import assert_conformance
 
-from langgraph_s3_checkpoint import AsyncS3Saver, BucketNotFoundError, S3RequestError, S3Saver
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    BucketNotFoundError,
+    S3RequestError,
+    S3Saver,
+)
+from langgraph_s3_checkpoint._protocol.requests import (
+    CREATE,
+    OVERWRITE,
     PRECONDITION_FAILED,
     BucketExists,
     Copy,
@@ -38,8 +44,10 @@ from langgraph_s3_checkpoint.requests import (
     Put,
     RemoveExpiryRule,
     StoredObject,
+    Update,
     Written,
 )
+from langgraph_s3_checkpoint.memory import MemoryBucket
 
 
 def _put(bucket: MemoryBucket, key: str, body: bytes = b"x", **kw: Any) -> Any:
@@ -77,12 +85,12 @@ def test_etag_is_quoted_md5_and_shared_by_identical_bodies() -> None:
 
 def test_conditional_put() -> None:
     b = MemoryBucket()
-    stored = _put(b, "k", b"1", if_none_match=True)
+    stored = _put(b, "k", b"1", mode=CREATE)
     assert isinstance(stored, Written)
-    assert _put(b, "k", b"2", if_none_match=True) is PRECONDITION_FAILED
-    assert _put(b, "k", b"2", if_match='"00000000000000000000000000000000"') is PRECONDITION_FAILED
-    assert isinstance(_put(b, "k", b"2", if_match=stored.etag), Written)
-    assert isinstance(_put(b, "k", b"3", if_match=stored.etag.strip('"')), PRECONDITION_FAILED.__class__)
+    assert _put(b, "k", b"2", mode=CREATE) is PRECONDITION_FAILED
+    assert _put(b, "k", b"2", mode=Update('"00000000000000000000000000000000"')) is PRECONDITION_FAILED
+    assert isinstance(_put(b, "k", b"2", mode=Update(stored.etag)), Written)
+    assert isinstance(_put(b, "k", b"3", mode=Update(stored.etag.strip('"'))), PRECONDITION_FAILED.__class__)
     assert b.execute(Get("k")).body == b"2"
 
 
@@ -90,7 +98,7 @@ def test_conditional_put() -> None:
 def test_missing_key_under_if_match(variant: str) -> None:
     """Put collapses both server answers to PRECONDITION_FAILED; DeleteIfMatch does not."""
     b = MemoryBucket(missing_if_match=variant)  # type: ignore[arg-type]
-    assert _put(b, "nope", if_match='"abc"') is PRECONDITION_FAILED
+    assert _put(b, "nope", mode=Update('"abc"')) is PRECONDITION_FAILED
     assert b.execute(DeleteIfMatch("nope", '"abc"')) is (None if variant == "404" else PRECONDITION_FAILED)
     etag = _put(b, "k").etag
     assert b.execute(DeleteIfMatch("k", '"other"')) is PRECONDITION_FAILED
@@ -155,8 +163,8 @@ def test_delete_copy_bucket_and_lifecycle() -> None:
 
 def test_log_records_applied_requests() -> None:
     b = MemoryBucket(keep_log=True)
-    _put(b, "k", if_none_match=True)
-    _put(b, "k", if_none_match=True)
+    _put(b, "k", mode=CREATE)
+    _put(b, "k", mode=CREATE)
     assert [reply for _, reply in b.log or []][1] is PRECONDITION_FAILED
 
 
@@ -172,11 +180,12 @@ requests = st.one_of(
         Put,
         st.sampled_from(KEYS),
         st.sampled_from(BODIES),
-        if_none_match=st.booleans(),
-        if_match=st.one_of(
-            st.none(), st.sampled_from(["etag-of:x", "etag-of:y", '"00000000000000000000000000000000"'])
+        mode=st.one_of(
+            st.just(OVERWRITE),
+            st.just(CREATE),
+            st.sampled_from(["etag-of:x", "etag-of:y", '"00000000000000000000000000000000"']).map(Update),
         ),
-    ).filter(lambda p: not (p.if_none_match and p.if_match)),
+    ),
     st.builds(Delete, st.lists(st.sampled_from(KEYS), max_size=3).map(tuple)),
     st.builds(DeleteIfMatch, st.sampled_from(KEYS), st.sampled_from(["etag-of:x", "etag-of:"])),
     st.builds(Copy, st.sampled_from(KEYS), st.sampled_from(KEYS)),
@@ -196,8 +205,8 @@ def _etag_placeholders(request: Any) -> Any:
             return '"' + hashlib.md5(text[len("etag-of:") :].encode()).hexdigest() + '"'
         return text
 
-    if isinstance(request, Put) and request.if_match:
-        return Put(request.key, request.body, if_none_match=request.if_none_match, if_match=real(request.if_match))
+    if isinstance(request, Put) and isinstance(request.mode, Update):
+        return Put(request.key, request.body, mode=Update(real(request.mode.etag)))
     if isinstance(request, DeleteIfMatch):
         return DeleteIfMatch(request.key, real(request.etag))
     return request
@@ -225,7 +234,7 @@ def _normal(execute: Any, request: Any) -> Any:
 def moto_store() -> Any:
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    from langgraph_s3_checkpoint.shell import BucketIO
+    from langgraph_s3_checkpoint._transport.bucket_io import BucketIO
 
     with moto.mock_aws():
         client = boto3.client("s3", region_name="us-east-1")

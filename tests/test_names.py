@@ -28,11 +28,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from sim import Op, interleavings
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
-from langgraph_s3_checkpoint.gc import _plan as gc_plan
-from langgraph_s3_checkpoint.keys import Layout, escape, is_digest, named_id
+from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
+from langgraph_s3_checkpoint._protocol.keys import Layout, escape, is_digest, named_id
+from langgraph_s3_checkpoint._protocol.requests import Delete, Put
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import Delete, Put
 
 LONG = "L" * 200
 """An id longer than a key segment: stored as a digest, with a ``name`` object."""
@@ -84,7 +84,7 @@ def test_gc_never_leaves_a_committed_thread_without_its_name(thread_id: str, ns:
         clock[0] += timedelta(hours=2)
         writer = saver()
         put = writer.plans.put(config(thread_id, ns), checkpoint(2), metadata("r2"), {})
-        return bucket, [Op("gc", saver(), gc_plan(saver(), 3600, False)), Op("put", writer, put)]
+        return bucket, [Op("gc", saver(), gc_plan(saver().plans, 3600, False)), Op("put", writer, put)]
 
     def judge(bucket: Any, ops: list[Op], schedule: str) -> list[str]:
         nonlocal committed

@@ -38,13 +38,13 @@ from langgraph_s3_checkpoint import (
     make_client,
     without_expect_continue,
 )
-from langgraph_s3_checkpoint import native as native_module
-from langgraph_s3_checkpoint.blocking import BlockingPool
+from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Get, ListKeys, Put, Update, Written
+from langgraph_s3_checkpoint._transport import asyncio_sender as native_module
+from langgraph_s3_checkpoint._transport.asyncio_sender import NativeTransport
+from langgraph_s3_checkpoint._transport.blocking_sender import BlockingPool
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.native import NativeTransport
-from langgraph_s3_checkpoint.requests import PRECONDITION_FAILED, Get, ListKeys, Put, Written
 
 BUCKET = "lgs3-test"
 
@@ -178,10 +178,10 @@ async def test_replies_404_and_412(s3_server: LocalS3Server, bucket: str, prefix
     try:
         key = f"{prefix}/raw/object"
         assert await native.execute(Get(key)) is None  # 404
-        stored = await native.execute(Put(key, b"one", if_none_match=True))
+        stored = await native.execute(Put(key, b"one", mode=CREATE))
         assert isinstance(stored, Written)
-        assert await native.execute(Put(key, b"two", if_none_match=True)) is PRECONDITION_FAILED  # 412
-        assert await native.execute(Put(key, b"two", if_match='"not-the-etag"')) is PRECONDITION_FAILED
+        assert await native.execute(Put(key, b"two", mode=CREATE)) is PRECONDITION_FAILED  # 412
+        assert await native.execute(Put(key, b"two", mode=Update('"not-the-etag"'))) is PRECONDITION_FAILED
         obj = await native.execute(Get(key))
         assert obj is not None and obj.body == b"one" and obj.etag == stored.etag
         page = await native.execute(ListKeys(prefix=f"{prefix}/raw/"))

@@ -44,23 +44,28 @@ from langgraph_s3_checkpoint import (
     S3Store,
     make_client,
 )
-from langgraph_s3_checkpoint.conditions import Failed, probe, without_conditions
-from langgraph_s3_checkpoint.http1 import Exchange
-from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import (
+from langgraph_s3_checkpoint._protocol.requests import (
+    CREATE,
+    OVERWRITE,
     PRECONDITION_FAILED,
+    Create,
     Delete,
     DeleteIfMatch,
     Get,
     ListKeys,
+    Overwrite,
     Put,
     Request,
+    Update,
     Written,
 )
-from langgraph_s3_checkpoint.retries import CONFLICT_ATTEMPTS, MAX_BACKOFF, Kind, Retries, kind_of
+from langgraph_s3_checkpoint._transport.direct import DirectTransport
+from langgraph_s3_checkpoint._transport.http1 import Exchange
+from langgraph_s3_checkpoint._transport.probe import Failed, probe, without_conditions
+from langgraph_s3_checkpoint._transport.retries import CONFLICT_ATTEMPTS, MAX_BACKOFF, Kind, Retries, kind_of
+from langgraph_s3_checkpoint.local import LocalS3Server
+from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.saver import parse_url
-from langgraph_s3_checkpoint.transport import DirectTransport
 
 BUCKET = "lgs3-providers"
 PROBE_REQUESTS = 18
@@ -103,19 +108,21 @@ class Misbehaving(MemoryBucket):
     def execute(self, request: Request) -> Any:
         fault = self.fault
         if isinstance(request, Put):
-            if fault == "ignores If-None-Match" and request.if_none_match:
-                request = replace(request, if_none_match=False)
-            if fault == "ignores If-Match" and request.if_match is not None:
-                request = replace(request, if_match=None)
-            if fault == "creates on a missing If-Match" and request.if_match and self.object(request.key) is None:
-                request = replace(request, if_match=None)
-            if fault == "refuses every conditional PUT" and (request.if_match or request.if_none_match):
+            mode = request.mode
+            if fault == "ignores If-None-Match" and isinstance(mode, Create):
+                request = replace(request, mode=OVERWRITE)
+            if fault == "ignores If-Match" and isinstance(mode, Update):
+                request = replace(request, mode=OVERWRITE)
+            missing = self.object(request.key) is None
+            if fault == "creates on a missing If-Match" and isinstance(mode, Update) and missing:
+                request = replace(request, mode=OVERWRITE)
+            if fault == "refuses every conditional PUT" and not isinstance(mode, Overwrite):
                 return PRECONDITION_FAILED
-            if fault == "refuses the right If-Match" and request.if_match is not None:
+            if fault == "refuses the right If-Match" and isinstance(mode, Update):
                 return PRECONDITION_FAILED
             if fault == "lets both racers win" and request.key.endswith("-race"):
-                request = replace(request, if_none_match=False)
-            if fault == "loses the first answer" and not self.lost and request.if_none_match:
+                request = replace(request, mode=OVERWRITE)
+            if fault == "loses the first answer" and not self.lost and isinstance(mode, Create):
                 self.lost = True
                 super().execute(request)  # applied; the retry is refused by the condition it met
                 return PRECONDITION_FAILED
@@ -156,10 +163,10 @@ def test_without_conditions_keeps_every_reply_and_sends_no_conditional_header() 
     bucket = MemoryBucket(keep_log=True)
     etag = bucket.execute(Put("a", b"1")).etag
     batch: list[Request] = [
-        Put("new", b"n", if_none_match=True),  # holds: written
-        Put("a", b"x", if_none_match=True),  # exists: refused
-        Put("a", b"2", if_match='"0"'),  # wrong ETag: refused
-        Put("a", b"3", if_match=etag),  # right ETag: written
+        Put("new", b"n", mode=CREATE),  # holds: written
+        Put("a", b"x", mode=CREATE),  # exists: refused
+        Put("a", b"2", mode=Update('"0"')),  # wrong ETag: refused
+        Put("a", b"3", mode=Update(etag)),  # right ETag: written
         DeleteIfMatch("gone", etag),  # missing: as a deleted object
         Get("a"),  # not conditional: sent as it is
     ]
@@ -171,7 +178,7 @@ def test_without_conditions_keeps_every_reply_and_sends_no_conditional_header() 
     assert len(batches) == 2 and sum(isinstance(r, ListKeys) for r in batches[0]) == 5
     sent = [request for request, _ in bucket.log]
     assert not any(
-        isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and (r.if_match or r.if_none_match)) for r in sent
+        isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and not isinstance(r.mode, Overwrite)) for r in sent
     )
     assert bucket.object("a").body == b"3"  # type: ignore[union-attr]
     deleted, _ = _drive(
@@ -745,7 +752,7 @@ def _answered(direct: DirectTransport, request: Any, *answers: Any) -> Any:
 
 def test_a_409_conflict_is_sent_again_and_a_501_to_a_condition_is_unsupported() -> None:
     direct = _direct()
-    put = Put("k", b"v", if_none_match=True)
+    put = Put("k", b"v", mode=CREATE)
     conflict = (409, {"x-amz-request-id": "1"}, b"<Error><Code>ConditionalRequestConflict</Code></Error>")
     reply, sent = _answered(direct, put, conflict, conflict, (200, {"etag": '"e"'}, b""))
     assert isinstance(reply, Written) and len(sent) == 3 and sent[0].body == sent[2].body

@@ -14,7 +14,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_s3_checkpoint import S3Saver, maintenance
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol import thread_edits
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 
@@ -142,7 +143,7 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     assert saver.get_tuple(config) is not None
     assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 1
     # once older than the grace period (by the server's clock), unreferenced objects go
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))
     saver.prune([thread])
     remaining = set(_objects(saver, thread))
     assert len([k for k in remaining if "/b/" in k]) == 1
@@ -204,7 +205,7 @@ def test_prune_judges_a_values_age_by_the_servers_clock(
     def on_batch(step: list[Any]) -> None:
         if any(is_head(r) for r in step) and not pruned:
             with monkeypatch.context() as m:
-                m.setattr(maintenance, "datetime", _AheadClock)
+                m.setattr(thread_edits, "datetime", _AheadClock)
                 pruner.prune(["t"])
             pruned.append(True)
 
@@ -233,7 +234,7 @@ def test_prune_keeps_an_older_value_that_a_fork_committed_meanwhile_reuses(
     """A fork of an older checkpoint reuses that checkpoint's large value (offered with If-None-Match, found existing,
     not rewritten). If the fork commits while prune runs, prune must not delete the value under the fork's head: prune
     reads the head again before it deletes large values, and keeps what it references."""
-    monkeypatch.setattr(maintenance, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
     writer, pruner, forker = make_saver(), make_saver(), make_saver()
     put(writer, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
     put(writer, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})

@@ -34,10 +34,10 @@ from helpers import (
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, CorruptObjectError, S3Saver
+from langgraph_s3_checkpoint._protocol.keys import Layout
+from langgraph_s3_checkpoint._protocol.requests import Delete, Put
 from langgraph_s3_checkpoint.errors import DamagedHeadError
-from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.requests import Delete, Put
 
 
 @pytest.fixture

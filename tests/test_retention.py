@@ -11,12 +11,13 @@ import pytest
 from helpers import Crash, RequestCounter, lose_first_answer
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver, committing, maintenance, reading
+from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
 from langgraph_s3_checkpoint import saver as saver_module
+from langgraph_s3_checkpoint._protocol import committing, reading, thread_edits
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
+from langgraph_s3_checkpoint._protocol.requests import CREATE, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.ops import Problem, verify_thread
-from langgraph_s3_checkpoint.requests import DeleteIfMatch, Put
 
 
 def _history(saver: S3Saver, thread_id: str, steps: int, ns: str = "") -> None:
@@ -65,7 +66,7 @@ def test_expire_threads_judges_age_by_the_servers_clock(
         def now(cls, tz: Any = None) -> Any:
             return datetime.now(tz) + timedelta(hours=3)
 
-    for module in (maintenance, saver_module):  # wherever this machine's clock could be read
+    for module in (thread_edits, saver_module):  # wherever this machine's clock could be read
         monkeypatch.setattr(module, "datetime", AheadClock, raising=False)
     assert saver.expire_threads(timedelta(hours=2)) == []
     assert saver.get_tuple({"configurable": {"thread_id": "live"}}) is not None
@@ -164,7 +165,7 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
     send = saver.bucket_io._send
 
     def send_and_die_putting_back(request: Any, *deadline: Any) -> Any:
-        if isinstance(request, Put) and request.key == root_head and request.if_none_match:
+        if isinstance(request, Put) and request.key == root_head and request.mode == CREATE:
             raise Crash(request)
         reply = send(request, *deadline)
         if isinstance(request, DeleteIfMatch) and request.key == root_head:

@@ -33,10 +33,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.keys import Layout
+from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-from langgraph_s3_checkpoint.ops import Problem, verify_thread
 
 
 @pytest.fixture

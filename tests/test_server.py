@@ -30,12 +30,12 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_sdk import get_client
 
 from langgraph_s3_checkpoint import local
-from langgraph_s3_checkpoint.codec import Codec
+from langgraph_s3_checkpoint._protocol.codec import Codec
+from langgraph_s3_checkpoint._protocol.keys import Layout
+from langgraph_s3_checkpoint._protocol.operator_plans import Checked, Problem, verify_thread
+from langgraph_s3_checkpoint._transport.bucket_io import BucketIO
 from langgraph_s3_checkpoint.errors import InvalidConfigError
-from langgraph_s3_checkpoint.keys import Layout
-from langgraph_s3_checkpoint.ops import Checked, Problem, verify_thread
 from langgraph_s3_checkpoint.server import checkpointer, options_from_env, saver_from_env
-from langgraph_s3_checkpoint.shell import BucketIO
 from langgraph_s3_checkpoint.store import StoreLayout
 
 APP_DIR = Path(__file__).parent / "agent_app"

@@ -50,10 +50,16 @@ from sim import (
     summarize,
 )
 
-from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver, TargetThreadExistsError
+from langgraph_s3_checkpoint import (
+    CheckpointConflictError,
+    S3RequestError,
+    S3Saver,
+    TargetThreadExistsError,
+)
+from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
+from langgraph_s3_checkpoint._protocol.repair import repair_plan
+from langgraph_s3_checkpoint._protocol.requests import Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.repair import repair_plan
-from langgraph_s3_checkpoint.requests import Put
 
 COMMIT = "another worker's commit"
 """Interference run between the two applications of a request whose answer was lost."""
@@ -449,11 +455,8 @@ def test_maintenance_faults(sc: Scenario) -> None:
 
 
 def _gc_plan(saver: S3Saver, grace_seconds: float = 3600) -> Any:
-    """gc as a plan, if this version has one (it used to drive boto3 paginators itself)."""
-    plan = getattr(importlib.import_module("langgraph_s3_checkpoint.gc"), "_plan", None)
-    if plan is None:
-        pytest.skip("gc is not a plan in this version: it cannot be simulated step by step")
-    return plan(saver, grace_seconds, False)
+    """gc as a plan, to be driven step by step."""
+    return gc_plan(saver.plans, grace_seconds, False)
 
 
 def _aged_leftovers(w: World) -> dict[str, Any]:
@@ -626,8 +629,8 @@ def _folder_marker(key: str, op: str) -> Callable[[World], None]:
 
     def run(w: World) -> None:
         ctx = history(w, runs=("r1", "r1", "r2"))
-        from langgraph_s3_checkpoint.keys import invert_id
-        from langgraph_s3_checkpoint.requests import Put
+        from langgraph_s3_checkpoint._protocol.keys import invert_id
+        from langgraph_s3_checkpoint._protocol.requests import Put
 
         real = key.replace("{R}", invert_id(cid(20)))
         w.bucket.execute(Put(real, b"" if real.endswith("/") else b"not ours"))

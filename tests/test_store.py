@@ -41,17 +41,17 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
-from langgraph_s3_checkpoint import AsyncS3Store, CorruptObjectError, S3Saver, S3Store
+from langgraph_s3_checkpoint import (
+    AsyncS3Store,
+    CorruptObjectError,
+    S3Saver,
+    S3Store,
+)
+from langgraph_s3_checkpoint._protocol.requests import Put
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import Put
-from langgraph_s3_checkpoint.store import (
-    BaseS3Store,
-    StoreLayout,
-    _python_scores,
-    pack_vector,
-    similarity_scores,
-)
+from langgraph_s3_checkpoint.store import BaseS3Store, StoreLayout
+from langgraph_s3_checkpoint.store.objects import _python_scores, pack_vector, similarity_scores
 
 
 # ------------------------------------------------------------------------------------------------

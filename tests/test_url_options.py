@@ -23,7 +23,15 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_s3_checkpoint import AsyncS3Saver, AsyncS3Store, InvalidConfigError, S3Saver, S3Store, local, server
+from langgraph_s3_checkpoint import (
+    AsyncS3Saver,
+    AsyncS3Store,
+    InvalidConfigError,
+    S3Saver,
+    S3Store,
+    local,
+    server,
+)
 from langgraph_s3_checkpoint.cache import S3Cache
 from langgraph_s3_checkpoint.options import CACHE, SAVER, STORE, URL_OPTIONS, parse_url
 from langgraph_s3_checkpoint.server import options_from_env

@@ -21,8 +21,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.requests import Request
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.requests import Request
 
 
 def config(checkpoint_id: str | None = None) -> dict[str, Any]:

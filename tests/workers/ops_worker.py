@@ -6,7 +6,7 @@ import argparse
 
 from common import kill_at_request, report, saver_from_env
 
-from langgraph_s3_checkpoint import plans
+from langgraph_s3_checkpoint._protocol import plans
 
 
 def main() -> None:

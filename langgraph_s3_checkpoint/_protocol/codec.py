@@ -1,0 +1,315 @@
+"""The bytes of one object: a small versioned envelope around LangGraph's own serializer.
+
+Channel values, pending writes, checkpoints and metadata are all encoded by the saver's ``serde``
+(``dumps_typed``/``loads_typed``), and the serializer's type tag is stored next to its bytes. That is
+what makes ``EncryptedSerializer`` and ``with_allowlist`` apply to everything we store, and it means
+this package never pickles and never invents its own format for user values.
+
+The envelope only frames those ``(tag, bytes)`` pairs (with msgpack, which ``langgraph-checkpoint``
+already depends on) and records, per object, whether the frame was compressed::
+
+    b"LGS3" | format version (1 byte) | compression (1 byte: 0 none, 1 zlib) | msgpack frame
+
+Objects written with and without compression stay readable side by side, and a reader that meets a
+newer format version fails with a clear error instead of guessing.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
+from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
+from .writes import StoredWrite, TaskWrites, restored
+
+MAGIC = b"LGS3"
+FORMAT_VERSION = 1
+_PLAIN = 0
+_ZLIB = 1
+
+
+def corrupt(key: str, reason: str) -> CorruptObjectError:
+    """The error for an undecodable object: a damaged head names ``repair`` (its history may be intact)."""
+    parts = key.split("/")
+    if len(parts) >= 5 and parts[-1] == "head" and parts[-3] == "ns" and parts[-5] == "threads":
+        segment = parts[-4]
+        return DamagedHeadError(key, reason, segment if is_digest(segment) else unescape(segment))
+    return CorruptObjectError(key, reason)
+
+
+@dataclass
+class Record:
+    """One stored checkpoint: what ``put`` receives, split into inline values and blob references."""
+
+    checkpoint: Checkpoint
+    """The checkpoint without ``channel_values``."""
+    metadata: CheckpointMetadata
+    parent_id: str | None
+    inline: dict[str, Any] = field(default_factory=dict)
+    """Channel values small enough to live inside the record."""
+    encoded: dict[str, list[Any]] = field(default_factory=dict)
+    """The same values as stored (serde type and bytes): what a put continuing this record carries over."""
+    blobs: dict[str, str] = field(default_factory=dict)
+    """Channel -> version of values stored as separate blob objects."""
+    previous_head: str | None = None
+    """Id of the head this checkpoint replaced when it was committed: the commit chain."""
+    detached: bool = False
+    """Committed by its record alone (older than the head when written), so outside the chain."""
+    undecodable: bool = False
+    """A stand-in for a record whose body could not be decoded (``list(skip_damaged=True)``): only its id, from its
+    key, is known; the commit chain never shows it (:class:`~.chain.Standing`)."""
+
+
+@dataclass
+class WriteBatch:
+    """The writes a reader sees in one writes object: one task's (or, from earlier releases, one call's)."""
+
+    task_id: str
+    writes: list[tuple[int, str, Any, str]]
+    """(idx, channel, value, task_path)."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Encodes and decodes every object the saver stores. Pure: no I/O."""
+
+    serde: SerializerProtocol
+    compress_threshold: int | None = 4096
+    """Frames at least this large are zlib-compressed; ``None`` disables compression."""
+
+    # -- framing --------------------------------------------------------------------------------
+    def _frame(self, payload: Any) -> bytes:
+        body = ormsgpack.packb(payload)
+        if self.compress_threshold is not None and len(body) >= self.compress_threshold:
+            packed = zlib.compress(body, 3)
+            if len(packed) < len(body):
+                return MAGIC + bytes((FORMAT_VERSION, _ZLIB)) + packed
+        return MAGIC + bytes((FORMAT_VERSION, _PLAIN)) + body
+
+    def _unframe(self, key: str, data: bytes) -> Any:
+        if len(data) < 6 or data[:4] != MAGIC:
+            raise corrupt(key, "not written by langgraph-s3-checkpoint (bad magic)")
+        version, compression = data[4], data[5]
+        if version > FORMAT_VERSION:
+            raise NewerFormatError(key, version, FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise corrupt(key, f"format version {version} was never written by any release")
+        body = data[6:]
+        try:
+            if compression == _ZLIB:
+                body = zlib.decompress(body)
+            elif compression != _PLAIN:
+                raise corrupt(key, f"unknown compression code {compression}")
+            return ormsgpack.unpackb(body)
+        except (zlib.error, ormsgpack.MsgpackDecodeError, ValueError) as exc:
+            raise corrupt(key, f"truncated or damaged ({exc})") from exc
+
+    # -- serde ----------------------------------------------------------------------------------
+    def dump(self, what: str, value: Any) -> list[Any]:
+        try:
+            tag, data = self.serde.dumps_typed(value)
+        except Exception as exc:
+            raise SerializationError(
+                f"Cannot serialize {what} ({type(value).__name__}) with {type(self.serde).__name__}: "
+                f"{exc}. Nothing was committed. Make the value serializable or configure serde."
+            ) from exc
+        return [tag, data]
+
+    def load(self, key: str, typed: Any) -> Any:
+        tag: Any = None
+        try:
+            tag = typed[0]
+            return self.serde.loads_typed((tag, typed[1]))
+        except Exception as exc:
+            if isinstance(tag, str) and "+" in tag:
+                # EncryptedSerializer tags its values "{type}+{cipher}": the bytes are ciphertext.
+                cipher = tag.split("+", 1)[1]
+                if getattr(self.serde, "cipher", None) is None:
+                    reason = (
+                        f"it was written by an EncryptedSerializer (cipher {cipher!r}) and this saver's "
+                        f"serializer ({type(self.serde).__name__}) has no key"
+                    )
+                else:
+                    reason = f"the key of this saver's serializer does not match (cipher {cipher!r}: {exc})"
+                raise DecryptionError(key, reason) from exc
+            raise corrupt(key, f"the serializer could not decode a value ({exc})") from exc
+
+    # -- records --------------------------------------------------------------------------------
+    def encode_value(self, channel: str, value: Any) -> list[Any]:
+        return self.dump(f"channel {channel!r}", value)
+
+    def encode_record(
+        self,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        parent_id: str | None,
+        inline: dict[str, list[Any]],
+        blobs: dict[str, str],
+        *,
+        previous_head: str | None = None,
+        detached: bool = False,
+    ) -> bytes:
+        """Frame a record from already-encoded inline values (see :meth:`encode_value`)."""
+        stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        return self._frame(
+            {
+                "id": checkpoint["id"],
+                "checkpoint": self.dump("the checkpoint", stripped),
+                "metadata": self.dump("checkpoint metadata", metadata),
+                "parent": parent_id,
+                "inline": inline,
+                "blobs": blobs,
+                "previous_head": previous_head,
+                "detached": detached,
+            }
+        )
+
+    def _record_frame(self, key: str, data: bytes) -> Any:
+        """A record's or head's frame; a record must hold the checkpoint its key names.
+
+        Readers, gc and repair take a record's id from its body, so an object filed under another
+        checkpoint's key (a botched manual restore, a tampered bucket) would otherwise show a checkpoint
+        where another belongs, or hide one from ``list`` and gc.
+        """
+        frame = self._unframe(key, data)
+        misfiled = (
+            key.endswith(f"/{RECORD}")
+            and isinstance(frame, dict)
+            and "id" in frame
+            and filed_checkpoint_id(key) != frame["id"]
+        )
+        if misfiled:
+            raise corrupt(key, f"holds checkpoint {frame['id']!r}, not the one its key names: misfiled or tampered")
+        return frame
+
+    def decode_record(self, key: str, data: bytes) -> Record:
+        frame = self._record_frame(key, data)
+        try:
+            checkpoint = self.load(key, frame["checkpoint"])
+            return Record(
+                checkpoint=checkpoint,
+                metadata=self.load(key, frame["metadata"]),
+                parent_id=frame["parent"],
+                inline={ch: self.load(key, typed) for ch, typed in frame["inline"].items()},
+                encoded=dict(frame["inline"]),
+                blobs=dict(frame["blobs"]),
+                previous_head=frame.get("previous_head"),
+                detached=bool(frame.get("detached", False)),
+            )
+        except (KeyError, TypeError, IndexError) as exc:
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
+
+    def peek_head_id(self, key: str, data: bytes) -> str:
+        """The checkpoint id of a record or head, without decoding anything else."""
+        return self.peek_chain(key, data)[0]
+
+    def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None]:
+        """Checkpoint id and ``previous_head`` of a record or head, without decoding anything else."""
+        frame = self._record_frame(key, data)
+        try:
+            return str(frame["id"]), frame.get("previous_head")
+        except (KeyError, TypeError) as exc:
+            raise corrupt(key, f"record has no checkpoint id ({exc})") from exc
+
+    def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
+        """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
+        frame = self._unframe(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise CorruptObjectError(key, "record has no checkpoint id")
+        return self._frame({**frame, "previous_head": previous_head, "detached": False})
+
+    def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
+        """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
+        frame = self._record_frame(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise corrupt(key, "record has no checkpoint id")
+        return frame.get("previous_head"), bool(frame.get("detached", False))
+
+    def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
+        """Metadata, parent id and blob references, without decoding channel values."""
+        frame = self._unframe(key, data)
+        try:
+            return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
+        except (KeyError, TypeError) as exc:
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
+
+    def peek_blobs(self, key: str, data: bytes) -> dict[str, str]:
+        """The large values (channel -> version) a record or head references, decoding nothing else (no key
+        is needed to copy an encrypted thread)."""
+        frame = self._record_frame(key, data)
+        try:
+            return dict(frame["blobs"])
+        except (KeyError, TypeError) as exc:
+            raise corrupt(key, f"record is missing a field ({exc})") from exc
+
+    # -- writes and blobs -----------------------------------------------------------------------
+    def encode_task_writes(self, task: TaskWrites) -> bytes:
+        """One task's writes object (see :mod:`langgraph_s3_checkpoint._protocol.writes`), values already encoded with
+        :meth:`dump`.
+
+        ``task``, ``path`` and ``writes`` (the visible writes, ``[idx, channel, tag, bytes]``) are what every
+        release reads; the rest is read by this one and ignored by earlier ones: ``runs`` and ``paths``, the
+        run and task path of each visible write (left out when no write has a run, or every one has the
+        object's path), and ``hidden``, the writes another run's write hides at their index, kept so that a
+        rollback can bring them back (``[idx, channel, tag, bytes, run, path]``, in the order stored).
+        """
+        visible, hidden = task.visible(), task.hidden()
+        frame: dict[str, Any] = {
+            "task": task.task_id,
+            "path": task.path,
+            "writes": [[w.idx, w.channel, *w.typed] for w in visible],
+        }
+        if any(w.run is not None for w in task.stored):
+            frame["runs"] = [w.run for w in visible]
+        if any(w.path != task.path for w in visible):
+            frame["paths"] = [w.path for w in visible]
+        if hidden:
+            frame["hidden"] = [[w.idx, w.channel, *w.typed, w.run, w.path] for w in hidden]
+        return self._frame(frame)
+
+    def peek_task_writes(self, key: str, data: bytes) -> TaskWrites:
+        """A task's writes object, values left encoded (to merge a later call into it, or roll a run back).
+        Objects of earlier releases hold no runs: their writes are nobody's."""
+        frame = self._unframe(key, data)
+        try:
+            task_id, path, writes = str(frame["task"]), str(frame["path"]), frame["writes"]
+            runs = frame.get("runs") or [None] * len(writes)
+            paths = frame.get("paths") or [path] * len(writes)
+            visible = [
+                StoredWrite(int(idx), str(ch), [tag, raw], _run(run), str(p))
+                for (idx, ch, tag, raw), run, p in zip(writes, runs, paths, strict=True)
+            ]
+            hidden = [
+                StoredWrite(int(idx), str(ch), [tag, raw], _run(run), str(p))
+                for idx, ch, tag, raw, run, p in frame.get("hidden") or ()
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise corrupt(key, f"writes object is missing a field ({exc})") from exc
+        return restored(task_id, path, visible, hidden)
+
+    def decode_writes(self, key: str, data: bytes) -> WriteBatch:
+        """The writes a reader sees in a writes object, values decoded (hidden writes are not)."""
+        task = self.peek_task_writes(key, data)
+        return WriteBatch(
+            task_id=task.task_id,
+            writes=[(w.idx, w.channel, self.load(key, w.typed), w.path) for w in task.visible()],
+        )
+
+    def encode_blob(self, typed: list[Any]) -> bytes:
+        return self._frame(typed)
+
+    def decode_blob(self, key: str, data: bytes) -> Any:
+        return self.load(key, self._unframe(key, data))
+
+
+def _run(stored: Any) -> str | None:
+    """A write's run id as stored: a str, or ``None``."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    raise ValueError(f"a run id is a {type(stored).__name__}")

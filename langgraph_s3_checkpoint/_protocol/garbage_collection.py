@@ -1,0 +1,990 @@
+"""Garbage collection: delete objects that no committed checkpoint needs.
+
+The commit protocol never needs cleanup to stay correct, but interrupted or losing operations leave
+objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by category:
+
+``orphan_record``
+    A record (and its writes) that the commit chain (:mod:`langgraph_s3_checkpoint._protocol.chain`) calls
+    ORPHAN: older than its namespace's head but off the chain, so it can never be committed (a ``put``
+    that died before its head PUT and was overtaken, a conflict loser that could not delete its record).
+``uncommitted_record``
+    A record (and its writes) newer than its namespace's head (PENDING by the chain's rule): a ``put``
+    that died before its head PUT, or a conflict loser that died before deleting its record. Readers
+    already ignore it; it may still commit, so only its age makes it garbage. Writes with no record
+    and newer than the head count here too.
+``orphan_writes``
+    Pending writes of a checkpoint older than the head whose record does not exist (a conflict loser
+    deleted it, or an interrupted ``prune`` did).
+``orphan_blob``
+    A large channel value that no committed record of its namespace references (written by a put
+    that never committed, or left by an interrupted ``prune``).
+``headless_namespace``
+    Every object of a namespace that has no head: an interrupted ``delete_thread``, a ``copy_thread``
+    that died before committing, or a thread whose very first put never committed.
+``dangling_run_entry``
+    A run-index entry (``runs/{run}/...`` or ``threads/{T}/r/...``) whose namespace holds no committed
+    checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
+    another run's checkpoint, resuming it, is indexed there: its entry stays while that checkpoint does, for
+    ``delete_for_runs`` to take those writes out).
+``setup_probe``
+    The probe object of an interrupted ``setup()``.
+``orphan_name``
+    The ``name`` object of a thread (long thread ids only) with nothing else left. A ``name`` deleted (this one,
+    or a namespace's with its headless namespace) is put back if its thread or namespace is in use right after:
+    a first put committed meanwhile (see :meth:`_Collector.put_back_names_in_use`).
+``unfinished_copy``, ``unfinished_delete``
+    The ``copying`` marker of a ``copy_thread`` that did not remove it, the ``deleting`` marker of a delete
+    (``delete_thread``, ``expire_threads``; a rollback's is the namespace's) that died part-way, once no
+    namespace (that namespace) holds objects without a head: while one does, the marker keeps
+    ``repair_thread`` from making them a history.
+
+Which records are committed is decided by :class:`~langgraph_s3_checkpoint._protocol.chain.Chain`, as for every
+reader: each namespace's ``c/`` listing is walked newest first and the records at or below the head are
+read (``READ_BATCH`` at a time) for their chain link. Writes objects share their record's standing. A
+record's link is in its body only, so the first gc reads every record; it then writes down what it found (a
+*seal* per thread, :mod:`.seals`), and a later gc reads only the records committed since, while the sealed
+ones are unchanged. So with nothing new, gc costs per thread a LIST of its namespaces, of each namespace (one
+page holds up to 1,000 keys), of its run entries and of its own keys, and a GET of each head and of its seal;
+not a GET per record. Seals only ever make gc keep more (see :mod:`.seals`).
+
+Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastModified against the
+server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
+the grace well above the longest a ``put`` can take. ORPHAN records are garbage at once, but the grace
+applies to them too, for safety. Committed checkpoints are never deleted. Keys that are not the saver's
+by :func:`keys.classify`'s rule (an unrecognised key, a zero-byte folder marker ending in ``/``, anything
+in a folder no id escapes to) are never deleted; the report counts them as ``foreign``. Where a record
+cannot be read (damaged, or deleted since the listing by a concurrent ``prune``/``delete_for_runs``/
+``delete_thread``), the namespace's remaining ORPHAN records, its blobs and its run-index entries are
+left alone: what the damaged record committed cannot be judged.
+
+gc is a plan (see :mod:`.checkpoint_plans`), so it runs through the saver's own I/O shell
+(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. It
+streams every listing page by page: its memory is one page, up to ``READ_BATCH`` record bodies, for the
+namespace being scanned the blob references and run ids of its committed records (and of its seal), and a
+fixed 1 MiB of the run-index entries the thread pass listed, so that the global pass reads a global entry's
+twin only when the thread pass did not see it.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptObjectError, InvalidConfigError
+from . import seals
+from .chain import Chain, Standing
+from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
+from .plans import DELETE_BATCH, READ_BATCH, all_of, any_under, deletes, for_each_emitted, one, pages
+from .requests import (
+    CREATE,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    StoredObject,
+)
+
+if TYPE_CHECKING:
+    from .checkpoint_plans import Core
+
+SAMPLE_SIZE = 100
+
+
+@dataclass
+class GcReport:
+    """What :func:`gc` deleted (or, with ``dry_run``, would delete)."""
+
+    dry_run: bool
+    grace_seconds: float
+    scanned: int = 0
+    """Objects listed."""
+    deleted: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Objects deleted (or deletable in a dry run), by category."""
+    deleted_bytes: int = 0
+    young: int = 0
+    """Garbage kept because it is younger than the grace period."""
+    foreign: int = 0
+    """Keys left alone because they are not the saver's (unrecognised keys, zero-byte folder markers)."""
+    unreadable: list[str] = field(default_factory=list)
+    """Heads or records that could not be decoded; what they commit was left as it is."""
+    sample: list[str] = field(default_factory=list)
+    """The first deleted keys (at most 100), for a look at what a dry run would do."""
+    records_read: int = 0
+    """Record bodies read to place them on their namespace's commit chain."""
+    records_sealed: int = 0
+    """Committed records known from gc's seals (:mod:`.seals`) without being read."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+@dataclass
+class _Namespace:
+    committed: bool
+    """Whether the namespace has a head (and so committed checkpoints)."""
+    run_segments: set[str] | None
+    """Escaped run ids of its committed records; ``None`` if unknown (then no run entry of it goes)."""
+    unsettled: bool = False
+    """Whether objects of it stay without a head (young ones): what a marker of the thread protects."""
+    prefix: str = ""
+    """The namespace's folder (``threads/{T}/ns/{N}/``)."""
+    head_id: str | None = None
+    garbage_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records gc found garbage (deleted now, or once past the grace)."""
+
+
+@dataclass
+class _Walk:
+    """One namespace being scanned."""
+
+    prefix: str
+    chain: Chain
+    """The namespace's commit chain, walked down from its head (``head_id`` ``None``: no head)."""
+    referenced: set[str] = field(default_factory=set)
+    """Blob keys referenced by the committed records met so far (and the head)."""
+    runs: set[str] | None = field(default_factory=set)
+    chain_sure: bool = True
+    """False once a record at or below the head could not be read: ORPHAN verdicts below it are unsafe."""
+    refs_known: bool = True
+    """False once a committed record's blob references could not be read."""
+    current: tuple[str, str | None] | None = None
+    """The last record met: its checkpoint id and its category (``None``: kept)."""
+    kept: int = 0
+    """Objects of the namespace that stay (committed, young, foreign)."""
+    aborted: bool = False
+    """A head appeared in a namespace found headless: a first put committed meanwhile; leave it."""
+    seal: _SealUse | None = None
+    """The namespace's seal from the last gc, while it may be used."""
+    builder: seals.Builder | None = None
+    """The namespace's new seal, built while its records are judged (not in a dry run)."""
+    met_seal_head: bool = False
+    """The chain walked from today's head met the seal's head as committed."""
+    garbage_records: set[str] = field(default_factory=set)
+    """Checkpoint ids of the records found garbage, deleted now or once past the grace (bounded by the garbage)."""
+
+    def region_start(self, parsed: Sequence[Any]) -> int:
+        """Where in a page of ``c/`` the sealed range starts: every key from there on is at or below the seal's
+        ``top`` (ids only decrease), so the rest of the listing is in it too."""
+        if self.seal is None:
+            return len(parsed)
+        if self.seal.usable is not None:
+            return 0
+        for i, p in enumerate(parsed):
+            if p is not None and p.checkpoint_id <= self.seal.part.top:
+                return i
+        return len(parsed)
+
+    @property
+    def headless(self) -> bool:
+        return self.chain.head_id is None
+
+    @property
+    def pending_reason(self) -> str:
+        """The category of what may still commit here, so goes only by age."""
+        return "headless_namespace" if self.headless else "uncommitted_record"
+
+    @property
+    def head_key(self) -> str:
+        return Layout.head_in(self.prefix)
+
+    @property
+    def records(self) -> str:
+        return Layout.records_in(self.prefix)
+
+    @property
+    def blobs(self) -> str:
+        return Layout.blobs_in(self.prefix)
+
+
+@dataclass
+class _SealUse:
+    """A namespace's seal from the last gc and what decides whether it holds (:mod:`.seals`)."""
+
+    part: seals.Part
+    check: seals.Check
+    usable: bool | None = None
+    """Decided when the walk reaches the sealed range."""
+
+
+@dataclass
+class _BatchedReads:
+    """The bodies of some keys of a listing page, read ``READ_BATCH`` at a time: a batch is read when the
+    first key of it is needed (the keys must be asked for in order)."""
+
+    keys: Sequence[str]
+    to_read: list[int]
+    """Indexes of the keys to read, in order."""
+    next_read: int = 0
+    bodies: dict[int, StoredObject | None] = field(default_factory=dict)
+
+    def body(self, i: int) -> Plan[StoredObject | None]:
+        if i not in self.bodies:
+            batch = self.to_read[self.next_read : self.next_read + READ_BATCH]
+            self.next_read += len(batch)
+            objs = yield from all_of([Get(self.keys[j]) for j in batch])
+            self.bodies = dict(zip(batch, objs, strict=True))
+        return self.bodies[i]
+
+
+def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
+    """Pages of the listing of ``prefix`` (``Emit(page)``), jumping over the keys under ``skip`` once a
+    page ends inside it (the pages may still show some of them; the caller ignores those)."""
+    token: str | None = None
+    start_after: str | None = None
+    jumped = False
+    while True:
+        page = yield from one(ListKeys(prefix, start_after=None if token else start_after, token=token))
+        yield Emit(page)
+        if page.token is None:
+            return
+        if not jumped and page.keys and page.keys[-1].startswith(skip):
+            # Every key under ``skip`` sorts before ``skip`` with its last character incremented.
+            jumped, token, start_after = True, None, skip[:-1] + chr(ord(skip[-1]) + 1)
+        else:
+            token = page.token
+
+
+def _age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:
+    """Whether the ``i``-th key of ``page`` is old enough to go, by the server's clock."""
+    now = page.served or datetime.now(timezone.utc)
+
+    def old(i: int) -> bool:
+        if i >= len(page.modified):
+            return False  # no LastModified: its age is unknown
+        return (now - page.modified[i]).total_seconds() >= grace
+
+    return old
+
+
+def _sub_page(page: Page, prefix: str) -> Page:
+    """The keys of ``page`` under ``prefix``, with their dates, ETags and sizes."""
+    chosen = [i for i, key in enumerate(page.keys) if key.startswith(prefix)]
+
+    def pick(values: list[Any]) -> list[Any]:
+        return [values[i] for i in chosen] if len(values) == len(page.keys) else []
+
+    return Page(
+        [page.keys[i] for i in chosen], [], None, pick(page.modified), pick(page.etags), pick(page.sizes), page.served
+    )
+
+
+def _size(page: Page, i: int) -> int:
+    return page.sizes[i] if i < len(page.sizes) else 0
+
+
+class _Collector:
+    def __init__(self, plans: Core, grace_seconds: float, dry_run: bool) -> None:
+        self.codec = plans.codec
+        self.root = plans.layout.prefix
+        self.grace = grace_seconds
+        self.report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
+        self.pending: list[tuple[str, str | None, int]] = []
+        """Keys to delete with their category (``None``: uncounted companion) and size."""
+        self.thread_kept = 0
+        """Objects of the thread being scanned that stay."""
+        self.seal_cursor = seals.Cursor(self.root)
+        self.old_seal: dict[str, seals.Part] = {}
+        """The seal of the thread being scanned, by namespace segment, as the last gc left it."""
+        self.new_seal: dict[str, seals.Part] = {}
+        self.seen_entries = _SeenEntries()
+
+    # -- deciding and deleting ------------------------------------------------------------------------
+    def doom(
+        self, page: Page, i: int, reason: str, old: Callable[[int], bool], walk: _Walk | None = None, also: str = ""
+    ) -> bool:
+        """Queue the ``i``-th key of ``page`` (and ``also``, uncounted) for deletion unless it is too young."""
+        if not old(i):
+            self.report.young += 1
+            self.keep(walk)
+            return False
+        self.pending.append((page.keys[i], reason, _size(page, i)))
+        if also:
+            self.pending.append((also, None, 0))
+        return True
+
+    def keep(self, walk: _Walk | None = None) -> None:
+        self.thread_kept += 1
+        if walk is not None:
+            walk.kept += 1
+
+    def foreign(self) -> None:
+        """A key that is not the saver's: never deleted, and nothing of ours depends on it (it does not
+        keep a ``name`` object alive)."""
+        self.report.foreign += 1
+
+    def flush(self, guard: _Walk | None = None) -> Plan[None]:
+        """Delete what is queued. With ``guard`` (a namespace found headless), first check that it still
+        has no head: a first put that committed meanwhile may use its objects (blobs, ``name``)."""
+        doomed, self.pending = self.pending, []
+        if not doomed:
+            return
+        if guard is not None and (yield from one(Get(guard.head_key))) is not None:
+            guard.aborted = True
+            guard.kept += len(doomed)
+            self.thread_kept += len(doomed)
+            return
+        for key, reason, size in doomed:
+            if reason is None:
+                continue
+            self.report.deleted[reason] += 1
+            self.report.deleted_bytes += size
+            if len(self.report.sample) < SAMPLE_SIZE:
+                self.report.sample.append(key)
+        if self.report.dry_run:
+            return
+        names = [
+            (key, reason, kind)
+            for key, reason, _ in doomed
+            if reason is not None and (kind := self.name_kind(key)) is not None
+        ]
+        bodies = (yield from all_of([Get(key) for key, _, _ in names])) if names else []
+        yield deletes([key for key, _, _ in doomed])
+        yield from self.put_back_names_in_use(names, bodies)
+
+    def put_back_names_in_use(
+        self, names: list[tuple[str, str, KeyKind]], bodies: list[StoredObject | None]
+    ) -> Plan[None]:
+        """Put back a ``name`` just deleted whose thread (any object under its ``ns/``) or namespace (a head) is
+        in use now. A first put of a thread or namespace offers its ``name`` before it commits, and again after:
+        if that second offer came before this delete, the commit came before this check. So either the put
+        re-creates the name or this does, and no committed thread or namespace is left without it."""
+        for (key, reason, kind), body in zip(names, bodies, strict=True):
+            if body is None:
+                continue
+            folder = key[: -len("name")]
+            if kind is KeyKind.THREAD_NAME:
+                in_use = yield from any_under(f"{folder}ns/")
+            else:
+                in_use = (yield from one(Get(Layout.head_in(folder)))) is not None
+            if in_use:
+                yield [Put(key, body.body, mode=CREATE, expires=False)]
+                self.report.deleted[reason] -= 1
+
+    def name_kind(self, key: str) -> KeyKind | None:
+        """``THREAD_NAME`` or ``NS_NAME`` for a thread's or a namespace's ``name`` object, else ``None``."""
+        threads_root = f"{self.root}threads/"
+        if not key.startswith(threads_root):
+            return None
+        kind = classify(key[len(threads_root) :].partition("/")[2])
+        return kind if kind in (KeyKind.THREAD_NAME, KeyKind.NS_NAME) else None
+
+    def flush_if_full(self, guard: _Walk | None = None) -> Plan[None]:
+        if len(self.pending) >= DELETE_BATCH:
+            yield from self.flush(guard)
+
+    # -- the scan ----------------------------------------------------------------------------------
+    def run(self) -> Plan[GcReport]:
+        threads_root = f"{self.root}threads/"
+
+        def threads_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            self.report.foreign += len(page.keys)  # nothing of ours lives directly under threads/
+            for thread_prefix in page.prefixes:
+                if is_own_segment(thread_prefix[len(threads_root) : -1]):
+                    yield from self.thread(thread_prefix)
+                else:
+                    yield from self.foreign_folder(thread_prefix)
+
+        yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
+        _, passed = yield from self.seal_cursor.upto(None)
+        yield from self.remove_seals(passed)
+        self.report.foreign += self.seal_cursor.foreign
+        yield from self.global_runs()
+
+        probes = f"{self.root}_setup/probe-"
+
+        def setup_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            for i, key in enumerate(page.keys):
+                if key.startswith(probes) and not key.endswith("/"):
+                    self.doom(page, i, "setup_probe", old)
+                else:
+                    self.foreign()
+            yield from self.flush_if_full()
+
+        yield from for_each_emitted(pages(f"{self.root}_setup/"), setup_page)
+        yield from self.flush()
+        return self.report
+
+    def foreign_folder(self, prefix: str) -> Plan[None]:
+        """Count the keys of a folder whose name no id escapes to (``threads/a.b/``, ``ns/%zz/``): whatever
+        they look like inside, they are not the saver's."""
+
+        def foreign_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            self.report.foreign += len(page.keys)
+            yield from ()
+
+        yield from for_each_emitted(pages(prefix), foreign_page)
+
+    def thread(self, prefix: str) -> Plan[None]:
+        self.thread_kept = 0
+        segment = prefix[len(f"{self.root}threads/") : -1]
+        yield from self.read_seal(segment)
+        namespaces = yield from self.namespaces(prefix)
+        yield from self.run_entries(prefix, namespaces)
+        # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
+        # condemns, even if a batch fails part-way.
+        yield from self.flush()
+        # Listed last, once every other object of the thread has been judged ("copying", "deleting" and
+        # "name" sort before "ns/" and "r/").
+        yield from self.thread_keys(prefix, unsettled=any(info.unsettled for info in namespaces.values()))
+        yield from self.flush()
+        yield from self.write_seal(segment)
+
+    # -- seals (seals.py) ------------------------------------------------------------------------------
+    def read_seal(self, segment: str) -> Plan[None]:
+        """The thread's seal, if the listing of seals shows one; seals of threads passed without one go."""
+        found, passed = yield from self.seal_cursor.upto(segment)
+        yield from self.remove_seals(passed)
+        self.new_seal = {}
+        self.old_seal = {}
+        if found:
+            key = seals.key_of(self.root, segment)
+            obj = yield from one(Get(key))
+            self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
+
+    def remove_seals(self, keys: list[str]) -> Plan[None]:
+        """Delete the seals of threads that are gone (nothing depends on a seal: it only saves reads)."""
+        if keys and not self.report.dry_run:
+            yield deletes(keys)
+
+    def write_seal(self, segment: str) -> Plan[None]:
+        """Write the thread's seal when it changed (never in a dry run)."""
+        if self.report.dry_run or self.new_seal == self.old_seal:
+            return
+        key = seals.key_of(self.root, segment)
+        if self.new_seal:
+            yield [Put(key, seals.encode(self.codec, self.new_seal), expires=False)]
+        else:
+            yield deletes([key])
+
+    def seal_for(self, segment: str, walk: _Walk) -> _SealUse | None:
+        """The namespace's seal, if the head has not gone back below the head it was made at."""
+        part = self.old_seal.get(segment)
+        head_id = walk.chain.head_id
+        if part is None or head_id is None or head_id < part.head:
+            return None
+        walk.met_seal_head = head_id == part.head
+        return _SealUse(part, seals.Check(part, walk.records))
+
+    def seal_namespace(self, segment: str, walk: _Walk) -> None:
+        """The namespace's part of the thread's new seal: the records it found committed, or the last gc's if
+        it still held and no new one can be made (a young record below the new top); none without a head."""
+        if walk.headless or walk.aborted:
+            return
+        head_id = walk.chain.head_id
+        assert head_id is not None
+        part = None
+        if walk.builder is not None and walk.chain_sure and walk.refs_known:
+            part = walk.builder.part(head_id)
+        use = walk.seal
+        if use is not None and use.usable and (part is None or part.same_records(use.part)):
+            part = use.part  # it still holds and nothing new is sealed: no need to write it again
+        if part is not None:
+            self.new_seal[segment] = part
+
+    def enter_sealed_range(self, walk: _Walk, first_id: str) -> None:
+        """Decide, at the first key at or below the seal's ``top``, whether the seal holds (module docstring of
+        :mod:`.seals`); if it does, the sealed records' large values and runs are known from it."""
+        use = walk.seal
+        assert use is not None
+        connected = walk.met_seal_head or (
+            first_id == use.part.head and walk.chain.decided(first_id) is Standing.COMMITTED
+        )
+        use.usable = use.check.valid and walk.chain_sure and connected
+        if not use.usable:
+            return
+        walk.referenced.update(f"{walk.prefix}{ref}" for ref in use.part.refs)
+        if walk.runs is not None:
+            walk.runs.update(use.part.runs)
+        if walk.builder is not None:
+            walk.builder.refs.update(use.part.refs)
+            walk.builder.runs.update(use.part.runs)
+
+    def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
+        """Scan each namespace of a thread; what was found in each, by namespace segment."""
+        namespaces: dict[str, _Namespace] = {}
+        ns_root = f"{prefix}ns/"
+
+        def ns_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            for _ in page.keys:
+                self.foreign()  # nothing of ours lives directly under ns/
+            for ns_prefix in page.prefixes:
+                segment = ns_prefix[len(ns_root) : -1]
+                if is_own_segment(segment):
+                    namespaces[segment] = yield from self.namespace(ns_prefix, segment)
+                else:
+                    yield from self.foreign_folder(ns_prefix)
+
+        yield from for_each_emitted(pages(ns_root, delimiter="/"), ns_page)
+        return namespaces
+
+    def run_entries(self, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
+        """Judge a thread's run-index entries (``r/{run}/{ns}``), each with its global twin."""
+        thread_segment = prefix[len(f"{self.root}threads/") : -1]
+        entries_root = f"{prefix}r/"
+
+        def entries_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            unproven: list[tuple[int, _Namespace]] = []
+            for i, key in enumerate(page.keys):
+                if classify(key[len(prefix) :]) is not KeyKind.RUN_ENTRY:
+                    self.foreign()
+                    continue
+                run_segment, ns_segment = key[len(entries_root) :].split("/")
+                self.seen_entries.add(run_segment, thread_segment, ns_segment)
+                info = namespaces.get(ns_segment)
+                if info is None or not info.committed:
+                    self.doom_entry(page, i, old, thread_segment)
+                elif info.run_segments is None or run_segment in info.run_segments:
+                    self.keep()
+                else:
+                    unproven.append((i, info))
+            yield from self.judge_unproven_entries(page, unproven, old, thread_segment)
+            yield from self.flush_if_full()
+
+        yield from for_each_emitted(pages(entries_root), entries_page)
+
+    def judge_unproven_entries(
+        self, page: Page, unproven: list[tuple[int, _Namespace]], old: Callable[[int], bool], thread_segment: str
+    ) -> Plan[None]:
+        """Judge the entries of runs that no committed record of their namespace names. Such a run may have
+        written only pending writes, to a checkpoint of another run (it resumed that one's interrupt and
+        committed nothing of its own): its entry names that checkpoint, and ``delete_for_runs`` needs it to
+        take those writes out. So an entry stays while the checkpoint it names is there and not garbage (or it
+        is the head, whose record a latest read restores), and is garbage otherwise, going once past the grace
+        as every garbage: the entry of a put that died or lost names that put's own record, garbage or gone.
+        An entry whose body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a
+        GET of each such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed
+        records of their own, the usual case, cost nothing."""
+        for start in range(0, len(unproven), READ_BATCH):
+            chunk = unproven[start : start + READ_BATCH]
+            bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+            named: list[tuple[int, str]] = []
+            for (i, info), body in zip(chunk, bodies, strict=True):
+                checkpoint_id = _named_checkpoint(body)
+                if body is None:
+                    continue  # deleted since the listing (a rollback of the run finished)
+                if checkpoint_id is None or checkpoint_id == info.head_id:
+                    self.keep()
+                elif checkpoint_id in info.garbage_records:
+                    self.doom_entry(page, i, old, thread_segment)
+                else:
+                    named.append((i, Layout.record_in(info.prefix, checkpoint_id)))
+            listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
+            for (i, record), listing in zip(named, listings, strict=True):
+                if record in listing.keys:
+                    self.keep()
+                else:
+                    self.doom_entry(page, i, old, thread_segment)
+
+    def doom_entry(self, page: Page, i: int, old: Callable[[int], bool], thread_segment: str) -> None:
+        """Queue a dangling per-thread run-index entry and its global twin."""
+        run_segment, ns_segment = page.keys[i].rsplit("/", 2)[1:]
+        twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
+        self.doom(page, i, "dangling_run_entry", old, also=twin)
+
+    def thread_keys(self, prefix: str, *, unsettled: bool) -> Plan[None]:
+        """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
+        its markers. ``unsettled``: objects of a namespace without a head stay (what a marker protects)."""
+
+        def top_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            for i, key in enumerate(page.keys):
+                relative = key[len(prefix) :]
+                kind = classify(relative)
+                if kind is KeyKind.THREAD_NAME and self.thread_kept == 0:
+                    # A thread with nothing else left (everything else went, or was never there). While
+                    # anything stays — a put in flight among it — so does its name.
+                    self.doom(page, i, "orphan_name", old)
+                elif kind is KeyKind.MARKER and not unsettled:
+                    # A marker keeps repair_thread from using the records of namespaces without a head; once
+                    # none is left (they went, or every namespace has a head again), it has nothing to keep.
+                    self.doom(page, i, _MARKER_REASON[relative], old)
+                elif kind in (KeyKind.THREAD_NAME, KeyKind.MARKER):
+                    self.keep()
+                else:
+                    self.foreign()
+            yield from self.flush_if_full()
+
+        yield from for_each_emitted(pages(prefix, delimiter="/"), top_page)
+
+    def start_walk(self, prefix: str, segment: str) -> Plan[_Walk | None]:
+        """Read a namespace's head and start walking its chain from it; ``None`` when the head cannot be read
+        (what it commits cannot be judged: the namespace is left as it is)."""
+        head_key = Layout.head_in(prefix)
+        head = yield from one(Get(head_key))
+        if head is None:
+            # Nothing is committed here. Flush first, so that everything queued while this namespace is
+            # scanned is its own and can be dropped if a head appears meanwhile.
+            yield from self.flush()
+            return _Walk(prefix, Chain.without_head())
+        try:
+            head_id, head_previous = self.codec.peek_chain(head_key, head.body)
+            metadata, _, refs = self.codec.peek_record(head_key, head.body)
+        except CorruptObjectError:
+            self.report.unreadable.append(head_key)
+            self.keep()
+            if segment in self.old_seal:
+                self.new_seal[segment] = self.old_seal[segment]
+            return None
+        walk = _Walk(prefix, Chain.from_head(head_id, head_previous))
+        self.references(walk, metadata, refs)
+        walk.seal = self.seal_for(segment, walk)
+        return walk
+
+    def namespace(self, prefix: str, segment: str) -> Plan[_Namespace]:
+        walk = yield from self.start_walk(prefix, segment)
+        if walk is None:
+            return _Namespace(committed=True, run_segments=None)
+        guard = walk if walk.headless else None
+        yield from self.scan(walk, guard)
+        if guard is not None:
+            yield from self.flush(guard)
+            if walk.aborted:
+                return _Namespace(committed=True, run_segments=None)
+            return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
+        self.seal_namespace(segment, walk)
+        known = walk.runs if walk.chain_sure and walk.refs_known else None
+        return _Namespace(
+            committed=True,
+            run_segments=known,
+            prefix=prefix,
+            head_id=walk.chain.head_id,
+            garbage_records=walk.garbage_records,
+        )
+
+    def scan(self, walk: _Walk, guard: _Walk | None) -> Plan[None]:
+        """Judge a namespace's keys: its records (``c/``) first, newest first, then the rest (large values, the
+        head, its ``name``, a marker), which the records' references decide."""
+
+        def records_page(page: Page) -> Plan[bool]:
+            yield from self.records_page(walk, page)
+            if walk.aborted:
+                return False
+            yield from self.flush_if_full(guard)
+            return not walk.aborted
+
+        def rest_page(page: Page) -> Plan[bool]:
+            if not walk.aborted:
+                self.rest_page(walk, page)
+                yield from self.flush_if_full(guard)
+            return not walk.aborted
+
+        first = yield from one(ListKeys(walk.prefix))
+        if first.token is None:
+            # The whole namespace in one page (the common case): its records, then the rest, from it.
+            records = _sub_page(first, walk.records)
+            if walk.seal is not None:
+                walk.seal.check.page(records)
+            if (yield from records_page(records)):
+                yield from rest_page(first)
+            return
+        if walk.seal is not None:
+            yield from self.check_seal(walk.seal, walk.records)
+        yield from for_each_emitted(pages(walk.records), records_page)
+        if not walk.aborted:
+            yield from for_each_emitted(_skipping(walk.prefix, walk.records), rest_page)
+
+    def check_seal(self, use: _SealUse, records: str) -> Plan[None]:
+        """Compare the sealed range with a listing of ``c/`` (keys only) before judging a namespace of more
+        than one page."""
+
+        def check_page(page: Page) -> Plan[None]:
+            use.check.page(page)
+            yield from ()
+
+        yield from for_each_emitted(pages(records), check_page)
+
+    def references(self, walk: _Walk, metadata: Any, refs: dict[str, str]) -> tuple[list[str], str | None]:
+        """Note the blobs and the run of a committed record (or the head); returns them (blob keys relative to
+        the namespace, the escaped run id)."""
+        relative = [f"b/{escape(ch)}/{escape(version)}" for ch, version in refs.items()]
+        walk.referenced.update(f"{walk.prefix}{ref}" for ref in relative)
+        run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
+        run = None if run_id is None else escape(str(run_id))
+        if run is not None and walk.runs is not None:
+            walk.runs.add(run)
+        return relative, run
+
+    def records_page(self, walk: _Walk, page: Page) -> Plan[None]:
+        """Judge one page of a namespace's ``c/`` listing (newest first) by the chain's rule, reading the
+        records that only their link can place (at or below the head) ``READ_BATCH`` at a time, except those a
+        seal that holds says are committed."""
+        self.report.scanned += len(page.keys)
+        if walk.builder is None and walk.chain.head_id is not None and not self.report.dry_run and page.served:
+            cutoff = page.served.timestamp() - max(self.grace, seals.MARGIN_SECONDS)
+            walk.builder = seals.Builder(walk.records, cutoff)
+        parsed = [Layout.parse_checkpoint_key(walk.records, key) for key in page.keys]
+        split = walk.region_start(parsed)
+        yield from self.judge_keys(walk, page, parsed, range(split))
+        if split < len(parsed):
+            first = parsed[split]
+            assert walk.seal is not None and first is not None
+            if walk.seal.usable is None:
+                self.enter_sealed_range(walk, first.checkpoint_id)
+            if walk.seal.usable:
+                self.judge_sealed(walk, page, parsed, range(split, len(parsed)))
+            else:
+                yield from self.judge_keys(walk, page, parsed, range(split, len(parsed)))
+
+    def judge_keys(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> Plan[None]:
+        """Judge keys of a ``c/`` page by the chain's rule, reading records at or below the head."""
+        old = _age_cutoff(page, self.grace)
+        chain = walk.chain
+        reads = _BatchedReads(
+            page.keys,
+            [
+                i
+                for i in indices
+                if (p := parsed[i]) is not None
+                and p.is_record
+                and chain.decided(p.checkpoint_id) is not Standing.PENDING
+            ],
+        )
+        for i in indices:
+            p = parsed[i]
+            if p is None:
+                self.foreign()
+                continue
+            cid = p.checkpoint_id
+            reason: str | None
+            accounted = False
+            """Whether the record went into the new seal or goes now: otherwise it stays unsealed."""
+            if not p.is_record:
+                reason = _writes_reason(walk, cid)
+            elif chain.decided(cid) is Standing.PENDING:
+                reason = walk.pending_reason  # newer than the head, or no head: may still commit, goes by age
+            else:
+                obj = yield from reads.body(i)
+                reason, accounted = self.judge_record(walk, page, i, cid, obj)
+            if p.is_record:
+                walk.current = (cid, reason)
+            if reason is None:
+                self.keep(walk)
+            else:
+                accounted = self.doom(page, i, reason, old, walk)
+                if p.is_record:
+                    walk.garbage_records.add(cid)
+            if p.is_record and not accounted and walk.builder is not None:
+                walk.builder.stays(cid)
+
+    def judge_sealed(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> None:
+        """Judge keys of a ``c/`` page in the range of a seal that holds: its records are committed, unread."""
+        use = walk.seal
+        assert use is not None
+        old = _age_cutoff(page, self.grace)
+        for i in indices:
+            p = parsed[i]
+            if p is None:
+                self.foreign()
+                continue
+            cid = p.checkpoint_id
+            reason: str | None = None
+            if not p.is_record:
+                reason = _writes_reason(walk, cid)
+            else:
+                walk.current = (cid, None)
+                modified = page.modified[i] if i < len(page.modified) else None
+                etag = page.etags[i] if i < len(page.etags) else None
+                if modified is not None and etag is not None and modified.timestamp() < use.part.cutoff:
+                    self.report.records_sealed += 1
+                    if walk.builder is not None:
+                        walk.builder.committed(page.keys[i], etag, modified, cid)
+                else:
+                    # Written into the sealed range after the seal was checked (a fork, a restore): not judged,
+                    # and what it references is unknown, so no large value of the namespace goes.
+                    walk.chain_sure = walk.refs_known = False
+                    if walk.builder is not None:
+                        walk.builder.stays(cid)
+            if reason is None:
+                self.keep(walk)
+            else:
+                self.doom(page, i, reason, old, walk)
+
+    def judge_record(
+        self, walk: _Walk, page: Page, i: int, cid: str, obj: StoredObject | None
+    ) -> tuple[str | None, bool]:
+        """The category of the ``i``-th key of ``page``, a record at or below the head (``None``: it stays), by
+        the chain's rule; and whether it went into the namespace's new seal."""
+        key = page.keys[i]
+        if obj is None:
+            # Deleted since the listing (a concurrent prune, delete_for_runs or delete_thread): it may
+            # have been a link, so ORPHAN verdicts below it, and blob references, are no longer safe.
+            walk.chain_sure = walk.refs_known = False
+            return None, False
+        self.report.records_read += 1
+        try:
+            previous, detached = self.codec.peek_link(key, obj.body)
+        except CorruptObjectError:
+            self.report.unreadable.append(key)
+            walk.chain_sure = walk.refs_known = False
+            return None, False
+        standing = walk.chain.standing(cid, previous, detached)
+        if standing is Standing.COMMITTED:
+            try:
+                metadata, _, refs = self.codec.peek_record(key, obj.body)
+            except CorruptObjectError:
+                self.report.unreadable.append(key)
+                walk.refs_known = False
+                return None, False
+            relative, run = self.references(walk, metadata, refs)
+            if walk.seal is not None and cid == walk.seal.part.head:
+                walk.met_seal_head = True
+            sealed = False
+            if walk.builder is not None:
+                etag = page.etags[i] if i < len(page.etags) else None
+                modified = page.modified[i] if i < len(page.modified) else None
+                sealed = walk.builder.committed(key, etag, modified, cid, relative)
+                if sealed and run is not None:
+                    walk.builder.runs.add(run)
+            return None, sealed
+        if standing is Standing.ORPHAN:
+            return ("orphan_record" if walk.chain_sure else None), False
+        return "uncommitted_record", False
+
+    def rest_page(self, walk: _Walk, page: Page) -> None:
+        """Judge the keys of a namespace outside ``c/``: blobs, the head, the ``name`` object."""
+        old = _age_cutoff(page, self.grace)
+        for i, key in enumerate(page.keys):
+            if key.startswith(walk.records):
+                continue  # judged by the walk over c/
+            self.report.scanned += 1
+            kind = classify_in_namespace(key[len(walk.prefix) :])
+            if kind not in _OUTSIDE_RECORDS:
+                self.foreign()
+                continue
+            if kind is KeyKind.HEAD and walk.headless:
+                walk.aborted = True  # a first put committed since the head was read: leave it
+                self.pending.clear()
+                self.keep(walk)
+                return
+            reason = _outside_records_reason(walk, key, kind)
+            if reason is None:
+                self.keep(walk)
+            else:
+                self.doom(page, i, reason, old, walk)
+
+    def global_runs(self) -> Plan[None]:
+        """Global run-index entries whose per-thread twin is gone (the thread pass handled the rest)."""
+        runs_root = f"{self.root}runs/"
+
+        def runs_page(page: Page) -> Plan[None]:
+            self.report.scanned += len(page.keys)
+            old = _age_cutoff(page, self.grace)
+            ours: list[tuple[int, str]] = []
+            for i, key in enumerate(page.keys):
+                parts = key[len(runs_root) :].split("/")
+                if len(parts) != 3 or not all(map(is_own_segment, parts)):
+                    self.foreign()
+                    continue
+                run_segment, thread_segment, ns_segment = parts
+                if self.seen_entries.may_hold(run_segment, thread_segment, ns_segment):
+                    continue  # its twin was listed by the thread pass (the thread pass judged both)
+                ours.append((i, f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
+            for start in range(0, len(ours), READ_BATCH):
+                chunk = ours[start : start + READ_BATCH]
+                twins = yield from all_of([Get(twin) for _, twin in chunk])
+                for (i, _), twin in zip(chunk, twins, strict=True):
+                    if twin is None:
+                        self.doom(page, i, "dangling_run_entry", old)
+            yield from self.flush_if_full()
+
+        yield from for_each_emitted(pages(runs_root), runs_page)
+        yield from self.flush()
+
+
+class _SeenEntries:
+    """The per-thread run-index entries the thread pass listed, in fixed memory (a Bloom filter, 1 MiB): the
+    global pass reads the twin of a global entry only when the filter says it was not listed. A false "listed"
+    (about 2% at a million entries) only keeps a dangling entry until a later gc (each run salts its hashes)."""
+
+    BITS = 1 << 23
+    HASHES = 5
+
+    def __init__(self) -> None:
+        self.bits = bytearray(self.BITS // 8)
+        self.salt = uuid.uuid4().bytes
+
+    def _positions(self, run: str, thread: str, ns: str) -> list[int]:
+        digest = hashlib.blake2b(f"{run}/{thread}/{ns}".encode(), digest_size=4 * self.HASHES, key=self.salt).digest()
+        return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") % self.BITS for k in range(self.HASHES)]
+
+    def add(self, run: str, thread: str, ns: str) -> None:
+        for bit in self._positions(run, thread, ns):
+            self.bits[bit >> 3] |= 1 << (bit & 7)
+
+    def may_hold(self, run: str, thread: str, ns: str) -> bool:
+        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(run, thread, ns))
+
+
+_MARKER_REASON = {DELETING: "unfinished_delete", COPYING: "unfinished_copy"}
+"""The category of a thread's marker, by its name."""
+
+
+def _named_checkpoint(entry: StoredObject | None) -> str | None:
+    """The checkpoint id a run-index entry names; ``None`` when it is missing or cannot be read."""
+    if entry is None:
+        return None
+    try:
+        checkpoint_id = entry.body.decode()
+    except UnicodeDecodeError:
+        return None
+    return checkpoint_id or None
+
+
+def _writes_reason(walk: _Walk, cid: str) -> str | None:
+    """The category of a writes object (``None``: it stays): its record's when that was listed just
+    before it, otherwise the chain's verdict on a checkpoint whose record is missing."""
+    if walk.current is not None and walk.current[0] == cid:
+        return walk.current[1]  # writes share their record's standing
+    standing = walk.chain.writes_without_record(cid)
+    if standing is Standing.PENDING:
+        return walk.pending_reason  # no record (yet): newer than the head, or no head at all
+    return None if standing is Standing.COMMITTED else "orphan_writes"
+
+
+_OUTSIDE_RECORDS = frozenset({KeyKind.BLOB, KeyKind.HEAD, KeyKind.NS_NAME, KeyKind.MARKER})
+"""The kinds of a namespace's own keys outside ``c/``."""
+
+
+def _outside_records_reason(walk: _Walk, key: str, kind: KeyKind) -> str | None:
+    """The category of a namespace's blob, head, ``name`` object or marker (``None``: it stays)."""
+    if kind is KeyKind.BLOB:
+        if walk.headless:
+            return "headless_namespace"
+        if walk.chain_sure and walk.refs_known and key not in walk.referenced:
+            return "orphan_blob"
+        return None
+    if kind is KeyKind.NS_NAME:
+        # Listed after everything else of the namespace; in a namespace without a head it goes
+        # only once nothing else stays (a first put in flight relies on it).
+        return "headless_namespace" if walk.headless and walk.kept == 0 else None
+    if kind is KeyKind.MARKER:
+        # A rollback's marker, listed after the records and blobs it protects: it goes once they went, or
+        # once the namespace has a head again (repair then has nothing to rebuild there).
+        return "unfinished_delete" if not walk.headless or walk.kept == 0 else None
+    return None  # the head of a namespace that has one
+
+
+def gc_plan(plans: Core, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:
+    """The plan of one gc pass over a saver's prefix (run by :func:`langgraph_s3_checkpoint.gc.gc`)."""
+    if grace_seconds < 0:
+        raise InvalidConfigError(f"grace_seconds must be >= 0, got {grace_seconds!r}")
+    return _Collector(plans, grace_seconds, dry_run).run()
+
+
+__all__ = ["GcReport", "gc_plan"]

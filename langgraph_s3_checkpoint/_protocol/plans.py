@@ -1,0 +1,202 @@
+"""The building blocks every plan is made of, shared by the saver's core, gc and the operator tools.
+
+A plan is a generator that yields batches of independent requests (:mod:`.requests`) and receives their
+replies; a streaming plan also yields :class:`~.requests.Emit` to hand one value to its caller. These
+helpers compose plans: one request (or two, three, or a batch of one kind) returning replies typed by
+the requests, a listing streamed page by page, a sub-plan's stream consumed inside another plan, deletes
+in S3-sized chunks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, TypeVar
+
+from .keys import is_digest, is_own_segment, named_id, unescape
+from .requests import (
+    PRECONDITION_FAILED,
+    Delete,
+    DeleteIfMatch,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    PreconditionFailed,
+    Put,
+    Request,
+    Written,
+)
+
+R = TypeVar("R")
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
+
+DELETE_BATCH = 1000
+"""Keys per DeleteObjects request (the S3 maximum)."""
+MAX_PAGE = 1000
+"""Keys per LIST request (the S3 maximum)."""
+READ_BATCH = 32
+"""Objects read in parallel by one batch of a streaming walk."""
+
+
+def one(request: Request[R]) -> Plan[R]:
+    """A plan of one request, returning its reply."""
+    replies = yield [request]
+    return replies[0]
+
+
+def two(a: Request[A], b: Request[B]) -> Plan[tuple[A, B]]:
+    """A plan of one batch of two requests run in parallel, returning their replies."""
+    reply_a, reply_b = yield [a, b]
+    return reply_a, reply_b
+
+
+def three(a: Request[A], b: Request[B], c: Request[C]) -> Plan[tuple[A, B, C]]:
+    """A plan of one batch of three requests run in parallel, returning their replies."""
+    reply_a, reply_b, reply_c = yield [a, b, c]
+    return reply_a, reply_b, reply_c
+
+
+def all_of(requests: Sequence[Request[R]]) -> Plan[list[R]]:
+    """A plan of one batch of ``requests`` run in parallel (even if there are none), returning their
+    replies in the same order."""
+    return (yield list(requests))
+
+
+def exists(key: str) -> Plan[bool]:
+    """Whether an object exists, by a 1-key LIST (no body read)."""
+    page = yield from one(ListKeys(key, max_keys=1))
+    return key in page.keys
+
+
+def any_under(prefix: str) -> Plan[bool]:
+    """Whether any object's key starts with ``prefix`` (a thread's, say), by a 1-key LIST."""
+    page = yield from one(ListKeys(prefix, max_keys=1))
+    return bool(page.keys)
+
+
+def mark(key: str, operation: str) -> Plan[DeleteIfMatch]:
+    """Write a marker (a delete's: the thread's, or a namespace's for a rollback; a copy's or an import's on
+    its target); returns the request that removes it. It goes before anything is deleted, copied or imported
+    and is removed last, so an operation that dies part-way leaves it beside the records it was deleting or
+    writing: ``repair_thread`` then does not take them for a namespace whose head was lost. Each operation
+    writes its own bytes (``"{operation} {uuid}"``, a rollback's operation carrying its run id, read by
+    :func:`keys.marker_operation`) and removes the marker only if it is still its own, so that of a second one
+    running meanwhile stays until that one ends."""
+    written = yield from one(Put(key, f"{operation} {uuid.uuid4()}".encode()))
+    assert isinstance(written, Written)  # an unconditional PUT is never refused
+    return DeleteIfMatch(key, written.etag)
+
+
+def landed(puts: Sequence[Put], replies: Sequence[Written | PreconditionFailed]) -> Plan[list[bool]]:
+    """Whether each conditional PUT's object holds that PUT's bytes now. A refused PUT is read back: the
+    bytes are its own when an earlier attempt landed and only its answer was lost (the retry is then
+    refused by the very condition the first attempt met); anything else is another writer's."""
+    refused = [i for i, reply in enumerate(replies) if reply is PRECONDITION_FAILED]
+    now = (yield from all_of([Get(puts[i].key) for i in refused])) if refused else []
+    held = {i: obj is not None and obj.body == puts[i].body for i, obj in zip(refused, now, strict=True)}
+    return [held.get(i, True) for i in range(len(puts))]
+
+
+def list_all(prefix: str, token: str | None = None) -> Plan[list[str]]:
+    """Every key under a prefix that is known to be small (one checkpoint's writes)."""
+    keys: list[str] = []
+    while True:
+        page = yield from one(ListKeys(prefix, token=token))
+        keys.extend(page.keys)
+        token = page.token
+        if token is None:
+            return keys
+
+
+def pages(
+    prefix: str, *, delimiter: str | None = None, start_after: str | None = None, max_keys: int = MAX_PAGE
+) -> Generator[Any, Any, None]:
+    """Stream pages of a listing: yields request batches and ``Emit(page)`` for each page."""
+    token: str | None = None
+    while True:
+        page = yield from one(
+            ListKeys(
+                prefix, delimiter=delimiter, start_after=None if token else start_after, max_keys=max_keys, token=token
+            )
+        )
+        yield Emit(page)
+        token = page.token
+        if token is None:
+            return
+
+
+def all_pages(prefix: str, delimiter: str | None = None) -> Plan[list[Page]]:
+    """Every page of a listing known to be small enough to hold (one thread's, a namespace level)."""
+    found: list[Page] = []
+    yield from collect_emitted(pages(prefix, delimiter=delimiter), found)
+    return found
+
+
+def id_behind(segment: str, folder: str) -> Plan[str | None]:
+    """The real thread or namespace id behind a folder's ``segment`` (``folder`` ends with it and ``/``); ``None``
+    for a segment we did not make (a foreign folder such as ``%ZZ``) or a digest whose ``name`` object is missing
+    or not to be trusted (:func:`keys.named_id`). The one way readers, maintenance and tools read it."""
+    if not is_own_segment(segment):
+        return None
+    if not is_digest(segment):
+        return unescape(segment)
+    obj = yield from one(Get(f"{folder}name"))
+    return named_id(segment, None if obj is None else obj.body)
+
+
+def own_folders_under(root: str) -> Plan[list[str]]:
+    """The thread or namespace folders directly under ``root`` (``threads/{T}/ns/``, say), from a delimited
+    listing: those whose name :func:`keys.is_own_segment` accepts. Any other folder is foreign, and what it
+    holds, a ``head`` included, is nobody's checkpoint."""
+    found = yield from all_pages(root, delimiter="/")
+    return [p for page in found for p in page.prefixes if is_own_segment(p[len(root) : -1])]
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def deletes(keys: Sequence[str]) -> list[Request]:
+    """DeleteObjects requests for ``keys``, at most :data:`DELETE_BATCH` each (one parallel batch)."""
+    return [Delete(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
+
+
+def collect_emitted(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
+    """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(step, Emit):
+            into.append(step.value)
+            reply = None
+        else:
+            reply = yield step
+
+
+def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
+    """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
+
+    ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page
+    without holding more than one page.
+    """
+    reply: Any = None
+    while True:
+        try:
+            step = sub.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            reply = None
+            if (yield from handle(step.value)) is False:
+                sub.close()
+                return
+        else:
+            reply = yield step

@@ -1,0 +1,876 @@
+"""Reading: ``get_tuple`` (latest and by id), ``list`` and the DeltaChannel history, all through the commit
+chain (:mod:`langgraph_s3_checkpoint._protocol.chain`): a record is shown only if it was committed."""
+
+from __future__ import annotations
+
+import builtins
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    writes_sort_key,
+)
+
+from ..errors import (
+    CorruptObjectError,
+    InvalidConfigError,
+)
+from .chain import Chain, Standing
+from .codec import Codec, Record, WriteBatch
+from .fencing import HeadSeen, SaverMemory, head_seen, written_here
+from .keys import Layout
+from .plans import (
+    MAX_PAGE,
+    READ_BATCH,
+    all_of,
+    chunks,
+    collect_emitted,
+    for_each_emitted,
+    id_behind,
+    list_all,
+    one,
+    pages,
+    three,
+    two,
+)
+from .requests import (
+    CREATE,
+    Emit,
+    Get,
+    ListKeys,
+    Page,
+    Plan,
+    Put,
+    Request,
+    StoredObject,
+)
+
+
+@dataclass(frozen=True)
+class CheckpointAddress:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = False) -> CheckpointAddress:
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        raise InvalidConfigError(
+            "config['configurable']['thread_id'] is required, e.g. {'configurable': {'thread_id': 'my-thread'}}"
+        )
+    ns = configurable.get("checkpoint_ns") or ""
+    checkpoint_id = configurable.get("checkpoint_id") or None
+    if need_checkpoint_id and checkpoint_id is None:
+        raise InvalidConfigError(
+            "config['configurable']['checkpoint_id'] is required here: pass the config returned by put()"
+        )
+    if not isinstance(ns, str) or (checkpoint_id is not None and not isinstance(checkpoint_id, str)):
+        raise InvalidConfigError("checkpoint_ns and checkpoint_id must be strings")
+    return CheckpointAddress(str(thread_id), ns, checkpoint_id)
+
+
+def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+@dataclass
+class _Budget:
+    remaining: int | None
+    asked: int | None = field(init=False)
+    """The ``limit`` the listing was given."""
+
+    def __post_init__(self) -> None:
+        self.asked = self.remaining
+
+    @property
+    def done(self) -> bool:
+        return self.remaining is not None and self.remaining <= 0
+
+    def take(self) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1
+
+
+@dataclass
+class _NsCursor:
+    """Newest-first stream of one namespace's committed records, each with its writes keys.
+
+    One LIST of ``c/`` returns every record followed by the keys of its pending writes, so the cursor
+    groups them as they come; a record is complete once the next record (or the end) has been seen.
+    Which records are committed is the :class:`~langgraph_s3_checkpoint._protocol.chain.Chain`'s decision.
+    """
+
+    checkpoint_ns: str
+    prefix: str
+    start_after: str | None
+    page_size: int
+    use_cache: bool = True
+    """Whether reads carry the ETag the listing showed (so the store may answer them from its cache)."""
+    chain: Chain = field(default_factory=Chain.without_head)
+    buffer: list[tuple[Get, list[Get]]] = field(default_factory=list)
+    token: str | None = None
+    exhausted: bool = False
+    _current: str | None = None
+    """Checkpoint id of the record the writes being listed belong to (``None``: skip them)."""
+    head_key: str | None = None
+    """The namespace's head, read in place of the head's record when the listing lacks it (:meth:`_head_met`)."""
+    _head_record_key: str | None = None
+    """Where the head's record is listed (and where the head, read in its place, sorts)."""
+    _head_due: bool = False
+    """The listing starts above the head's record and has not reached it yet."""
+
+    def place(self, chain: Chain, head_key: str) -> None:
+        """Put the cursor on the chain of the head at ``head_key`` (read in the same round trip as its first page)."""
+        self.chain, self.head_key = chain, head_key
+        ns_folder = self.prefix[: -len("c/")]
+        self._head_record_key = None if chain.head_id is None else Layout.record_in(ns_folder, chain.head_id)
+        self._head_due = self._head_record_key is not None and (
+            self.start_after is None or self.start_after < self._head_record_key
+        )
+
+    def restart(self) -> None:
+        """List from the newest record: the chain must be walked from the head."""
+        self.start_after, self.token, self.exhausted, self._current = None, None, False, None
+        self._head_due = self._head_record_key is not None
+        self.buffer.clear()
+
+    def order(self, read: Get) -> str:
+        """Where a buffered read sorts among the namespace's records (inverted ids: the smallest is the newest)."""
+        key = self._head_record_key if read.key == self.head_key and self._head_record_key else read.key
+        return key[len(self.prefix) :]
+
+    def admit(self, record: Record) -> bool:
+        """Whether a record (met in newest-first order) was committed."""
+        standing = self.chain.standing(
+            record.checkpoint["id"], record.previous_head, record.detached, undecodable=record.undecodable
+        )
+        return standing is Standing.COMMITTED
+
+    def accept(self, page: Page) -> None:
+        # Start small and double: a walk that stops early (a page of history) lists and parses only a
+        # little more than it uses. Scans start at the full page size.
+        self.page_size = min(MAX_PAGE, self.page_size * 2)
+        self.token = page.token
+        head_id = self.chain.head_id
+        # Without a head nothing in the namespace is committed.
+        self.exhausted = page.token is None or head_id is None
+        if head_id is None:
+            return
+        for read in page.reads(with_etags=self.use_cache):
+            parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
+            if parsed is None:
+                continue  # not ours (a folder marker, a foreign object)
+            pending = self.chain.pending(parsed.checkpoint_id)
+            if self._head_due and not pending:
+                self._head_met(head_id, record_listed=parsed.is_record and parsed.checkpoint_id == head_id)
+            if parsed.is_record:
+                # A pending record (a put in flight, or one that died) is never shown: not even read.
+                self._current = None if pending else parsed.checkpoint_id
+                if self._current is not None:
+                    self.buffer.append((read, []))
+            elif parsed.checkpoint_id == self._current:
+                # Writes belong to the record listed just before them, and only to it: writes whose
+                # record is missing (a cancelled run's, a loser's) are nobody's.
+                self.buffer[-1][1].append(read)
+        if self.exhausted and self._head_due:
+            self._head_met(head_id, record_listed=False)
+
+    def _head_met(self, head_id: str, *, record_listed: bool) -> None:
+        """The listing reached the head's place. A head-only commit (the record PUT was lost, the head landed) has
+        no record there: the head, a copy of it, is read in its place, and the writes listed next are its own."""
+        self._head_due = False
+        if not record_listed and self.head_key is not None:
+            self.buffer.append((Get(self.head_key), []))
+            self._current = head_id
+
+    def ready(self) -> int:
+        """How many buffered records are complete (their writes fully listed)."""
+        return len(self.buffer) if self.exhausted else max(0, len(self.buffer) - 1)
+
+    def request(self) -> ListKeys:
+        return ListKeys(
+            self.prefix,
+            start_after=None if self.token else self.start_after,
+            max_keys=self.page_size,
+            token=self.token,
+        )
+
+
+@dataclass
+class CoreState:
+    """What every plan of the core works with: one bucket prefix, its codec, and the saver's memory."""
+
+    layout: Layout
+    codec: Codec
+    inline_threshold: int = 4096
+    ttl: timedelta | None = None
+    """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
+    memory: SaverMemory = field(default_factory=SaverMemory)
+
+
+class Reading(CoreState):
+    """Plans that read a thread."""
+
+    def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        """LangGraph's ``get_tuple``, as the caller's read: how it read the checkpoint (the latest, or by id) is what
+        a put of this caller on top of it is fenced by (:mod:`.fencing`)."""
+        return (yield from self._read_tuple(config, as_caller=True))
+
+    def _read_tuple(self, config: RunnableConfig, *, as_caller: bool) -> Plan[CheckpointTuple | None]:
+        """``get_tuple``; a read the saver makes for itself (``as_caller=False``) records nothing of the caller."""
+        t = parse_config(config)
+        if t.checkpoint_id is None:
+            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns, as_caller))
+        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id, as_caller))
+
+    def _get_latest(self, thread_id: str, ns: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
+        head_key = self.layout.head(thread_id, ns)
+        head = yield from one(Get(head_key))
+        if head is None:
+            if as_caller:
+                self.memory.callers.read_latest(thread_id, ns, None, None)
+            return None
+        record = self.codec.decode_record(head_key, head.body)
+        checkpoint_id = record.checkpoint["id"]
+        self.memory.saw_head(thread_id, ns, seen_in(head, record))
+        if as_caller:
+            self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
+        folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
+        listing = yield from one(ListKeys(folder))
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        # The head was committed but its record was not (a crash between the two parallel PUTs):
+        # restore the record from the head, which is a copy of it.
+        repair = [] if key in listing.keys else [Put(key, head.body, mode=CREATE)]
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        return tuples[0]
+
+    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
+        key = self.layout.record(thread_id, ns, checkpoint_id)
+        head_key = self.layout.head(thread_id, ns)
+        obj, listing, head = yield from three(
+            Get(key),
+            ListKeys(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)),
+            Get(head_key),
+        )
+        holds = head is not None and self._head_holds(head_key, head, checkpoint_id)
+        if as_caller and not holds:
+            # Asking for a checkpoint by id that is not the latest is how forks, replays and updates of an older
+            # checkpoint start: this caller's put on top of it forks. Also when it is not there at all:
+            # ``update_state`` on such an id stores a new branch, as InMemorySaver does.
+            self.memory.callers.read_by_id(thread_id, ns, checkpoint_id)
+            if head is not None:
+                self.memory.callers.saw_a_head(thread_id, ns)
+        repair: list[Request] = []
+        if obj is None:
+            if not holds:
+                return None
+            assert head is not None
+            # A head-only commit (see _get_latest): the head holds the record.
+            obj, key = head, head_key
+            repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, mode=CREATE))
+        record = self.codec.decode_record(key, obj.body)
+        if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
+            return None  # a put that never committed (or has not yet): not part of the thread
+        if holds:
+            assert head is not None
+            # The latest, asked for by id (a UI showing the current state, a resume addressed at it): a put of
+            # this caller on top of it continues the thread, fenced as after a latest read.
+            self.memory.saw_head(thread_id, ns, seen_in(head, record))
+            if as_caller:
+                self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
+        write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        return tuples[0]
+
+    def _head_holds(self, head_key: str, head: StoredObject, checkpoint_id: str) -> bool:
+        """Whether the head holds this checkpoint (a damaged head holds none: ``repair_thread`` rebuilds it)."""
+        try:
+            return self.codec.peek_head_id(head_key, head.body) == checkpoint_id
+        except CorruptObjectError:
+            return False
+
+    def _writes_reads(self, thread_id: str, ns: str, checkpoint_id: str, listing: Page) -> Plan[builtins.list[Get]]:
+        """Reads of a checkpoint's writes objects, from the listing of its folder (and its next pages)."""
+        prefix = self.layout.records(thread_id, ns)
+        keys = list(listing.keys)
+        if listing.token is not None:
+            keys += yield from list_all(self.layout.checkpoint_dir(thread_id, ns, checkpoint_id), listing.token)
+        reads = []
+        for key in keys:
+            parsed = Layout.parse_checkpoint_key(prefix, key)
+            if parsed is not None and not parsed.is_record and parsed.checkpoint_id == checkpoint_id:
+                reads.append(Get(key))
+        return reads
+
+    def _standing(self, thread_id: str, ns: str, record: Record, head: StoredObject | None) -> Plan[Standing]:
+        """Whether ``record`` is committed, by :mod:`chain`'s rule, walking down from ``head``."""
+        try:
+            chain = (
+                Chain.without_head()
+                if head is None
+                else Chain.from_head(*self.codec.peek_chain(self.layout.head(thread_id, ns), head.body))
+            )
+        except CorruptObjectError:
+            chain = Chain.of_damaged_head()
+        checkpoint_id = record.checkpoint["id"]
+        if record.detached or record.undecodable:
+            return chain.standing(checkpoint_id, record.previous_head, record.detached, undecodable=record.undecodable)
+        if (known := chain.decided(checkpoint_id)) is not None:
+            return known
+        assert chain.head_id is not None  # decided() settles every id without a head
+        return (yield from self._walk_down_to(thread_id, ns, chain, chain.head_id, record))
+
+    def _walk_down_to(self, thread_id: str, ns: str, chain: Chain, head_id: str, record: Record) -> Plan[Standing]:
+        """The standing of a record the head alone cannot place: the records between the head and it are
+        read newest first, and each, naming the head it replaced, moves the chain down until it decides."""
+        prefix = self.layout.records(thread_id, ns)
+        checkpoint_id = record.checkpoint["id"]
+        start_after: str | None = self.layout.record(thread_id, ns, head_id)
+        token: str | None = None
+        page_size = 100
+        while True:
+            page = yield from one(ListKeys(prefix, start_after=start_after, token=token, max_keys=page_size))
+            page_size = min(MAX_PAGE, page_size * 2)
+            for chunk in chunks(_records_between(prefix, page, checkpoint_id, head_id), READ_BATCH):
+                objs = yield from all_of([read for _, read in chunk])
+                if (known := self._follow_links(chain, chunk, objs, record)) is not None:
+                    return known
+            if page.token is None:
+                return chain.standing(checkpoint_id, record.previous_head, record.detached)
+            start_after, token = None, page.token
+
+    def _follow_links(
+        self, chain: Chain, chunk: Sequence[tuple[str, Get]], objs: Sequence[StoredObject | None], record: Record
+    ) -> Standing | None:
+        """Feed a batch of records (newest first, above ``record`` or ``record`` itself) to the chain; the
+        standing of ``record`` once the chain has decided it, ``None`` while it has not."""
+        checkpoint_id = record.checkpoint["id"]
+        for (cid, read), obj in zip(chunk, objs, strict=True):
+            if cid == checkpoint_id:
+                return chain.standing(cid, record.previous_head, record.detached)
+            if obj is None:
+                continue  # deleted since the listing: a missing link
+            try:
+                previous, detached = self.codec.peek_link(read.key, obj.body)
+            except CorruptObjectError:
+                # reported when it is read itself; here it leaves the link where it is, as a missing one
+                chain.standing(cid, None, False, undecodable=True)
+                continue
+            chain.standing(cid, previous, detached)
+            if (known := chain.decided(checkpoint_id)) is not None:
+                return known
+        return None
+
+    def _assemble(
+        self, thread_id: str, items: Sequence[tuple[str, Record, builtins.list[Get]]], extra: Sequence[Request] = ()
+    ) -> Plan[builtins.list[CheckpointTuple]]:
+        """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch."""
+        requests: list[Request] = []
+        for ns, record, write_reads in items:
+            requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
+            requests.extend(write_reads)
+        requests.extend(extra)
+        # Heterogeneous: the replies of the blob and writes reads (StoredObject | None), then the extra's (ignored).
+        replies: Iterator[Any] = iter((yield requests) if requests else [])
+        tuples = []
+        for ns, record, write_reads in items:
+            values = dict(record.inline)
+            for ch, version in record.blobs.items():
+                key = self.layout.blob(thread_id, ns, ch, version)
+                blob = next(replies)
+                if blob is None:
+                    raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
+                values[ch] = self.codec.decode_blob(key, blob.body)
+                written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
+                self.memory.wrote_blobs(thread_id, ns, {ch: version}, written)
+            batches = []
+            for read in write_reads:
+                obj = next(replies)
+                if obj is not None:
+                    batches.append(self.codec.decode_writes(read.key, obj.body))
+            tuples.append(self._tuple(thread_id, ns, record, values, batches))
+        return tuples
+
+    def _tuple(
+        self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: builtins.list[WriteBatch]
+    ) -> CheckpointTuple:
+        checkpoint = cast(Checkpoint, {**record.checkpoint, "channel_values": values})
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, ns, checkpoint["id"]),
+            checkpoint=checkpoint,
+            metadata=record.metadata,
+            parent_config=checkpoint_config(thread_id, ns, record.parent_id) if record.parent_id else None,
+            pending_writes=merge_writes(batches),
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Plan[None]:
+        """Stream matching tuples newest first within each thread (threads in key order)."""
+        budget = _Budget(limit)
+        if budget.done:
+            return
+        # An empty id bounds nothing, as in InMemorySaver (it tests the id for truth).
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id") or None
+        if config is None:
+            root = self.layout.threads_root
+
+            def threads(page: Page) -> Plan[bool]:
+                for prefix in page.prefixes:
+                    thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                    if thread_id is None:
+                        continue  # a folder we did not make
+                    yield from self._list_thread(thread_id, None, filter, before_id, budget)
+                    if budget.done:
+                        return False
+                return True
+
+            yield from for_each_emitted(pages(root, delimiter="/"), threads)
+            return
+        t = parse_config(config)
+        configurable = config.get("configurable") or {}
+        ns = t.checkpoint_ns if "checkpoint_ns" in configurable else None
+        if t.checkpoint_id is not None:
+            yield from self._list_one(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
+            return
+        yield from self._list_thread(t.thread_id, ns, filter, before_id, budget)
+        if before_id is not None and budget.asked == 1 and not budget.done and ns is not None:
+            # LangGraph's replay lookup found nothing below the replay point: the subgraph starts over with a
+            # parentless put, a new root beside what the namespace holds (a fork, not a second creator).
+            self.memory.callers.read_by_id(t.thread_id, ns, None)
+
+    def _list_one(
+        self,
+        thread_id: str,
+        ns: str | None,
+        checkpoint_id: str,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Budget,
+    ) -> Plan[None]:
+        """``list`` of a config naming a checkpoint: that checkpoint, in each namespace that has it."""
+        if before_id is not None and checkpoint_id >= before_id:
+            return
+        for name in [ns] if ns is not None else (yield from self._namespaces(thread_id)):
+            tup = yield from self._read_tuple(checkpoint_config(thread_id, name, checkpoint_id), as_caller=False)
+            if tup is not None and matches(tup.metadata, filter):
+                yield Emit(tup)
+                budget.take()
+                if budget.done:
+                    return
+
+    def _name_of(self, segment: str, prefix: str) -> Plan[str | None]:
+        """The real id behind a thread or namespace folder's segment (:func:`plans.id_behind`): one method that the
+        core's readers and maintenance all go through, and a test can interpose on."""
+        return (yield from id_behind(segment, prefix))
+
+    def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
+        root = self.layout.namespaces(thread_id)
+        found: list[Page] = []
+        yield from collect_emitted(pages(root, delimiter="/"), found)
+        names = []
+        for page in found:
+            for prefix in page.prefixes:
+                name = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
+                if name is not None:
+                    names.append(name)
+        return names
+
+    def _list_thread(
+        self,
+        thread_id: str,
+        ns: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Budget,
+    ) -> Plan[None]:
+        """Stream a thread's committed tuples newest first.
+
+        Only bounded listings read through the read cache: a walk over a whole history is a scan, which
+        would evict what is worth keeping and make the listing's memory grow with the history.
+        """
+        namespaces = [ns] if ns is not None else (yield from self._namespaces(thread_id))
+        page_size = _first_page_size(budget, filter)
+        cursors = [
+            _NsCursor(
+                checkpoint_ns=name,
+                prefix=self.layout.records(thread_id, name),
+                start_after=self.layout.record(thread_id, name, before_id) if before_id else None,
+                page_size=page_size,
+                use_cache=budget.remaining is not None,
+            )
+            for name in namespaces
+        ]
+        if not cursors:
+            return
+        yield from self._open_cursors(thread_id, cursors, before_id)
+        yield from self._stream(thread_id, cursors, filter, before_id, budget)
+
+    def _open_cursors(self, thread_id: str, cursors: builtins.list[_NsCursor], before_id: str | None) -> Plan[None]:
+        """Place each namespace's cursor on its commit chain, in one round trip for all of them: its head,
+        its first page and, when paging, the record the page starts below (whose ``previous_head`` says
+        where the chain continues).
+
+        The replies are dropped when this returns: the cursors keep what they need of the first pages,
+        where holding the replies would keep each namespace's first page (up to 1,000 keys with their
+        stamps) alive for the whole listing.
+        """
+        first: builtins.list[Request] = []
+        for c in cursors:
+            start = [Get(self.layout.record(thread_id, c.checkpoint_ns, before_id))] if before_id else []
+            first.extend([Get(self.layout.head(thread_id, c.checkpoint_ns)), c.request(), *start])
+        # Heterogeneous: per cursor, the head's reply, the first page and (with before_id) the bound's.
+        replies: Iterator[Any] = iter((yield first))
+        for c in cursors:
+            head: StoredObject | None = next(replies)
+            page: Page = next(replies)
+            head_key = self.layout.head(thread_id, c.checkpoint_ns)
+            chain = (
+                Chain.without_head() if head is None else Chain.from_head(*self.codec.peek_chain(head_key, head.body))
+            )
+            c.place(chain, head_key)
+            if before_id:
+                bound: StoredObject | None = next(replies)
+                if not (yield from self._continue_below(thread_id, c, head, bound)):
+                    # The bound is not a record on this namespace's chain (another namespace's id, a
+                    # detached, deleted or never committed checkpoint): walk the chain from the head.
+                    c.restart()
+                    continue
+            c.accept(page)
+
+    def _continue_below(
+        self, thread_id: str, cursor: _NsCursor, head: StoredObject | None, bound: StoredObject | None
+    ) -> Plan[bool]:
+        """Whether a listing paged with ``before`` can continue the chain right below the bound's record
+        (it is committed on this namespace's chain, so its ``previous_head`` is the next link); if so,
+        the cursor's chain resumes there."""
+        record = None if bound is None else self.codec.decode_record(cursor.start_after or "", bound.body)
+        if record is None or record.detached:
+            return False
+        if (yield from self._standing(thread_id, cursor.checkpoint_ns, record, head)) is not Standing.COMMITTED:
+            return False
+        cursor.chain = Chain.below(cursor.chain.head_id, record.previous_head)
+        return True
+
+    def _stream(
+        self,
+        thread_id: str,
+        cursors: builtins.list[_NsCursor],
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        budget: _Budget,
+    ) -> Plan[None]:
+        """Emit the tuples the opened cursors show, newest first across namespaces, a batch at a time."""
+        while not budget.done:
+            batch = yield from self._next_batch(cursors, budget, filter)
+            if not batch:
+                return
+            objs = yield from all_of([read for _, read, _ in batch])
+            chosen = self._shown(batch, objs, filter, before_id)
+            if budget.remaining is not None:
+                chosen = chosen[: budget.remaining]
+            # One parallel round trip for the values and writes of every chosen record.
+            tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
+            for tup in tuples:
+                if before_id is not None and budget.asked == 1:
+                    # Reading the one checkpoint below a bound is how LangGraph finds a subgraph's state for a
+                    # replay (``_replay.py``): this caller's put on top of it forks. Pages of history (any other
+                    # limit) are not fork points.
+                    found_in = tup.config["configurable"]["checkpoint_ns"]
+                    self.memory.callers.read_by_id(thread_id, found_in, tup.checkpoint["id"])
+                yield Emit(tup)
+                budget.take()
+
+    def _shown(
+        self,
+        batch: Sequence[tuple[_NsCursor, Get, builtins.list[Get]]],
+        objs: Sequence[StoredObject | None],
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+    ) -> builtins.list[tuple[_NsCursor, Record, builtins.list[Get]]]:
+        """The records of a batch the listing shows: committed (each cursor's chain judges its records in
+        order, so every record is offered to it), below the ``before`` bound, and matching the filter."""
+        chosen: builtins.list[tuple[_NsCursor, Record, builtins.list[Get]]] = []
+        for (cursor, read, write_reads), obj in zip(batch, objs, strict=True):
+            if obj is None:  # deleted between the listing and the read
+                continue
+            record = self.codec.decode_record(read.key, obj.body)
+            if (
+                cursor.admit(record)
+                and (before_id is None or record.checkpoint["id"] < before_id)
+                and matches(record.metadata, filter)
+            ):
+                chosen.append((cursor, record, write_reads))
+        return chosen
+
+    def _next_batch(
+        self, cursors: builtins.list[_NsCursor], budget: _Budget, filter: dict[str, Any] | None
+    ) -> Plan[builtins.list[tuple[_NsCursor, Get, builtins.list[Get]]]]:
+        """Up to READ_BATCH complete records (record and writes reads), merged newest first across namespaces."""
+        want = READ_BATCH if filter or budget.remaining is None else min(READ_BATCH, budget.remaining)
+        batch: list[tuple[_NsCursor, Get, list[Get]]] = []
+        while len(batch) < want:
+            starving = [c for c in cursors if not c.ready() and not c.exhausted]
+            if starving:
+                listed = yield from all_of([c.request() for c in starving])
+                for c, page in zip(starving, listed, strict=True):
+                    c.accept(page)
+                continue
+            live = [c for c in cursors if c.ready()]
+            if not live:
+                break
+            # Inverted ids: the smallest key is the newest checkpoint.
+            best = min(live, key=lambda c: c.order(c.buffer[0][0]))
+            read, write_reads = best.buffer.pop(0)
+            batch.append((best, read, write_reads))
+        return batch
+
+    # -- DeltaChannel support -----------------------------------------------------------------------
+    def get_delta_channel_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        """Each channel's writes since its last stored value (its seed), walking the target checkpoint's parents
+        as InMemorySaver does (only the target's own line of history counts).
+
+        An internal read: it remembers nothing (no head seen, no fork point, no age of a large value), so it
+        cannot change how a later put is fenced. The target is read with the first page of the namespace's
+        listing below it; then each ancestor, from the target's parent down, in one round trip with its
+        writes objects (each read with the ETag its listing showed: one already read costs nothing), until
+        every channel has met its seed. Reading an ancestor is what names the next one, so no record is read
+        that the answer does not need; the listing goes on only where the next ancestor's folder is.
+        """
+        if not channels:
+            return {}
+        t = parse_config(config)
+        walk = _Ancestry(self.layout.records(t.thread_id, t.checkpoint_ns))
+        target = yield from self._delta_target(t, walk)
+        history = _DeltaHistory(channels, target.parent_id if target is not None else None)
+        yield from self._walk_ancestors(t, walk, history)
+        return history.result()
+
+    def _delta_target(self, t: CheckpointAddress, walk: _Ancestry) -> Plan[Record | None]:
+        """The checkpoint whose history is asked for (the head's, without an id), read in parallel with the
+        first page of the listing below it."""
+        head_key = self.layout.head(t.thread_id, t.checkpoint_ns)
+        if t.checkpoint_id is None:
+            head, page = yield from two(Get(head_key), walk.request())
+            walk.accept(page)
+            return None if head is None else self.codec.decode_record(head_key, head.body)
+        key = self.layout.record(t.thread_id, t.checkpoint_ns, t.checkpoint_id)
+        walk.start_after = key
+        obj, page = yield from two(Get(key), walk.request())
+        walk.accept(page)
+        if obj is None:
+            # A head-only commit (its record PUT was lost): the head holds the record.
+            head = yield from one(Get(head_key))
+            if head is None or not self._head_holds(head_key, head, t.checkpoint_id):
+                return None
+            obj, key = head, head_key
+        return self.codec.decode_record(key, obj.body)
+
+    def _walk_ancestors(self, t: CheckpointAddress, walk: _Ancestry, history: _DeltaHistory) -> Plan[None]:
+        """Offer ``history`` the ancestors from the target's parent down until it has found every seed.
+
+        Each round trip reads the next ancestor's record and writes objects, with the large values holding
+        the seeds the ancestor before it stored. An ancestor whose record is gone (pruned, rolled back) ends
+        the walk, as in InMemorySaver.
+        """
+        large: list[tuple[str, Get]] = []
+        while True:
+            ancestor = history.next_ancestor if history.remaining else None
+            reads = (yield from walk.folder(ancestor)) if ancestor is not None else []
+            if not reads and not large:
+                return
+            replies = yield from all_of([*(read for _, read in large), *reads])
+            for (channel, read), blob in zip(large, replies, strict=False):
+                if blob is None:
+                    raise CorruptObjectError(read.key, "a channel value the checkpoint references is missing")
+                history.seeds[channel] = self.codec.decode_blob(read.key, blob.body)
+            found = replies[len(large) :]
+            if not reads or found[0] is None:
+                return  # no further ancestor (its record is gone)
+            record = self.codec.decode_record(reads[0].key, found[0].body)
+            batches = [
+                self._writes_to(read.key, obj.body, history.remaining)
+                for read, obj in zip(reads[1:], found[1:], strict=True)
+                if obj is not None
+            ]
+            large = [
+                (channel, Get(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])))
+                for channel in history.take(record, merge_writes(batches))
+            ]
+
+    def _writes_to(self, key: str, body: bytes, channels: set[str]) -> WriteBatch:
+        """A writes object's visible writes to ``channels`` (the others are not deserialized)."""
+        task = self.codec.peek_task_writes(key, body)
+        return WriteBatch(
+            task.task_id,
+            [
+                (w.idx, w.channel, self.codec.load(key, w.typed), w.path)
+                for w in task.visible()
+                if w.channel in channels
+            ],
+        )
+
+
+@dataclass
+class _Ancestry:
+    """The listing of a namespace's records, newest first, consumed from a checkpoint down to its ancestors:
+    it hands out each ancestor's folder (record and writes keys, with the ETags listed) and lists further only
+    when the folder asked for is past the page it has. Keeps one page at most."""
+
+    prefix: str
+    page_size: int = 100
+    """Keys of the next page: small at first (an ancestor is a few keys), doubling up to :data:`MAX_PAGE`."""
+    start_after: str | None = None
+    token: str | None = None
+    exhausted: bool = False
+    listed: deque[tuple[str, bool, Get]] = field(default_factory=deque)
+    """(checkpoint id, whether it is the record, its read) of the keys listed and not yet passed."""
+
+    def request(self) -> ListKeys:
+        return ListKeys(
+            self.prefix,
+            start_after=None if self.token else self.start_after,
+            max_keys=self.page_size,
+            token=self.token,
+        )
+
+    def accept(self, page: Page) -> None:
+        self.page_size = min(MAX_PAGE, self.page_size * 2)
+        self.token = page.token
+        self.exhausted = page.token is None
+        for read in page.reads():
+            parsed = Layout.parse_checkpoint_key(self.prefix, read.key)
+            if parsed is not None:  # not a folder marker, not a foreign object
+                self.listed.append((parsed.checkpoint_id, parsed.is_record, read))
+
+    def folder(self, checkpoint_id: str) -> Plan[list[Get]]:
+        """The reads of a checkpoint's record and then its writes objects, or ``[]`` if no record of it is
+        listed. Checkpoints are asked for newest first; the keys of newer ones (other branches) are passed."""
+        found: list[tuple[bool, Get]] = []
+        while True:
+            # Listed newest first: the order of checkpoint ids is the order of their folders.
+            while self.listed and self.listed[0][0] > checkpoint_id:
+                self.listed.popleft()
+            while self.listed and self.listed[0][0] == checkpoint_id:
+                found.append(self.listed.popleft()[1:])
+            if self.listed or self.exhausted:
+                break  # an older checkpoint's key follows, or nothing: the folder is complete
+            self.accept((yield from one(self.request())))
+        records = [read for is_record, read in found if is_record]
+        return [*records, *(read for is_record, read in found if not is_record)] if records else []
+
+
+@dataclass
+class _DeltaHistory:
+    """What ``get_delta_channel_history`` has gathered so far while walking a checkpoint's ancestors."""
+
+    channels: Sequence[str]
+    next_ancestor: str | None
+    """The id of the next ancestor to take (``None``: the walk is over)."""
+    collected: dict[str, list[PendingWrite]] = field(default_factory=dict)
+    """Each channel's writes since its seed, newest first."""
+    seeds: dict[str, Any] = field(default_factory=dict)
+    remaining: set[str] = field(default_factory=set)
+    """Channels whose seed (a stored value) has not been met yet."""
+
+    def __post_init__(self) -> None:
+        self.collected = {c: [] for c in self.channels}
+        self.remaining = set(self.channels)
+
+    def take(self, ancestor: Record, writes: Sequence[PendingWrite]) -> list[str]:
+        """Take the next ancestor: its writes to channels without a seed yet (the seed's own writes too: they
+        made its child), and the values it stores as seeds. Returns the channels whose seed is a large value,
+        which the caller reads into :attr:`seeds`."""
+        for write in reversed(writes):
+            if write[1] in self.remaining:
+                self.collected[write[1]].append(write)
+        large = []
+        for ch in sorted(self.remaining):
+            if ch in ancestor.inline:
+                self.seeds[ch] = ancestor.inline[ch]
+                self.remaining.discard(ch)
+            elif ch in ancestor.blobs:
+                large.append(ch)
+                self.remaining.discard(ch)
+        self.next_ancestor = ancestor.parent_id
+        return large
+
+    def result(self) -> dict[str, DeltaChannelHistory]:
+        """Each channel's writes oldest first, with its seed when one was found."""
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in self.channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(self.collected[ch]))}
+            if ch in self.seeds:
+                entry["seed"] = self.seeds[ch]
+            result[ch] = entry
+        return result
+
+
+def _records_between(prefix: str, page: Page, oldest: str, newest: str) -> list[tuple[str, Get]]:
+    """Reads of the records of a listing page from ``oldest`` (included) up to ``newest`` (excluded)."""
+    reads = []
+    for read in page.reads():
+        parsed = Layout.parse_checkpoint_key(prefix, read.key)
+        if parsed is not None and parsed.is_record and oldest <= parsed.checkpoint_id < newest:
+            reads.append((parsed.checkpoint_id, read))
+    return reads
+
+
+def _first_page_size(budget: _Budget, filter: dict[str, Any] | None) -> int:
+    """Keys of a listing's first page. Records and their writes share one listing, so a bounded listing
+    asks for a generous page (one LIST for a small ``limit``); a scan (no limit, or a filter) takes full
+    pages, so that its peak memory is the same at any history length."""
+    if budget.remaining is None or filter:
+        return MAX_PAGE
+    return min(MAX_PAGE, max(100, 10 * budget.remaining + 10))
+
+
+def seen_in(head: StoredObject, record: Record) -> HeadSeen:
+    """What a saver remembers of a head it read (``record`` is the head's body decoded)."""
+    run_id = None if record.metadata.get("run_id") is None else str(record.metadata["run_id"])
+    versions = record.checkpoint["channel_versions"]
+    return head_seen(record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded)
+
+
+def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+def merge_writes(batches: Iterable[WriteBatch]) -> list[PendingWrite]:
+    """Pending writes of one checkpoint, one per (task, idx), in ``writes_sort_key`` order, each write by
+    its own ``task_path`` (as InMemorySaver orders them).
+
+    A task's object already holds one write per index. Earlier releases stored one object per call
+    (``w/{task}/{idx}``): there a standalone special write (an error, interrupt or resume value) replaces
+    the same index from a combined call.
+    """
+    chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
+    for batch in sorted(batches, key=lambda b: len(b.writes) == 1 and b.writes[0][0] < 0):
+        for idx, channel, value, path in batch.writes:
+            chosen[(batch.task_id, idx)] = (path, channel, value)
+    ordered = sorted(chosen.items(), key=lambda kv: writes_sort_key(kv[1][0], kv[0][0], kv[0][1]))
+    return [(task_id, channel, value) for (task_id, _), (_, channel, value) in ordered]

@@ -1,0 +1,254 @@
+"""The command line: the parser of every command and option, and how a location is opened from it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import (
+    BucketNotFoundError,
+    DecryptionError,
+    InvalidConfigError,
+    S3AccessError,
+    S3CheckpointError,
+    S3RequestError,
+)
+from ..options import SAVER, parse_url
+from ..saver import S3Saver
+from .cache_commands import add_cache_commands
+from .context import (
+    ENV_URL,
+    EXIT_PROBLEMS,
+    EXIT_S3,
+    EXIT_USAGE,
+    Context,
+    Failure,
+    Handler,
+    add_command,
+    add_global_options,
+    load_serde,
+)
+from .store_commands import cmd_store_get, cmd_store_ls, cmd_store_put, cmd_store_rm, cmd_store_search, cmd_store_sweep
+from .thread_commands import (
+    cmd_copy,
+    cmd_delete,
+    cmd_expire,
+    cmd_export,
+    cmd_gc,
+    cmd_history,
+    cmd_import,
+    cmd_prune,
+    cmd_repair,
+    cmd_show,
+    cmd_threads,
+    cmd_verify,
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parser and entry point
+# ------------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``error:`` line (exit 2), like every other failure; ``--help`` has the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="langgraph-s3",
+        description="Inspect and maintain LangGraph checkpoints stored by langgraph-s3-checkpoint.",
+        epilog="Exit codes: 0 ok, 1 problems found or not found, 2 usage error, 3 S3 error.",
+    )
+    add_global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Handler, text: str) -> Any:
+        return add_command(commands, name, handler, text)
+
+    command("threads", cmd_threads, "list threads with checkpoint counts, sizes and last update")
+    sub = command("history", cmd_history, "list a thread's checkpoints, newest first")
+    sub.add_argument("thread")
+    sub.add_argument("--ns", default=None, help="only this checkpoint namespace ('' is the root graph)")
+    sub.add_argument("--limit", type=int, default=None, help="at most N checkpoints")
+    sub.add_argument(
+        "--skip-damaged",
+        action="store_true",
+        help="list past checkpoint records that cannot be decoded and report them (exit 1) instead of stopping",
+    )
+    sub = command("show", cmd_show, "show one checkpoint (default: the latest) with its channel values")
+    sub.add_argument("thread")
+    sub.add_argument("checkpoint", nargs="?", default=None)
+    sub.add_argument("--ns", default="", help="checkpoint namespace (default: the root graph)")
+    sub.add_argument("--full", action="store_true", help="do not shorten long strings")
+
+    def destructive(sub: Any) -> None:
+        sub.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+        sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
+
+    sub = command("delete", cmd_delete, "delete a thread and everything under it")
+    sub.add_argument("thread")
+    destructive(sub)
+    sub = command("copy", cmd_copy, "copy a thread to a new thread id")
+    sub.add_argument("source")
+    sub.add_argument("target")
+    sub = command("prune", cmd_prune, "keep only the latest checkpoint of threads")
+    sub.add_argument("threads", nargs="*", metavar="THREAD")
+    sub.add_argument(
+        "--keep-latest",
+        action="store_true",
+        help="required: keep each namespace's latest checkpoint and delete the rest of its history (the only strategy)",
+    )
+    sub.add_argument("--all", action="store_true", help="prune every thread under the prefix")
+    destructive(sub)
+    sub = command("expire", cmd_expire, "delete whole threads not updated for N days (a TTL sweep)")
+    sub.add_argument("--days", type=float, required=True, help="idle time after which a thread is deleted")
+    destructive(sub)
+    sub = command("export", cmd_export, "write a thread's objects to a portable tar archive ('-' for stdout)")
+    sub.add_argument("thread")
+    sub.add_argument("file")
+    sub = command("import", cmd_import, "recreate a thread from an export archive ('-' for stdin)")
+    sub.add_argument("file")
+    sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
+    sub.add_argument("--replace", action="store_true", help="delete an existing thread of that id first")
+    destructive(sub)
+    sub = command("gc", cmd_gc, "delete leftovers of interrupted or losing writes (never committed checkpoints)")
+    sub.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=3600,
+        help="keep garbage younger than this, so puts in flight are never touched (default 3600)",
+    )
+    destructive(sub)
+    sub = command("repair", cmd_repair, "rebuild a thread's damaged or missing head from its newest committed record")
+    sub.add_argument("thread")
+    destructive(sub)
+    sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
+    sub.add_argument("thread", nargs="?", default=None)
+
+    group = commands.add_parser(
+        "store",
+        help="long-term memory store: ls, get, put, rm, search, sweep",
+        description="Inspect and edit the long-term memory store (S3Store) at the same location. "
+        "Namespaces are written with their labels joined by dots: memories.user-1",
+    )
+    store_commands = group.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
+
+    def store_command(name: str, handler: Handler, text: str) -> Any:
+        return add_command(store_commands, name, handler, text)
+
+    def paging(sub: Any, limit: int) -> None:
+        sub.add_argument("--limit", type=int, default=limit, help=f"at most N results (default {limit})")
+        sub.add_argument("--offset", type=int, default=0, help="skip the first N results")
+
+    sub = store_command("ls", cmd_store_ls, "list the namespaces that hold items, sorted")
+    sub.add_argument("prefix", nargs="?", default="", metavar="NAMESPACE_PREFIX")
+    sub.add_argument("--max-depth", type=int, default=None, help="truncate namespaces to N labels")
+    paging(sub, 1000)
+    sub = store_command("get", cmd_store_get, "print one item's value (--json: the whole item)")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    sub = store_command("put", cmd_store_put, "write one item (VALUE: a JSON object, '-' for stdin)")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    sub.add_argument("value")
+    sub.add_argument("--ttl", type=float, default=None, help="expire the item after N minutes")
+    sub.add_argument(
+        "--index",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="the application's IndexConfig (or a factory returning one): embed the item with it, so semantic "
+        "search finds it; without it the item gets no vectors",
+    )
+    sub.add_argument("--no-index", action="store_true", help="do not embed the item (stores with an index)")
+    sub = store_command("rm", cmd_store_rm, "delete one item")
+    sub.add_argument("namespace")
+    sub.add_argument("key")
+    destructive(sub)
+    sub = store_command("search", cmd_store_search, "list items under a namespace prefix, optionally filtered")
+    sub.add_argument("prefix", nargs="?", default="", metavar="NAMESPACE_PREFIX")
+    sub.add_argument("--filter", default=None, metavar="JSON", help='e.g. \'{"kind": "pref", "score": {"$gt": 3}}\'')
+    paging(sub, 100)
+    sub = store_command("sweep", cmd_store_sweep, "delete every expired (TTL) item now")
+    sub.add_argument(
+        "--full",
+        action="store_true",
+        help="read every item, not only those whose expiry came due (after an older release wrote items)",
+    )
+    sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
+    add_cache_commands(commands, destructive)
+    return parser
+
+
+def open_context(args: argparse.Namespace) -> Context:
+    url = args.url or os.environ.get(ENV_URL)
+    if not url:
+        raise Failure(EXIT_USAGE, f"no location: pass --url s3://bucket/prefix or set {ENV_URL}")
+    try:
+        bucket, prefix, options = parse_url(url, used_by=SAVER)  # the store and the cache read their own
+    except ValueError as exc:  # a malformed option value (e.g. a non-integer threshold) is a usage error
+        raise Failure(EXIT_USAGE, f"bad option in the location URL: {exc}") from None
+    if args.endpoint_url:
+        options["endpoint_url"] = args.endpoint_url
+    if args.region:
+        options["region_name"] = args.region
+    if args.serde:
+        options["serde"] = load_serde(args.serde)
+    # The CLI never creates buckets; its writing commands (delete, prune, gc, import ...) probe conditional writes at
+    # their first write, as savers do.
+    options.pop("create_bucket", None)
+    saver = S3Saver(bucket=bucket, prefix=prefix, **options)
+    store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}
+    store_options["create_bucket"] = False
+    # Operator commands walk whole threads: no deadline per operation; each request is still bounded by the timeouts.
+    store = dataclasses.replace(saver.bucket_io, deadline=None)
+    return Context(
+        saver=saver,
+        store=store,
+        as_json=args.json,
+        progress=not args.json and not args.no_progress and sys.stderr.isatty(),
+        out=sys.stdout,
+        url=url,
+        store_options=store_options,
+    )
+
+
+def fail(code: int, message: str) -> NoReturn:
+    sys.stderr.write(f"langgraph-s3: error: {message}\n")
+    raise SystemExit(code)
+
+
+EXIT_STATUS: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
+    ((InvalidConfigError, DecryptionError), EXIT_USAGE, "{exc}"),
+    ((BucketNotFoundError, S3AccessError, S3RequestError), EXIT_S3, "{exc}"),
+    ((BotoCoreError, ClientError), EXIT_S3, "S3 error: {exc}"),
+    ((S3CheckpointError,), EXIT_PROBLEMS, "{exc}"),
+    ((KeyboardInterrupt,), 130, "interrupted"),
+    ((OSError,), EXIT_PROBLEMS, "{kind}: {exc}"),  # a local file (export/import), not S3
+    ((Exception,), EXIT_PROBLEMS, "unexpected {kind}: {exc} (please report this as a bug)"),
+)
+"""Exception kinds, first match wins -> exit code and the one ``error:`` line (``{exc}``: its message,
+``{kind}``: its class name)."""
+
+
+def exit_status(exc: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message a command's exception ends the CLI with."""
+    if isinstance(exc, Failure):
+        return exc.code, str(exc)
+    for kinds, code, message in EXIT_STATUS:
+        if isinstance(exc, kinds):
+            return code, message.format(exc=exc, kind=type(exc).__name__)
+    raise exc  # pragma: no cover - BaseExceptions other than KeyboardInterrupt are never caught
+
+
+def close_context(ctx: Context) -> None:
+    if ctx.memory_store is not None:
+        ctx.memory_store.close()
+    ctx.store.close()
+    ctx.saver.close()
