@@ -8,13 +8,17 @@ import itertools
 import operator
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_s3_checkpoint._protocol.requests import Delete
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.requests import Delete, Put
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
 
@@ -208,3 +212,199 @@ def growing_graph(saver: Any) -> Any:
     builder.add_edge(START, "step")
     builder.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
     return builder.compile(checkpointer=saver)
+
+
+# -- savers standing in for processes, checkpoints put and plans stepped by hand -------------------------------
+BIG = 6000
+"""Characters of a value large enough to be stored as its own object."""
+LONG_THREAD = "long-" + "x" * 300
+"""A thread id too long to be a key segment (stored behind a digest and a ``name`` object)."""
+
+
+@contextlib.contextmanager
+def saver_factory(server: Any, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make()`` opens another saver (another process, with its own memory) on the same bucket and prefix; every
+    saver made is closed at the end."""
+    savers: list[S3Saver] = []
+
+    def make() -> S3Saver:
+        saver = S3Saver(bucket=bucket, prefix=prefix, client=server.client())
+        savers.append(saver)
+        return saver
+
+    try:
+        yield make
+    finally:
+        for saver in savers:
+            saver.close()
+
+
+def cid(n: int, sub: int = 0) -> str:
+    """Checkpoint ids that sort by (n, sub)."""
+    return f"1f0{n:06d}-{sub:04d}-6000-8000-000000000000"
+
+
+def ver(n: int, tag: str = "0") -> str:
+    """A channel version in LangGraph's format (``{counter:032}.{random}``)."""
+    return f"{n:032}.{tag}"
+
+
+def put(
+    saver: Any,
+    thread: str,
+    checkpoint_id: str,
+    parent: str | None = None,
+    *,
+    ns: str = "",
+    values: dict[str, Any] | None = None,
+    versions: dict[str, str] | None = None,
+    new: dict[str, str] | None = None,
+    source: str = "loop",
+    run: str | None = None,
+) -> Any:
+    """Put one checkpoint: ``values``/``versions`` (default: a small ``n``), ``new`` the changed versions."""
+    values = {"n": checkpoint_id} if values is None else values
+    versions = {ch: ver(1, checkpoint_id) for ch in values} if versions is None else versions
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = dict(versions)
+    metadata: dict[str, Any] = {"source": source, "step": 0}
+    if run is not None:
+        metadata["run_id"] = run
+    return saver.put(cfg(thread, ns, parent), checkpoint, metadata, dict(versions if new is None else new))
+
+
+def ids(tuples: Any) -> list[str]:
+    """The checkpoint ids of checkpoint tuples, in their order."""
+    return [t.checkpoint["id"] for t in tuples]
+
+
+def latest_id(saver: S3Saver, thread: str, ns: str = "") -> str | None:
+    """The id of the latest checkpoint of a thread's namespace, or None."""
+    tup = saver.get_tuple(cfg(thread, ns))
+    return None if tup is None else tup.checkpoint["id"]
+
+
+def send(saver: S3Saver, requests: list[Any]) -> list[Any]:
+    """Send one batch of requests through the saver's I/O shell, as its drivers would."""
+
+    def one_batch() -> Any:
+        return (yield requests)
+
+    return cast(list[Any], saver.bucket_io.run(one_batch()))
+
+
+def drive(saver: S3Saver, plan: Any, on_batch: Callable[[list[Any]], list[Any] | None]) -> Any:
+    """Run a plan, letting ``on_batch(requests)`` answer a batch itself (or return None to send it)."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        answered = on_batch(step)
+        reply = send(saver, step) if answered is None else answered
+
+
+def head_put_of(saver: S3Saver, thread: str, ns: str = "") -> Callable[[Any], bool]:
+    """Whether a request is the PUT of the head of ``thread``'s namespace ``ns``."""
+    key = saver.plans.layout.head(thread, ns)
+    return lambda request: isinstance(request, Put) and request.key == key
+
+
+def put_plan(saver: S3Saver, thread: str, checkpoint_id: str, parent: str | None = None, **kw: Any) -> Any:
+    """The plan of ``put`` (same arguments as :func:`put`), not yet started."""
+
+    class Capture:
+        plan: Any = None
+
+        def put(self, *args: Any) -> None:
+            self.plan = saver.plans.put(*args)
+
+    capture = Capture()
+    put(capture, thread, checkpoint_id, parent, **kw)
+    return capture.plan
+
+
+def crash_before_head(saver: S3Saver, thread: str, checkpoint_id: str, parent: str | None = None, **kw: Any) -> None:
+    """A put that dies after everything but its head PUT landed: its record is an uncommitted leftover."""
+    is_head = head_put_of(saver, thread, kw.get("ns", ""))
+
+    def on_batch(step: list[Any]) -> list[Any] | None:
+        if any(is_head(r) for r in step):
+            send(saver, [r for r in step if not is_head(r)])
+            raise Crash
+        return None
+
+    with pytest.raises(Crash):
+        drive(saver, put_plan(saver, thread, checkpoint_id, parent, **kw), on_batch)
+
+
+# -- the command line, run as a user runs it ---------------------------------------------------------------------
+def fake_client_options(endpoint: str) -> dict[str, Any]:
+    """boto3 client settings with made-up credentials, for an endpoint that is not a real S3 server."""
+    return {
+        "endpoint_url": endpoint,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "AKIAEXAMPLE",
+        "aws_secret_access_key": "secret",
+    }
+
+
+def run_cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``langgraph-s3 ARGS`` through the CLI's real entry point, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def cli_env(server: Any, url: str) -> dict[str, str]:
+    """The environment of a CLI run on ``url`` with a local server's credentials, and no other AWS settings."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_S3_"))}
+    environ.update(AWS_ACCESS_KEY_ID=server.access_key, AWS_SECRET_ACCESS_KEY=server.secret_key, LANGGRAPH_S3_URL=url)
+    return environ
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """A CLI failure exits with ``code`` and says one ``error:`` line, without a traceback; returns the line."""
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error: " in lines[0], done.stderr
+    return lines[0]
+
+
+# -- a small conversation graph ------------------------------------------------------------------------------------
+class Chat(TypedDict):
+    turns: Annotated[list[str], operator.add]
+
+
+def chat_graph(saver: Any) -> Any:
+    """One node that replies to each user turn."""
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", lambda state: {"turns": [f"reply {len(state['turns'])}"]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+def chat(saver: Any, thread_id: str, turns: int) -> Any:
+    """``turns`` turns of :func:`chat_graph` on a thread (three checkpoints each); returns the graph."""
+    graph = chat_graph(saver)
+    for i in range(turns):
+        graph.invoke({"turns": [f"user {i}"]}, cfg(thread_id))
+    return graph
+
+
+def root_head_key(saver: S3Saver, thread_id: str) -> str:
+    """The key of the head of a thread's root namespace."""
+    return saver.plans.layout.head(thread_id, "")

@@ -510,7 +510,7 @@ def _answer(q: Query, get: Callable[[dict[str, Any]], Any], lst: Callable[..., A
 
 
 def observe_saver(saver: S3Saver, queries: list[Query]) -> dict[Query, Any]:
-    core = saver._core
+    core = saver.plans
 
     def get(config: dict[str, Any]) -> Any:
         return run_plan(saver, core.get_tuple(config))[0]  # type: ignore[arg-type]
@@ -748,7 +748,7 @@ class World:
 
     def put_op(self, saver: S3Saver, spec: PutSpec) -> Op:
         self.attempted.setdefault((spec.thread, spec.ns), set()).add(spec.id)
-        plan = saver._core.put(spec.config(), spec.checkpoint(), spec.metadata(), spec.new_versions())  # type: ignore[arg-type]
+        plan = saver.plans.put(spec.config(), spec.checkpoint(), spec.metadata(), spec.new_versions())  # type: ignore[arg-type]
         return Op(f"put {cname(spec.id)}", saver, plan)
 
     def settle_put(self, op: Op, spec: PutSpec) -> bool:
@@ -785,7 +785,7 @@ class World:
         return op
 
     def latest(self, saver: S3Saver, thread: str, ns: str = "") -> int | None:
-        tup = run_plan(saver, saver._core.get_tuple(cfg(thread, ns)))[0]
+        tup = run_plan(saver, saver.plans.get_tuple(cfg(thread, ns)))[0]
         return None if tup is None else int(tup.checkpoint["id"][-12:])
 
     def continue_thread(self, saver: S3Saver, thread: str, ns: str = "", run: str = "r9", big: bool = True) -> Op:
@@ -804,7 +804,7 @@ class World:
         run: str | None = None,
         path: str = "",
     ) -> Op:
-        plan = saver._core.put_writes(writes_config(thread, ns, n, run), list(writes), task, path)
+        plan = saver.plans.put_writes(writes_config(thread, ns, n, run), list(writes), task, path)
         return Op(f"put_writes {cname(cid(n))} {task}" + (f" ({run})" if run else ""), saver, plan)
 
     def settle_writes(
@@ -821,7 +821,7 @@ class World:
         """Feed the oracle the call if it took effect: it returned, or its PUT of the task's writes object
         landed (the object holds all of the call's writes, or none)."""
         config = cfg(thread, ns, cid(n))
-        key = op.saver._core.layout.task_writes(thread, ns, cid(n), task)
+        key = op.saver.plans.layout.task_writes(thread, ns, cid(n), task)
         landed = any(isinstance(r, Put) and r.key == key and isinstance(reply, Written) for r, reply in op.applied)
         if op.status == "returned" or landed:
             self.oracle.put_writes(config, writes, task, path, run)
@@ -886,11 +886,11 @@ def put_committed(op: Op, spec: PutSpec) -> bool:
         if not isinstance(request, Put) or not isinstance(reply, Written):
             continue
         if request.key.endswith("/head"):
-            frame = op.saver._core.codec._unframe(request.key, request.body)
+            frame = op.saver.plans.codec._unframe(request.key, request.body)
             if frame.get("id") == spec.id:
                 return True
         elif request.key.endswith("/checkpoint"):  # a record frame names its id and whether it is detached
-            frame = op.saver._core.codec._unframe(request.key, request.body)
+            frame = op.saver.plans.codec._unframe(request.key, request.body)
             if frame.get("id") == spec.id and frame.get("detached"):
                 return True
     return False

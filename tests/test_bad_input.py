@@ -3,6 +3,7 @@ bucket, wrong credentials, a server that ignores conditional writes, and secrets
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -14,7 +15,8 @@ import pytest
 from dialectproxy import Dialect, DialectProxy
 from helpers import cfg, client_options, is_record_key
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import (
@@ -183,7 +185,7 @@ def test_graph_node_returning_an_unserializable_value(saver: S3Saver) -> None:
 
 # -- damaged objects -------------------------------------------------------------------------------------
 def raw_key(saver: S3Saver, kind: str, thread_id: str, checkpoint_id: str = "") -> str:
-    layout = saver._core.layout
+    layout = saver.plans.layout
     if kind == "head":
         return layout.head(thread_id, "")
     return layout.record(thread_id, "", checkpoint_id)
@@ -247,7 +249,7 @@ def test_damaged_blob_and_write_name_their_keys(saver: S3Saver) -> None:
     with pytest.raises(CorruptObjectError) as raised:
         saver.get_tuple(cfg("damaged-parts"))
     assert raised.value.key == blob
-    saver.client.put_object(Bucket=saver.bucket, Key=blob, Body=saver._core.codec.encode_blob(["json", b'"x"']))
+    saver.client.put_object(Bucket=saver.bucket, Key=blob, Body=saver.plans.codec.encode_blob(["json", b'"x"']))
     write = next(k for k in keys if "/c/" in k and not is_record_key(k))
     damage(saver, write, "foreign")
     with pytest.raises(CorruptObjectError) as raised:
@@ -362,3 +364,41 @@ def test_server_without_conditional_writes_is_refused(s3_server: LocalS3Server, 
         assert value(lenient.get_tuple(cfg("lenient"))) == 1 and lenient.get_tuple(stored) is not None
         assert proxy.seen["stripped"] == stripped  # no conditional header was sent
         lenient.close()
+
+
+def test_unserializable_value_is_a_type_error_like_inmemorysaver(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    class Opaque:
+        pass
+
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"x": Opaque()}
+    checkpoint["channel_versions"] = {"x": "1"}
+    with pytest.raises(TypeError):
+        InMemorySaver().put(cfg("t"), checkpoint, {}, {"x": "1"})
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())) as saver:
+        with pytest.raises(SerializationError) as raised:
+            saver.put(cfg("t"), checkpoint, {}, {"x": "1"})
+        assert isinstance(raised.value, TypeError)
+
+
+def test_one_string_for_a_sequence_of_ids_is_a_type_error_and_deletes_nothing(
+    s3_server: LocalS3Server, bucket: str, prefix: str
+) -> None:
+    """``prune("ab")`` must not prune threads "a" and "b" (a str is a sequence of characters); PostgresSaver
+    raises a TypeError saying "not a str", and so do we, before any request."""
+    with S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) as saver:
+        for thread_id in ("ab", "a", "b"):
+            parent = saver.put(cfg(thread_id), empty_checkpoint(), {"step": 0, "run_id": thread_id}, {})
+            saver.put(parent, create_checkpoint(empty_checkpoint(), {}, 1), {"step": 1, "run_id": thread_id}, {})
+        before = {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")}
+        for strategy in ("keep_latest", "delete"):
+            with pytest.raises(TypeError, match=r"prune\(\) takes a sequence of thread ids, not a str.*\['ab'\]"):
+                saver.prune("ab", strategy=strategy)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"delete_for_runs\(\) takes a sequence of run ids, not a str"):
+            saver.delete_for_runs("ab")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not a str"):
+            asyncio.run(saver.aprune("ab"))  # type: ignore[arg-type]
+        assert {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")} == before
+        assert all(len(configs) == 2 for configs in before.values())

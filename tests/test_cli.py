@@ -5,6 +5,7 @@ Each command is checked against what the saver itself reads back, and against th
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import operator
@@ -14,12 +15,12 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import is_record_key
+from helpers import assert_one_error_line, cfg, chat, cli_env, is_record_key, run_cli
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -28,6 +29,7 @@ from langgraph.types import Command, interrupt
 from langgraph_s3_checkpoint import S3Saver, local
 from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint.cli.context import Progress, clip, jsonable
+from langgraph_s3_checkpoint.local import LocalS3Server
 
 CLI_BUCKET = "lgs3-cli"
 BIG = 6000
@@ -718,3 +720,109 @@ def test_verify_reports_what_repair_would_fix(env: Env) -> None:
     assert env.json("repair", "--dry-run", long_id)["name_restored"] is True
     assert [p["key"] for p in env.json_problems("verify", long_id)] == [name]
     assert env.run("verify", "kept").returncode == 0
+
+
+def _on_a_terminal(args: Sequence[str], env: dict[str, str], answer: str) -> tuple[int, str]:
+    """Run the CLI with stdin, stdout and stderr on a pseudo-terminal, answering its question."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        os.execvpe(sys.executable, [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args], env)
+    output = b""
+    answered = False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+        if not answered and b"[y/N]" in output:
+            os.write(fd, answer.encode() + b"\n")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_destructive_commands_ask_on_a_terminal(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    client = s3_server.client()
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=client)) as saver:
+        chat(saver, "asked", 2)
+        environ = cli_env(
+            s3_server, f"s3://{bucket}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={s3_server.region}"
+        )
+        code, output = _on_a_terminal(["delete", "asked"], environ, "n")
+        assert code == 1 and "Delete thread 'asked'" in output and "aborted" in output
+        assert saver.get_tuple(cfg("asked")) is not None
+        code, output = _on_a_terminal(["prune", "--keep-latest", "asked"], environ, "no")
+        assert code == 1 and len(list(saver.list(cfg("asked")))) > 1
+
+        dry = run_cli("delete", "asked", "--dry-run", env=environ)
+        assert dry.returncode == 0 and "would delete" in dry.stdout
+        assert saver.get_tuple(cfg("asked")) is not None
+        dry = run_cli("prune", "--keep-latest", "asked", "--dry-run", env=environ)
+        assert dry.returncode == 0 and len(list(saver.list(cfg("asked")))) > 1
+
+        code, output = _on_a_terminal(["delete", "asked", "--yes"], environ, "")
+        assert code == 0 and "[y/N]" not in output and "deleted thread 'asked'" in output
+        assert saver.get_tuple(cfg("asked")) is None
+
+
+def test_import_over_an_existing_thread_needs_replace(
+    s3_server: LocalS3Server, bucket: str, prefix: str, tmp_path: Path
+) -> None:
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())) as saver:
+        chat(saver, "src", 2)
+        chat(saver, "dst", 1)
+        environ = cli_env(
+            s3_server, f"s3://{bucket}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={s3_server.region}"
+        )
+        archive = str(tmp_path / "src.tar")
+        assert run_cli("export", "src", archive, env=environ).returncode == 0
+        refused = run_cli("import", archive, "--thread", "dst", env=environ)
+        assert "--replace" in assert_one_error_line(refused, 1)
+        dry = run_cli("--json", "import", archive, "--thread", "dst", "--replace", "--dry-run", env=environ)
+        assert dry.returncode == 0 and json.loads(dry.stdout)["replaces"] is True
+        assert len(list(saver.list(cfg("dst")))) == 3  # the dry run changed nothing (one turn: 3 checkpoints)
+        done = run_cli("import", archive, "--thread", "dst", "--replace", "--yes", env=environ)
+        assert done.returncode == 0, done.stderr
+        assert [t.checkpoint["id"] for t in saver.list(cfg("dst"))] == [
+            t.checkpoint["id"] for t in saver.list(cfg("src"))
+        ]
+
+
+def test_cli_failures_are_one_line_with_the_documented_code(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    base = f"s3://{bucket}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={s3_server.region}"
+    environ = cli_env(s3_server, base)
+    assert "unknown URL option 'inline_treshold'" in assert_one_error_line(
+        run_cli("threads", "--url", base + "&inline_treshold=3", env=environ), 2
+    )
+    assert "create_bucket" in assert_one_error_line(
+        run_cli("threads", "--url", base + "&create_bucket=ture", env=environ), 2
+    )
+    assert_one_error_line(run_cli("show", "nobody", env=environ), 1)
+    assert_one_error_line(run_cli("prune", "--bogus", env=environ), 2)
+    assert_one_error_line(run_cli("no-such-command", env=environ), 2)
+    assert_one_error_line(run_cli("prune", "--all", env=environ), 2)
+    silent = run_cli(
+        "threads", "--url", f"s3://{bucket}/{prefix}?endpoint_url=http://127.0.0.1:9&max_attempts=1", env=environ
+    )
+    assert_one_error_line(silent, 3)
+
+
+def test_long_ids_are_shortened_in_tables(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    long_id = "customer-" + "x" * 300 + "-end"
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())) as saver:
+        chat(saver, long_id, 1)
+    environ = cli_env(
+        s3_server, f"s3://{bucket}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={s3_server.region}"
+    )
+    table = run_cli("threads", env=environ)
+    assert table.returncode == 0, table.stderr
+    assert max(len(line) for line in table.stdout.splitlines()) < 140
+    assert "customer-xxx" in table.stdout and "\u2026" in table.stdout and "x-end" in table.stdout
+    assert [t["thread_id"] for t in json.loads(run_cli("--json", "threads", env=environ).stdout)] == [long_id]

@@ -188,7 +188,7 @@ def heads(saver: S3Saver, thread_id: str) -> dict[str, Any]:
 
 def keys_of_thread(saver: S3Saver, thread_id: str) -> list[str]:
     """Every object of the thread, including its global run-index entries."""
-    root, segment = saver._core.layout.prefix, escape(thread_id)
+    root, segment = saver.plans.layout.prefix, escape(thread_id)
     paginator = saver.client.get_paginator("list_objects_v2")
     found = []
     for page in paginator.paginate(Bucket=saver.bucket, Prefix=f"{root}threads/{segment}/"):
@@ -416,7 +416,7 @@ def test_gc_removes_leftovers_and_nothing_committed(s3_server: LocalS3Server, bu
     graph = crash_graph(saver, rounds=1, execlog=None)
     graph.invoke(crash_input(), {"configurable": {"thread_id": "live"}, "metadata": {"run_id": "run-live"}})
     populate(saver, "nested")
-    layout, codec = saver._core.layout, saver._core.codec
+    layout, codec = saver.plans.layout, saver.plans.codec
     committed = all_keys(saver)
     expected = everything(saver)
 
@@ -522,7 +522,7 @@ def test_gc_collects_orphan_records_below_the_head(s3_server: LocalS3Server, buc
     A detached record (an older id committed by its record alone) is committed and stays."""
     saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
     populate(saver, "t")
-    layout, codec = saver._core.layout, saver._core.codec
+    layout, codec = saver.plans.layout, saver.plans.codec
     ids = sorted(t.checkpoint["id"] for t in saver.list(cfg("t", "")))
     assert len(ids) >= 3
     first, second = ids[0], ids[1]

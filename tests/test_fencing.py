@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cfg
+from helpers import cfg, cid, ids, put, saver_factory
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import fence_graph, finish, release, spawn, worker_env
 
-from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
+from langgraph_s3_checkpoint import CheckpointConflictError, ClockSkewError, S3Saver
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 WORKERS = 8
@@ -28,18 +28,10 @@ ATTEMPTS_PER_WORKER = 60
 
 
 @pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Any]:
+def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
     """``make_saver()`` opens another saver (another "worker") on the same bucket and prefix."""
-    savers: list[S3Saver] = []
-
-    def make() -> S3Saver:
-        saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
-        savers.append(saver)
-        return saver
-
-    yield make
-    for saver in savers:
-        saver.close()
+    with saver_factory(s3_server, bucket, prefix) as make:
+        yield make
 
 
 def chain(saver: S3Saver, thread_id: str) -> list[CheckpointTuple]:
@@ -269,7 +261,7 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
     """A saver remembers the heads it read for at most 10,000 threads. A long step in a busy process
     can outlive that memory; the stale put must still lose rather than join the new head."""
     straggler, other = make_saver(), make_saver()
-    straggler._core.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
+    straggler.plans.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
     base = straggler.put(cfg("evicted"), empty_checkpoint(), {"source": "input", "step": -1}, {})
     straggler.get_tuple(cfg("evicted"))
     other.get_tuple(cfg("evicted"))
@@ -326,7 +318,7 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
     between reading the head and moving it; returns what ``commit`` returned."""
     from langgraph_s3_checkpoint._protocol.requests import DeleteIfMatch, Put
 
-    plan = roller._core.delete_for_runs([run_id])
+    plan = roller.plans.delete_for_runs([run_id])
     reply: Any = None
     committed: Any = None
     with contextlib.suppress(StopIteration):
@@ -365,7 +357,7 @@ def test_update_from_a_forgotten_read_raises(make_saver: Any) -> None:
     """The same after the saver's bounded memory forgot the head it read: an ``update_state`` on a parent
     another writer has moved past loses instead of joining."""
     stale, other = make_saver(), make_saver()
-    stale._core.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
+    stale.plans.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
     base = stale.put(cfg("forgot"), empty_checkpoint(), {"source": "input", "step": -1}, {})
     stale.get_tuple(cfg("forgot"))
     won = other.put(base, empty_checkpoint(), {"source": "update", "step": 0}, {})
@@ -451,3 +443,38 @@ def test_the_one_checkpoint_below_a_bound_is_still_a_fork_point(make_saver: Any)
     forked = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
     latest = make_saver().get_tuple(cfg("replayed"))
     assert latest is not None and latest.config == forked and latest.parent_config == base
+
+
+def test_a_put_continuing_the_head_with_an_older_id_is_refused_as_clock_skew(make_saver: Callable[[], S3Saver]) -> None:
+    """A put that continues the head with an id older than the head's (the writer's clock is behind) would be a detached
+    record that no reader takes for the latest: it raises ClockSkewError (not CheckpointConflictError: running again
+    would not help) and commits nothing, whether its saver fences it or another saver joins the head."""
+    saver = make_saver()
+    put(saver, "t", cid(5))
+    with pytest.raises(Exception) as fenced:
+        put(saver, "t", cid(3), cid(5))
+    with pytest.raises(Exception) as joined:
+        put(make_saver(), "t", cid(4), cid(5))
+    for info in (fenced, joined):
+        assert type(info.value).__name__ == "ClockSkewError", repr(info.value)
+        assert not isinstance(info.value, CheckpointConflictError)
+    reader = make_saver()
+    assert ids(reader.list(cfg("t"))) == [cid(5)]
+    assert reader.get_tuple(cfg("t", "", cid(3))) is None and reader.get_tuple(cfg("t", "", cid(4))) is None
+
+
+def test_a_fork_older_than_its_parent_is_refused_as_clock_skew(make_saver: Callable[[], S3Saver]) -> None:
+    """Time travel by a writer whose clock is behind (``update_state`` on an older checkpoint) would make a child older
+    than its own parent, committed detached: ``update_state`` would succeed and the edit never become the latest state.
+    A child older than its parent is refused whatever the fence."""
+
+    def uuid6(n: int) -> str:  # shaped like LangGraph's ids, which carry the writer's clock
+        return f"1f{n:06d}-0000-6000-8000-000000000000"
+
+    put(make_saver(), "t", uuid6(5))
+    put(make_saver(), "t", uuid6(7), uuid6(5))
+    forker = make_saver()
+    assert forker.get_tuple(cfg("t", "", uuid6(5))) is not None  # how LangGraph starts a fork: read explicitly
+    with pytest.raises(ClockSkewError, match="older than its parent"):
+        put(forker, "t", uuid6(4), uuid6(5), source="update")
+    assert ids(make_saver().list(cfg("t"))) == [uuid6(7), uuid6(5)]

@@ -55,7 +55,7 @@ class History:
 
     def put_dying_before_its_head(self, thread: str, run: str) -> None:
         """A put whose process dies after its record landed, before its head: a leftover record."""
-        plan = self.saver._core.put(*self._args(thread, run))
+        plan = self.saver.plans.put(*self._args(thread, run))
         io = self.saver.bucket_io
         reply: Any = None
         while True:
@@ -127,7 +127,7 @@ def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
         history = History(saver)
         for _ in range(8):
             history.put("t")
-        layout = saver._core.layout
+        layout = saver.plans.layout
         resumed = f"1f0{3:029d}"  # committed, by run t-run0
         entries = {
             run: (layout.run_entry(run, "t", ""), layout.thread_run_entry(run, "t", ""), named.encode())

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import cfg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.keys import (
@@ -163,7 +166,7 @@ def test_delete_thread_a_leaves_a_slash_b(saver: S3Saver, s3_server: LocalS3Serv
     keys = [
         o["Key"]
         for o in s3_server.client()
-        .list_objects_v2(Bucket=bucket, Prefix=saver._core.layout.thread("a"))
+        .list_objects_v2(Bucket=bucket, Prefix=saver.plans.layout.thread("a"))
         .get("Contents", [])
     ]
     assert keys == []
@@ -177,3 +180,18 @@ def test_hypothesis_ids_round_trip(saver: S3Saver, thread_id: str, ns: str, valu
     assert got is not None
     assert got.config == stored
     assert got.checkpoint["channel_values"] == {"ch": value}
+
+
+def test_the_empty_thread_id_maps_to_a_key() -> None:
+    assert escape("") == "~" and unescape("~") == ""
+    assert Layout("p").thread("") == "p/threads/~/"
+
+
+def test_the_empty_thread_id_is_accepted_like_inmemorysaver(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
+    memory = InMemorySaver()
+    memory.put(cfg(""), empty_checkpoint(), {"step": 0}, {})
+    assert memory.get_tuple(cfg("")) is not None
+    with contextlib.closing(S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())) as saver:
+        saver.put(cfg(""), empty_checkpoint(), {"step": 0}, {})
+        assert saver.get_tuple(cfg("")) is not None
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [""]

@@ -21,15 +21,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import boto3
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg, client_options
+from helpers import cfg, client_options, fake_client_options, silent_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.store.base import PutOp
 
@@ -239,15 +242,6 @@ def trickling_server(slow_methods: frozenset[str]) -> Iterator[str]:
         listener.close()
 
 
-def _options(endpoint: str) -> dict[str, Any]:
-    return {
-        "endpoint_url": endpoint,
-        "region_name": "us-east-1",
-        "aws_access_key_id": "a",
-        "aws_secret_access_key": "b",
-    }
-
-
 Call = Callable[[Any], "Any | Awaitable[Any]"]
 
 READS: dict[str, tuple[type[Any], Call]] = {
@@ -269,7 +263,7 @@ WRITES: dict[str, tuple[type[Any], Call]] = {
 def _ended_by(kind: type[Any], call: Call, endpoint: str, transport: str) -> tuple[float, str]:
     """Seconds the call took against ``endpoint`` (deadline 1 s, read timeout 1 s), and the error it raised."""
     url = f"s3://b/p?read_timeout=1&operation_timeout=1&transport={transport}"
-    opened = kind._from_url(url, **_options(endpoint))
+    opened = kind._from_url(url, **fake_client_options(endpoint))
     started = time.monotonic()
     try:
         result = call(opened)
@@ -316,3 +310,164 @@ def test_the_watchdog_of_boto3_requests_keeps_only_those_running(seaweedfs_serve
         for _ in range(300):
             assert saver.get_tuple(cfg("t")) is None
         assert len(deadline._WATCHDOG._due) <= 65
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """A TCP server that accepts connections and never answers."""
+    with silent_server() as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+_SILENT_OPTIONS = "read_timeout=0.5&connect_timeout=0.5&max_attempts=2"
+_SILENT_BOUND = 8.0
+"""Seconds: 2 attempts x 0.5 s read timeout, backoff and client creation, with a wide margin."""
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+def test_a_silent_endpoint_fails_within_the_timeouts(silent_endpoint: str, transport: str) -> None:
+    url = f"s3://b/p?{_SILENT_OPTIONS}&transport={transport}"
+    with S3Saver.from_conn_string(url, **fake_client_options(silent_endpoint)) as saver:
+        for call in (
+            lambda: saver.get_tuple(cfg("t")),
+            lambda: saver.put(cfg("t"), empty_checkpoint(), {"step": 0}, {}),
+            lambda: list(saver.list(cfg("t"), limit=2)),
+            saver.setup,
+        ):
+            started = time.monotonic()
+            with pytest.raises(S3RequestError):
+                call()
+            assert time.monotonic() - started < _SILENT_BOUND
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+def test_a_silent_endpoint_fails_within_the_timeouts_async(silent_endpoint: str, transport: str) -> None:
+    async def main() -> None:
+        url = f"s3://b/p?{_SILENT_OPTIONS}&transport={transport}"
+        async with AsyncS3Saver.from_conn_string(url, **fake_client_options(silent_endpoint)) as saver:
+            for call in (
+                lambda: saver.aget_tuple(cfg("t")),
+                lambda: saver.aput(cfg("t"), empty_checkpoint(), {"step": 0}, {}),
+                saver.setup,
+            ):
+                started = time.monotonic()
+                with pytest.raises(S3RequestError):
+                    await call()
+                assert time.monotonic() - started < _SILENT_BOUND
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("saver_class", [S3Saver, AsyncS3Saver])
+def test_operation_deadline_caps_a_slow_operation(silent_endpoint: str, saver_class: type[Any]) -> None:
+    # Each request alone may take up to 3 x 2 s here; the operation's deadline ends the call at 1 s.
+    url = "s3://b/p?read_timeout=2&max_attempts=3&operation_timeout=1"
+    by_id = cfg("t")
+    by_id["configurable"]["checkpoint_id"] = "1f000000-0000-6000-8000-000000000000"
+    saver = saver_class._from_url(url, **fake_client_options(silent_endpoint))
+    started = time.monotonic()
+    with pytest.raises(S3RequestError, match="operation_timeout"):
+        if saver_class is S3Saver:
+            saver.get_tuple(by_id)  # its first step is a parallel batch of three requests
+        else:
+            asyncio.run(saver.aget_tuple(by_id))
+    assert time.monotonic() - started < 4
+    saver.close()
+
+
+def test_default_timeouts_are_bounded() -> None:
+    with S3Saver.from_conn_string("s3://b/p", endpoint_url="http://127.0.0.1:9") as saver:
+        config = saver.client.meta.config
+        worst = config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout)
+        assert worst <= 60
+        assert saver.operation_timeout is not None and saver.operation_timeout <= 120
+
+
+@pytest.mark.parametrize("transport", ["boto3", "direct"])
+def test_a_cancelled_aput_leaves_no_write_in_flight(
+    s3_server: LocalS3Server, bucket: str, prefix: str, transport: str
+) -> None:
+    """A cancelled ``aput`` must not leave its record and head PUTs in flight (the server applies a request already
+    sent; a boto3 request on the thread pool runs on regardless): its checkpoint could commit after the cancelled task
+    had ended, and the next run on the thread, started meanwhile, be refused as another writer's. A batch of writes runs
+    to its end before the cancellation goes on: once the task has ended, the head no longer moves. Behind a proxy adding
+    150 ms each way, so that the PUTs are in flight when the task is cancelled."""
+    from botocore.config import Config
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from latencyproxy import LatencyProxy
+
+    port = int(s3_server.endpoint_url.rsplit(":", 1)[1])
+    reader = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+
+    def latest_id() -> str:
+        tup = reader.get_tuple(cfg("t"))
+        assert tup is not None
+        return str(tup.checkpoint["id"])
+
+    with LatencyProxy("127.0.0.1", port, one_way_ms=150, lifetime=60) as proxy, contextlib.closing(reader):
+        slow = boto3.session.Session().client(
+            "s3",
+            endpoint_url=proxy.url,
+            region_name=s3_server.region,
+            aws_access_key_id=s3_server.access_key,
+            aws_secret_access_key=s3_server.secret_key,
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 1}),
+        )
+        first, second = empty_checkpoint(), empty_checkpoint()
+        assert first["id"] < second["id"]  # uuid6: later is larger
+
+        async def cancel_the_second_put() -> tuple[str, str]:
+            saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=slow, transport=transport)
+            try:
+                parent = await saver.aput(cfg("t"), first, {"source": "input", "step": -1}, {})
+                putting = asyncio.create_task(saver.aput(parent, second, {"source": "loop", "step": 0}, {}))
+                await asyncio.sleep(0.1)  # its record and head PUTs are on their way
+                putting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await putting
+                when_cancelled = latest_id()
+                await asyncio.sleep(0.8)  # more than the PUTs in flight need to land
+                return when_cancelled, latest_id()
+            finally:
+                saver.close()  # (closing waits for the thread pool: the heads are read before)
+
+        when_cancelled, later = asyncio.run(cancel_the_second_put())
+        assert later == when_cancelled
+
+
+def test_a_batch_of_writes_settles_once_and_is_abandoned_on_a_second_cancellation() -> None:
+    """The rule behind the test above, without a server: cancelled once, the caller waits for the batch (whose
+    error, if any, is retrieved, not reported at exit); cancelled again while waiting, it stops waiting and the
+    batch is cancelled too, as every batch was before."""
+    from langgraph_s3_checkpoint._transport.bucket_io import _settled_if_cancelled
+
+    finished: list[str] = []
+
+    async def batch(outcome: str) -> str:
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            finished.append(f"{outcome}: cancelled")
+            raise
+        finished.append(f"{outcome}: done")
+        if outcome == "fails":
+            raise RuntimeError("the batch failed")
+        return outcome
+
+    async def cancel(outcome: str, times: int) -> None:
+        caller = asyncio.create_task(_settled_if_cancelled(batch(outcome)))
+        for _ in range(times):
+            await asyncio.sleep(0.05)
+            caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0.3)  # anything still running would finish now
+
+    async def scenario() -> None:
+        await cancel("lands", 1)
+        await cancel("fails", 1)
+        await cancel("abandoned", 2)
+
+    asyncio.run(scenario())
+    assert finished == ["lands: done", "fails: done", "abandoned: cancelled"]

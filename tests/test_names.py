@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from helpers import BIG, LONG_THREAD, Crash, cfg, cid, drive, put, put_plan, saver_factory, ver
 from langgraph.checkpoint.base import empty_checkpoint
 from sim import Op, interleavings
 
@@ -29,6 +31,7 @@ from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.keys import Layout, escape, is_digest, named_id
 from langgraph_s3_checkpoint._protocol.requests import Delete, Put
+from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 LONG = "L" * 200
@@ -80,7 +83,7 @@ def test_gc_never_leaves_a_committed_thread_without_its_name(thread_id: str, ns:
         assert all(bucket.object(k) is not None for k in name_keys(thread_id, ns))
         clock[0] += timedelta(hours=2)
         writer = saver()
-        put = writer._core.put(config(thread_id, ns), checkpoint(2), metadata("r2"), {})
+        put = writer.plans.put(config(thread_id, ns), checkpoint(2), metadata("r2"), {})
         return bucket, [Op("gc", saver(), gc_plan(saver().plans, 3600, False)), Op("put", writer, put)]
 
     def judge(bucket: Any, ops: list[Op], schedule: str) -> list[str]:
@@ -168,3 +171,60 @@ def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     status, verified = run_cli(saver, "verify")
     assert status == cli.EXIT_OK, verified
     assert "in 2 thread(s): OK" in verified
+
+
+@pytest.fixture
+def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
+    with saver_factory(s3_server, bucket, prefix) as make:
+        yield make
+
+
+def test_a_put_retried_after_its_name_put_failed_writes_the_name(make_saver: Callable[[], S3Saver]) -> None:
+    """A saver remembers a ``name`` object as written only once its PUT succeeded: when that put fails, the retried put
+    writes it, and list(None) shows the thread id rather than its digest."""
+    saver = make_saver()
+
+    def fail_on_name(step: list[Any]) -> None:
+        if any(isinstance(r, Put) and r.key.endswith("/name") for r in step):
+            raise Crash  # e.g. the connection dropped: nothing of this batch was stored
+
+    with pytest.raises(Crash):
+        drive(saver, put_plan(saver, LONG_THREAD, cid(1)), fail_on_name)
+    put(saver, LONG_THREAD, cid(1))
+    assert [t.config["configurable"]["thread_id"] for t in make_saver().list(None)] == [LONG_THREAD]
+
+
+def test_a_saver_writes_the_name_again_after_its_own_delete_or_copy(make_saver: Callable[[], S3Saver]) -> None:
+    """After delete_thread by the same saver (or copy_thread onto the thread), the saver must not believe the thread's
+    ``name`` object still exists: its next put writes it, and list(None) shows the thread id, not a digest."""
+    saver = make_saver()
+    big = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
+    put(saver, LONG_THREAD, cid(1), run="run-1", **big)
+    saver.delete_thread(LONG_THREAD)
+    put(saver, LONG_THREAD, cid(2), run="run-1", **big)
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+
+    saver.delete_thread(LONG_THREAD)
+    put(saver, "source", cid(3), **big)
+    saver.copy_thread("source", LONG_THREAD)
+    put(saver, LONG_THREAD, cid(4), cid(3), **big, new={})
+    assert {t.config["configurable"]["thread_id"] for t in reader.list(None)} == {LONG_THREAD, "source"}
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+
+
+def test_a_saver_writes_the_name_again_after_another_savers_delete(make_saver: Callable[[], S3Saver]) -> None:
+    """After another saver deleted a thread, this saver's next put of it as a new thread writes the ``name`` object and
+    run-index entries again, whatever it remembers writing: the thread lists by its id, and its run can be rolled
+    back."""
+    saver, other = make_saver(), make_saver()
+    put(saver, LONG_THREAD, cid(1), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
+    other.delete_thread(LONG_THREAD)
+    put(saver, LONG_THREAD, cid(2), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
+    reader = make_saver()
+    assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
+    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    reader.delete_for_runs(["run-1"])
+    assert reader.get_tuple(cfg(LONG_THREAD)) is None

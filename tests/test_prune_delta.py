@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
-from helpers import is_record_key
+from helpers import BIG, cfg, cid, drive, head_put_of, ids, is_record_key, put, put_plan, saver_factory, ver
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -44,7 +44,7 @@ def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Save
 
 def _objects(saver: S3Saver, thread_id: str) -> list[str]:
     paginator = saver.client.get_paginator("list_objects_v2")
-    prefix = saver._core.layout.thread(thread_id)
+    prefix = saver.plans.layout.thread(thread_id)
     return [
         o["Key"] for page in paginator.paginate(Bucket=saver.bucket, Prefix=prefix) for o in page.get("Contents", [])
     ]
@@ -126,7 +126,7 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
         cp["channel_versions"] = dict(versions)
         cp["channel_values"] = {"big": "x" * 10_000 + str(step)}
         config = saver.put(config, cp, {"step": step}, {"big": versions["big"]})
-    layout = saver._core.layout
+    layout = saver.plans.layout
     next_version = saver.get_next_version(versions["big"], None)
     in_flight = [
         layout.blob(thread, "", "big", next_version),
@@ -150,3 +150,104 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     assert len([k for k in remaining if is_record_key(k)]) == 1
     latest = saver.get_tuple(config)
     assert latest is not None and latest.checkpoint["channel_values"]["big"] == "x" * 10_000 + "2"
+
+
+@pytest.fixture
+def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
+    with saver_factory(s3_server, bucket, prefix) as make:
+        yield make
+
+
+def test_prune_spares_the_fresh_large_value_of_a_fork_in_flight(make_saver: Callable[[], S3Saver]) -> None:
+    """A fork in flight numbers its versions from an older checkpoint, so its freshly written large value has a version
+    below the head's: prune keeps an unreferenced value that young, or the fork's checkpoint, once committed, could not
+    be read."""
+    saver, forker = make_saver(), make_saver()
+    for n in (1, 2, 3):
+        put(saver, "t", cid(n), cid(n - 1) if n > 1 else None, values={"big": f"{n}" * BIG}, versions={"big": ver(n)})
+    forker.get_tuple(cfg("t", "", cid(1)))
+    plan = put_plan(
+        forker, "t", cid(4), cid(1), values={"big": "f" * BIG}, versions={"big": ver(2, "fork")}, source="fork"
+    )
+    is_head = head_put_of(forker, "t")
+    pruned = []
+
+    def on_batch(step: list[Any]) -> None:
+        if any(is_head(r) for r in step) and not pruned:
+            saver.prune(["t"])  # the fork's value is written, its head is not yet
+            pruned.append(True)
+
+    drive(forker, plan, on_batch)
+    assert pruned
+    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "f" * BIG
+
+
+class _AheadClock(datetime):
+    """This machine's clock, 15 minutes fast."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        return datetime.now(tz) + timedelta(minutes=15)
+
+
+def test_prune_judges_a_values_age_by_the_servers_clock(
+    make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a value is young enough to belong to a put in flight is judged on the server's clock: a pruner whose
+    clock is 15 minutes fast does not delete the value a put has just written, before that put commits."""
+    saver, pruner = make_saver(), make_saver()
+    put(saver, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    plan = put_plan(saver, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    is_head = head_put_of(saver, "t")
+    pruned = []
+
+    def on_batch(step: list[Any]) -> None:
+        if any(is_head(r) for r in step) and not pruned:
+            with monkeypatch.context() as m:
+                m.setattr(thread_edits, "datetime", _AheadClock)
+                pruner.prune(["t"])
+            pruned.append(True)
+
+    drive(saver, plan, on_batch)
+    assert pruned
+    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "2" * BIG
+
+
+def test_a_saver_forgets_the_large_values_its_own_prune_deleted(make_saver: Callable[[], S3Saver]) -> None:
+    """A saver that read a checkpoint and then pruned it must not remember the checkpoint's large value as stored: a
+    fork from that checkpoint writes the value again, and reads back."""
+    saver = make_saver()
+    put(saver, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    put(saver, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    assert saver.get_tuple(cfg("t", "", cid(1))) is not None  # how a fork starts
+    saver.prune(["t"])
+    put(saver, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="fork")
+    reader = make_saver()
+    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+    assert ids(reader.list(cfg("t"))) == [cid(3), cid(2)]
+
+
+def test_prune_keeps_an_older_value_that_a_fork_committed_meanwhile_reuses(
+    make_saver: Callable[[], S3Saver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of an older checkpoint reuses that checkpoint's large value (offered with If-None-Match, found existing,
+    not rewritten). If the fork commits while prune runs, prune must not delete the value under the fork's head: prune
+    reads the head again before it deletes large values, and keeps what it references."""
+    monkeypatch.setattr(thread_edits, "PRUNE_GRACE", timedelta(0))  # stands in for a value written long ago
+    writer, pruner, forker = make_saver(), make_saver(), make_saver()
+    put(writer, "t", cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)})
+    put(writer, "t", cid(2), cid(1), values={"big": "2" * BIG}, versions={"big": ver(2)})
+    assert forker.get_tuple(cfg("t", "", cid(1))) is not None  # a fork starts by reading its checkpoint
+    original = pruner.plans._prune_scope
+
+    def scope_then_a_fork(thread_id: str, ns: str) -> Any:
+        scope = yield from original(thread_id, ns)
+        put(forker, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="update")
+        return scope
+
+    pruner.plans._prune_scope = scope_then_a_fork  # type: ignore[method-assign]
+    pruner.prune(["t"])
+    latest = make_saver().get_tuple(cfg("t"))
+    assert latest is not None and latest.checkpoint["id"] == cid(3)
+    assert latest.checkpoint["channel_values"]["big"] == "1" * BIG

@@ -161,7 +161,7 @@ def test_head_without_record_is_repaired_on_read(counted: Counted, s3_server: Lo
     saver, _ = counted
     thread = f"t-{uuid4().hex}"
     config = _chain(saver, thread, 3)
-    record_key = saver._core.layout.record(thread, "", config["configurable"]["checkpoint_id"])
+    record_key = saver.plans.layout.record(thread, "", config["configurable"]["checkpoint_id"])
     s3_server.client().delete_object(Bucket=bucket, Key=record_key)
     latest = saver.get_tuple({"configurable": {"thread_id": thread}})
     assert latest is not None and latest.config == config

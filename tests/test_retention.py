@@ -84,7 +84,7 @@ def test_expire_threads_keeps_a_thread_written_after_it_was_judged_idle(
     _history(saver, "idle", 1)
     latest = writer.get_tuple({"configurable": {"thread_id": "busy"}})
     assert latest is not None
-    name_of = saver._core._name_of
+    name_of = saver.plans._name_of
 
     def name_of_then_a_write(segment: str, where: str) -> Any:
         thread_id = yield from name_of(segment, where)
@@ -92,7 +92,7 @@ def test_expire_threads_keeps_a_thread_written_after_it_was_judged_idle(
             writer.put(latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
         return thread_id
 
-    saver._core._name_of = name_of_then_a_write  # type: ignore[method-assign]
+    saver.plans._name_of = name_of_then_a_write  # type: ignore[method-assign]
     assert saver.expire_threads(timedelta(seconds=-60)) == ["idle"]
     kept = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
     assert kept.get_tuple({"configurable": {"thread_id": "busy"}}).metadata["step"] == 9
@@ -118,7 +118,7 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
     sub = {"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}
     sub_latest, root_latest = writer.get_tuple(sub), writer.get_tuple(root)
     assert sub_latest is not None and root_latest is not None
-    root_head = saver._core.layout.head("busy", "")
+    root_head = saver.plans.layout.head("busy", "")
     shell = saver.bucket_io
     send = shell._send
     moved: list[bool] = []
@@ -161,7 +161,7 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
     _history(saver, "busy", 2)
     sub_latest = writer.get_tuple({"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}})
     assert sub_latest is not None
-    root_head = saver._core.layout.head("busy", "")
+    root_head = saver.plans.layout.head("busy", "")
     send = saver.bucket_io._send
 
     def send_and_die_putting_back(request: Any, *deadline: Any) -> Any:
@@ -179,7 +179,7 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
     outcomes = {n.checkpoint_ns: n for n in fresh.repair_thread("busy").namespaces}
     assert outcomes[""].status == "deleting" and "expire_threads" in outcomes[""].reason
     assert "put this head back" in outcomes[""].reason
-    found = fresh.bucket_io.iterate(verify_thread(fresh._core.layout, fresh._core.codec, "busy"))
+    found = fresh.bucket_io.iterate(verify_thread(fresh.plans.layout, fresh.plans.codec, "busy"))
     assert [p.problem for p in found if isinstance(p, Problem) and "expire_threads" in p.problem]
     for s in (saver, writer, fresh):
         s.close()
@@ -207,7 +207,7 @@ def test_expire_threads_judges_the_head_not_a_foreign_key_beside_it(
     old foreign object sorting before ``head`` (``h_notes``) made a live thread look idle and expired it."""
     client = s3_server.client()
     saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
-    client.put_object(Bucket=bucket, Key=saver._core.layout.ns("live", "") + "h_notes", Body=b"not ours")
+    client.put_object(Bucket=bucket, Key=saver.plans.layout.ns("live", "") + "h_notes", Body=b"not ours")
     time.sleep(2.5)
     _history(saver, "live", 1)
     assert saver.expire_threads(timedelta(seconds=2)) == []
@@ -223,7 +223,7 @@ def test_expire_threads_judges_heads_in_namespace_folders_only(
     client = s3_server.client()
     saver = S3Saver(bucket=bucket, prefix=prefix, client=client)
     _history(saver, "idle", 1)
-    layout = saver._core.layout
+    layout = saver.plans.layout
     time.sleep(2.5)
     client.put_object(Bucket=bucket, Key=f"{layout.namespaces('idle')}a.b/head", Body=b"not ours, and new")
     client.put_object(Bucket=bucket, Key=f"{layout.threads_root}x.y/ns/~/head", Body=b"not ours either")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import operator
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 from uuid import uuid4
 
 import pytest
-from helpers import RequestCounter
+from helpers import RequestCounter, cfg, cid, ids, put, saver_factory
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
@@ -271,3 +272,118 @@ def test_writes_order_matches_in_memory_saver_randomized() -> None:
             for _ in range(rng.randint(1, 5))
         ]
         _same_writes_as_in_memory(S3Saver(bucket="b", client=MemoryBucket()), calls)
+
+
+@pytest.fixture
+def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
+    with saver_factory(s3_server, bucket, prefix) as make:
+        yield make
+
+
+WRITE_CALLS = [
+    ("task-a", [("__interrupt__", "first question")]),
+    ("task-a", [("__resume__", "first answer"), ("x", 1), ("y", 2)]),
+    ("task-a", [("__interrupt__", "second question")]),
+    ("task-a", [("__resume__", "second answer"), ("x", 10)]),
+    ("task-a", [("x", 100), ("z", 3)]),
+    ("task-b", [("y", "b1")]),
+    ("task-b", [("y", "b2"), ("w", "b3")]),
+    ("task-b", [("__error__", "boom")]),
+    ("task-b", [("__error__", "boom again")]),
+]
+
+
+def test_writes_of_a_tasks_many_put_writes_calls_merge_as_in_memory_saver(make_saver: Callable[[], S3Saver]) -> None:
+    """Writes are kept per (task, index), as InMemorySaver keeps them, whatever put_writes call they came in: a task's
+    later calls (a second resume value, a special write in a combined call, regular writes after a resume) are each kept
+    at their index, not dropped nor written over another index, and a fresh saver reads them back the same way."""
+    saver, fresh, memory = make_saver(), make_saver(), InMemorySaver()
+    for target in (saver, memory):
+        config = put(target, "t", cid(1))
+        for task, writes in WRITE_CALLS:
+            target.put_writes(config, writes, task)
+    expected = memory.get_tuple(cfg("t")).pending_writes
+    assert saver.get_tuple(cfg("t")).pending_writes == expected
+    assert fresh.get_tuple(cfg("t", "", cid(1))).pending_writes == expected
+    assert next(iter(fresh.list(cfg("t")))).pending_writes == expected
+
+
+class TwoNodes(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def two_parallel_nodes(checkpointer: Any) -> tuple[Any, dict[str, int]]:
+    """``asks_twice`` interrupts twice, then completes; ``flaky`` (parallel) fails its first three runs, so
+    the step that ``asks_twice`` completes in does not finish: its writes must be read back from storage."""
+    calls = {"flaky": 0, "asks_twice": 0}
+    asked = threading.Event()
+
+    def asks_twice(state: TwoNodes) -> dict[str, Any]:
+        calls["asks_twice"] += 1
+        try:
+            first = interrupt("first?")
+            second = interrupt("second?")
+            return {"log": [f"asked:{first}:{second}"]}
+        finally:
+            asked.set()
+
+    def flaky(state: TwoNodes) -> dict[str, Any]:
+        calls["flaky"] += 1
+        if calls["flaky"] < 4:
+            # Fail only once the other node has ended and its writes are stored (a failure first would
+            # cancel it, and which one wins would be a race).
+            asked.wait(10)
+            asked.clear()
+            time.sleep(0.5)
+            raise RuntimeError(f"flaky failure {calls['flaky']}")
+        return {"log": ["flaky"]}
+
+    builder = StateGraph(TwoNodes)
+    builder.add_node("asks_twice", asks_twice)
+    builder.add_node("flaky", flaky)
+    builder.add_edge(START, "asks_twice")
+    builder.add_edge(START, "flaky")
+    builder.add_edge("asks_twice", END)
+    builder.add_edge("flaky", END)
+    return builder.compile(checkpointer=checkpointer), calls
+
+
+def test_a_node_interrupting_twice_beside_a_failing_node_runs_as_with_in_memory_saver(
+    make_saver: Callable[[], S3Saver],
+) -> None:
+    """A node interrupts twice and completes beside a parallel node that keeps failing: its completing call
+    ``put_writes([resume, resume, log])`` is stored (a stored batch of the same task must not refuse it), so the
+    completed node does not run a fourth time on the last resume. The graph runs and ends exactly as with
+    InMemorySaver."""
+    results = []
+    for checkpointer in (InMemorySaver(), make_saver()):
+        graph, calls = two_parallel_nodes(checkpointer)
+        config = {"configurable": {"thread_id": "g"}}
+        outputs: list[Any] = []
+        for command in ({"log": []}, Command(resume="one"), Command(resume="two"), None):
+            try:
+                out = graph.invoke(command, config)
+            except RuntimeError as exc:
+                outputs.append(str(exc))
+                continue
+            # Interrupt ids derive from random task ids: compare the questions asked.
+            outputs.append({k: [i.value for i in v] if k == "__interrupt__" else v for k, v in out.items()})
+        state = graph.get_state(config)
+        results.append((outputs, state.values, state.next, calls))
+    assert results[1] == results[0]
+    assert sorted(results[1][1]["log"]) == ["asked:one:two", "flaky"]
+    assert results[1][3] == {"flaky": 4, "asks_twice": 3}  # its completed run's writes were kept
+
+
+def test_writes_for_a_checkpoint_without_a_record_belong_to_no_checkpoint(make_saver: Callable[[], S3Saver]) -> None:
+    """Writes stored for a checkpoint id that has no record (here: never put) belong to no checkpoint: list() and
+    get_tuple() do not attribute them to the next newer record."""
+    saver = make_saver()
+    put(saver, "t", cid(1))
+    put(saver, "t", cid(3), cid(1))
+    saver.put_writes(cfg("t", "", cid(2)), [("x", "stray")], "task")
+    listed = list(saver.list(cfg("t")))
+    assert ids(listed) == [cid(3), cid(1)]
+    assert [t.pending_writes for t in listed] == [[], []]
+    assert saver.get_tuple(cfg("t")).pending_writes == []

@@ -384,7 +384,7 @@ def test_options_from_env_overrides_the_url() -> None:
     try:
         assert (saver.bucket, saver.prefix) == ("b", "p")
         assert saver.client.meta.region_name == "us-east-2"
-        assert saver._core.inline_threshold == 10
+        assert saver.plans.inline_threshold == 10
     finally:
         saver.close()
 

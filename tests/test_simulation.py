@@ -155,7 +155,7 @@ def run_scenario(sc: Scenario, fault: Fault | None, variant: str, labels: list[l
         # rebuilds only heads lost outside the protocol, never one a crash left uncommitted).
         for thread in dict.fromkeys((*sc.threads, ctx.get("thread", "t"))):
             repairer = w.saver()
-            run_plan(repairer, repair_plan(repairer._core, thread, dry_run=False))
+            run_plan(repairer, repair_plan(repairer.plans, thread, dry_run=False))
     if op.status != "returned":
         if sc.kind == "maintenance":
             after = before.clone()
@@ -237,7 +237,7 @@ def _put_scenario(
         elif isinstance(read, int):
             run_plan(
                 s,
-                s._core.get_tuple(
+                s.plans.get_tuple(
                     {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid(read)}}
                 ),
             )
@@ -376,14 +376,14 @@ def _old_and_new(w: World) -> dict[str, Any]:
 
 
 def _copy_exists(w: World, saver: S3Saver, ctx: dict[str, Any]) -> None:
-    run_plan(saver, saver._core.delete_thread("u"))
+    run_plan(saver, saver.plans.delete_thread("u"))
 
 
 MAINTENANCE_SCENARIOS = [
     _maintenance(
         "delete_for_runs of the latest run (head moves back)",
         _two_runs,
-        lambda s, ctx: s._core.delete_for_runs(["r2"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
         lambda o, ctx: o.delete_for_runs(["r2"]),
         betweens=(None, COMMIT),
         variants=("404", "412"),
@@ -391,44 +391,44 @@ MAINTENANCE_SCENARIOS = [
     _maintenance(
         "delete_for_runs of an older run (head stays)",
         _two_runs,
-        lambda s, ctx: s._core.delete_for_runs(["r1"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
         lambda o, ctx: o.delete_for_runs(["r1"]),
     ),
     _maintenance(
         "delete_for_runs of the thread's only run (head deleted If-Match)",
         lambda w: history(w, runs=("r1", "r1")),
-        lambda s, ctx: s._core.delete_for_runs(["r1"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
         lambda o, ctx: o.delete_for_runs(["r1"]),
         variants=("404", "412"),
     ),
     _maintenance(
         "delete_for_runs across two namespaces",
         _two_ns,
-        lambda s, ctx: s._core.delete_for_runs(["r2"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
         lambda o, ctx: o.delete_for_runs(["r2"]),
     ),
     _maintenance(
         "delete_for_runs with an uncommitted leftover below the head",
         _with_leftover,
-        lambda s, ctx: s._core.delete_for_runs(["r2"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
         lambda o, ctx: o.delete_for_runs(["r2"]),
     ),
     _maintenance(
         "prune keep_latest",
         lambda w: history(w, runs=("r1", "r1", "r2")),
-        lambda s, ctx: s._core.prune(["t"], "keep_latest"),
+        lambda s, ctx: s.plans.prune(["t"], "keep_latest"),
         lambda o, ctx: o.prune(["t"]),
     ),
     _maintenance(
         "prune keep_latest with an uncommitted leftover",
         _with_leftover,
-        lambda s, ctx: s._core.prune(["t"], "keep_latest"),
+        lambda s, ctx: s.plans.prune(["t"], "keep_latest"),
         lambda o, ctx: o.prune(["t"]),
     ),
     _maintenance(
         "copy_thread (two namespaces)",
         _two_ns,
-        lambda s, ctx: s._core.copy_thread("t", "u"),
+        lambda s, ctx: s.plans.copy_thread("t", "u"),
         lambda o, ctx: o.copy_thread("t", "u"),
         threads=("t", "u"),
         on_exists=_copy_exists,
@@ -436,13 +436,13 @@ MAINTENANCE_SCENARIOS = [
     _maintenance(
         "delete_thread (two namespaces)",
         _two_ns,
-        lambda s, ctx: s._core.delete_thread("t"),
+        lambda s, ctx: s.plans.delete_thread("t"),
         lambda o, ctx: o.delete_thread("t"),
     ),
     _maintenance(
         "expire_threads (one idle thread, one live)",
         _old_and_new,
-        lambda s, ctx: s._core.expire_threads(timedelta(days=7), dry_run=False),
+        lambda s, ctx: s.plans.expire_threads(timedelta(days=7), dry_run=False),
         lambda o, ctx: o.delete_thread("old"),
     ),
 ]
@@ -496,16 +496,16 @@ def _sealed_then(change: str) -> Callable[[World], dict[str, Any]]:
         run_plan(w.saver(), _gc_plan(w.saver()))
         assert w.bucket.keys("_gc/"), "the first gc sealed the thread"
         if change == "rollback":
-            run_plan(w.saver(), w.saver()._core.delete_for_runs(["r2"]))
+            run_plan(w.saver(), w.saver().plans.delete_for_runs(["r2"]))
             w.oracle.delete_for_runs(["r2"])
         elif change == "prune":
-            run_plan(w.saver(), w.saver()._core.prune(["t"], "keep_latest"))
+            run_plan(w.saver(), w.saver().plans.prune(["t"], "keep_latest"))
             w.oracle.prune(["t"])
         elif change == "crashed rollback":
             # delete_for_runs(r2) dies once the head is back on c20, before deleting c30: the next commit
             # leaves c30 an orphan inside the sealed range, which the seal's digest alone still matches.
             s = w.saver()
-            op = Op("delete_for_runs", s, s._core.delete_for_runs(["r2"]))
+            op = Op("delete_for_runs", s, s.plans.delete_for_runs(["r2"]))
             while op.running and not any(isinstance(r, Put) and r.key.endswith("/head") for r, _ in op.applied):
                 op.step()
             if op.running:
@@ -586,10 +586,10 @@ def _seq_late_writes_after(operation: str) -> Callable[[World], None]:
         ctx = history(w, runs=("r1", "r1", "r2"))
         s = w.saver()
         if operation == "prune":
-            run_plan(s, s._core.prune(["t"], "keep_latest"))
+            run_plan(s, s.plans.prune(["t"], "keep_latest"))
             w.oracle.prune(["t"])
         else:
-            run_plan(s, s._core.delete_for_runs(["r1"]))
+            run_plan(s, s.plans.delete_for_runs(["r1"]))
             w.oracle.delete_for_runs(["r1"])
         # A straggler's writes for a checkpoint that is gone now (task of c20).
         w.put_writes(ctx["W"], "t", 20, [("x", "late")], "straggler")
@@ -600,7 +600,7 @@ def _seq_late_writes_after(operation: str) -> Callable[[World], None]:
 def _seq_leftover_then_delete_for_runs(w: World) -> None:
     _with_leftover(w)
     s = w.saver()
-    run_plan(s, s._core.delete_for_runs(["r2"]))
+    run_plan(s, s.plans.delete_for_runs(["r2"]))
     w.oracle.delete_for_runs(["r2"])
 
 
@@ -636,15 +636,15 @@ def _folder_marker(key: str, op: str) -> Callable[[World], None]:
         w.bucket.execute(Put(real, b"" if real.endswith("/") else b"not ours"))
         s = w.saver()
         if op == "prune":
-            o = Op(op, s, s._core.prune(["t"], "keep_latest")).finish()
+            o = Op(op, s, s.plans.prune(["t"], "keep_latest")).finish()
             if o.status == "returned":
                 w.oracle.prune(["t"])
         elif op == "delete_for_runs":
-            o = Op(op, s, s._core.delete_for_runs(["r2"])).finish()
+            o = Op(op, s, s.plans.delete_for_runs(["r2"])).finish()
             if o.status == "returned":
                 w.oracle.delete_for_runs(["r2"])
         elif op == "copy_thread":
-            o = Op(op, s, s._core.copy_thread("t", "u")).finish()
+            o = Op(op, s, s.plans.copy_thread("t", "u")).finish()
             if o.status == "returned":
                 w.oracle.copy_thread("t", "u")
         elif op == "put":
@@ -815,15 +815,15 @@ def _put_and(operation: str, run: str = "r2") -> Callable[[World], tuple[list[Ac
         putter = Actor(w.put_op(s, spec), spec=spec)
         m = w.saver()
         if operation == "delete_for_runs":
-            other = Actor(Op(operation, m, m._core.delete_for_runs(["r2"])), effect=lambda o: o.delete_for_runs(["r2"]))
+            other = Actor(Op(operation, m, m.plans.delete_for_runs(["r2"])), effect=lambda o: o.delete_for_runs(["r2"]))
             # Continuing c30 (run r2) after the rollback moved the head off it must fail, whatever its run.
             putter.may_conflict = True
         elif operation == "prune":
-            other = Actor(Op(operation, m, m._core.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"]))
+            other = Actor(Op(operation, m, m.plans.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"]))
         elif operation == "gc":
             other = Actor(Op(operation, m, _gc_plan(m)), effect=lambda o: None)
         elif operation == "copy_thread":
-            other = Actor(Op(operation, m, m._core.copy_thread("t", "u")), effect=lambda o: o.copy_thread("t", "u"))
+            other = Actor(Op(operation, m, m.plans.copy_thread("t", "u")), effect=lambda o: o.copy_thread("t", "u"))
         else:
             raise AssertionError(operation)
         return [putter, other], False
@@ -845,9 +845,9 @@ def _writes_and(operation: str) -> Callable[[World], tuple[list[Actor], bool]]:
         )
         m = w.saver()
         if operation == "prune":
-            other = Actor(Op(operation, m, m._core.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"]))
+            other = Actor(Op(operation, m, m.plans.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"]))
         else:
-            other = Actor(Op(operation, m, m._core.delete_for_runs(["r1"])), effect=lambda o: o.delete_for_runs(["r1"]))
+            other = Actor(Op(operation, m, m.plans.delete_for_runs(["r1"])), effect=lambda o: o.delete_for_runs(["r1"]))
         return [writer, other], False
 
     return build
@@ -921,7 +921,7 @@ def test_interleavings_three_plans() -> None:
                 w.writes_op(w.saver(), "t", ctx["head"], writes, "w"),
                 effect=lambda o: o.put_writes(config, writes, "w", ""),
             ),
-            Actor(Op("prune", m, m._core.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"])),
+            Actor(Op("prune", m, m.plans.prune(["t"], "keep_latest")), effect=lambda o: o.prune(["t"])),
         ], False
 
     runs, failures = _interleave("put/put_writes/prune", build)
@@ -1025,23 +1025,23 @@ class Protocol(RuleBasedStateMachine):
     @rule(run=st.sampled_from(["r1", "r2", "r3"]), fault=faults)
     def delete_for_runs(self, run: str, fault: tuple[str, int, int, int]) -> None:
         self._maintenance(
-            "delete_for_runs", lambda s: s._core.delete_for_runs([run]), lambda o: o.delete_for_runs([run]), fault
+            "delete_for_runs", lambda s: s.plans.delete_for_runs([run]), lambda o: o.delete_for_runs([run]), fault
         )
 
     @rule(fault=faults)
     def prune(self, fault: tuple[str, int, int, int]) -> None:
-        self._maintenance("prune", lambda s: s._core.prune(["t"], "keep_latest"), lambda o: o.prune(["t"]), fault)
+        self._maintenance("prune", lambda s: s.plans.prune(["t"], "keep_latest"), lambda o: o.prune(["t"]), fault)
 
     @rule(fault=faults)
     def copy_and_delete(self, fault: tuple[str, int, int, int]) -> None:
         target = f"copy{self.copies}"
         self.copies += 1
         self._maintenance(
-            "copy_thread", lambda s: s._core.copy_thread("t", target), lambda o: o.copy_thread("t", target), fault
+            "copy_thread", lambda s: s.plans.copy_thread("t", target), lambda o: o.copy_thread("t", target), fault
         )
         self._maintenance(
             "delete_thread",
-            lambda s: s._core.delete_thread(target),
+            lambda s: s.plans.delete_thread(target),
             lambda o: o.delete_thread(target),
             ("none", 0, 0, 0),
         )
@@ -1175,7 +1175,7 @@ ROLLBACK_WRITES_SCENARIOS = [
     _maintenance(
         "delete_for_runs of a run that resumed an interrupt and committed (its writes on the resumed checkpoint go)",
         _resumed,
-        lambda s, ctx: s._core.delete_for_runs(["r1"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
         lambda o, ctx: o.delete_for_runs(["r1"]),
         betweens=(None, COMMIT),
         variants=("404", "412"),
@@ -1184,7 +1184,7 @@ ROLLBACK_WRITES_SCENARIOS = [
     _maintenance(
         "delete_for_runs of a run that only wrote (resumed, never committed)",
         lambda w: _resumed(w, commits=False),
-        lambda s, ctx: s._core.delete_for_runs(["r1"]),
+        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
         lambda o, ctx: o.delete_for_runs(["r1"]),
         betweens=(None, COMMIT),
         variants=("404", "412"),
@@ -1220,7 +1220,7 @@ def test_writes_to_another_runs_checkpoint_are_rolled_back_whatever_landed() -> 
         op = w.writes_op(writer, "t", ctx["S"], writes, "ask", run="r2", path="~pull, ask").finish(fault)
         w.settle_writes(op, "t", ctx["S"], writes, "ask", run="r2", path="~pull, ask")
         problems = w.check({"fresh saver": w.saver()}, light=True)
-        rollback = Op("delete_for_runs", w.saver(), w.saver()._core.delete_for_runs(["r2"])).finish()
+        rollback = Op("delete_for_runs", w.saver(), w.saver().plans.delete_for_runs(["r2"])).finish()
         if rollback.status != "returned":
             problems.append(f"delete_for_runs raised {rollback.error!r}")
         w.oracle.delete_for_runs(["r2"])
@@ -1246,7 +1246,7 @@ def _writes_during_rollback(run: str) -> Callable[[World], tuple[list[Actor], bo
         return [
             Actor(op, effect=lambda o: o.put_writes(config, writes, "ask", "~pull, ask", run)),
             Actor(
-                Op("delete_for_runs", m, m._core.delete_for_runs(["r1"])), effect=lambda o: o.delete_for_runs(["r1"])
+                Op("delete_for_runs", m, m.plans.delete_for_runs(["r1"])), effect=lambda o: o.delete_for_runs(["r1"])
             ),
         ], False
 

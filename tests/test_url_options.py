@@ -8,6 +8,8 @@ or a value that is wrong for its option, is refused by every entry point with a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -32,6 +34,7 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint.cache import S3Cache
 from langgraph_s3_checkpoint.options import CACHE, SAVER, STORE, URL_OPTIONS, parse_url
+from langgraph_s3_checkpoint.server import options_from_env
 
 BUCKET = "lgs3-url-options"
 SHARED = "vector_shards=32&inline_threshold=10&cache_bytes=0&memory_bytes=0&ttl_days=3&operation_timeout=7"
@@ -212,3 +215,220 @@ def test_a_keyword_argument_of_another_component_is_refused_naming_its_users() -
     ):
         with pytest.raises(InvalidConfigError, match=f"{name} is an option of the {users}"):
             build()
+
+
+def test_unknown_url_option_names_it_and_the_valid_ones() -> None:
+    with pytest.raises(InvalidConfigError) as raised:
+        parse_url("s3://b/p?inline_treshold=10")
+    message = str(raised.value)
+    assert "'inline_treshold'" in message and "inline_threshold" in message and "read_timeout" in message
+    with (
+        pytest.raises(InvalidConfigError, match="inline_treshold"),
+        S3Saver.from_conn_string("s3://b/p?inline_treshold=10"),
+    ):
+        pass
+    # A misspelt keyword argument is the same error, not a TypeError from boto3.
+    with pytest.raises(InvalidConfigError, match="inline_treshold"):
+        S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", inline_treshold=10)
+
+
+def test_every_documented_url_option_is_parsed_to_its_type() -> None:
+    url = (
+        "s3://b/p?endpoint_url=http://127.0.0.1:9&region=eu-west-1&addressing_style=path"
+        "&connect_timeout=1.5&read_timeout=2&operation_timeout=30&max_attempts=4&inline_threshold=10"
+        "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
+        "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
+        "&transport=direct&extra_headers=X-Tigris-Consistent:true&request_checksum_calculation=when_supported"
+        "&response_checksum_validation=when_required&vector_shards=8"
+    )
+    bucket, prefix, options = parse_url(url)
+    assert (bucket, prefix) == ("b", "p")
+    assert options == {
+        "endpoint_url": "http://127.0.0.1:9",
+        "region_name": "eu-west-1",
+        "addressing_style": "path",
+        "connect_timeout": 1.5,
+        "read_timeout": 2.0,
+        "operation_timeout": 30.0,
+        "max_attempts": 4,
+        "inline_threshold": 10,
+        "compress_threshold": 20,
+        "max_concurrency": 3,
+        "ttl_days": 7,
+        "cache_bytes": 0,
+        "memory_bytes": 1024,
+        "create_bucket": True,
+        "require_conditional_writes": False,
+        "server_side_encryption": "AES256",
+        "sse_kms_key_id": "k",
+        "sse_customer_key": "c",
+        "transport": "direct",
+        "extra_headers": (("X-Tigris-Consistent", "true"),),
+        "request_checksum_calculation": "when_supported",
+        "response_checksum_validation": "when_required",
+        "vector_shards": 8,
+    }
+    assert set(URL_OPTIONS) == {"region", *(k for k in options if k != "region_name")}
+    # The documentation's table names each of them.
+    docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    for name in URL_OPTIONS:
+        assert f"| `{name}` |" in docs, name
+    # ?read_timeout=2 reaches the client as a float (urllib3 cannot use the string).
+    with S3Saver.from_conn_string(
+        "s3://b/p?read_timeout=2&connect_timeout=1&max_attempts=2", endpoint_url="http://127.0.0.1:9"
+    ) as saver:
+        config = saver.client.meta.config
+        assert (config.read_timeout, config.connect_timeout) == (2.0, 1.0)
+        assert config.retries["total_max_attempts"] == 2
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "create_bucket=ture",
+        "create_bucket=",
+        "require_conditional_writes=2",
+        "read_timeout=soon",
+        "read_timeout=-1",
+        "max_attempts=0",
+        "inline_threshold=lots",
+        "transport=http",
+        "addressing_style=sideways",
+        "request_checksum_calculation=always",
+        "extra_headers=X-Tigris-Consistent",
+    ],
+)
+def test_bad_option_values_are_config_errors(query: str) -> None:
+    with pytest.raises(InvalidConfigError, match=query.split("=")[0]):
+        parse_url(f"s3://b/p?{query}")
+
+
+def test_url_and_server_environment_share_one_boolean_parser() -> None:
+    for value, expected in (("true", True), ("On", True), ("1", True), ("no", False), ("FALSE", False)):
+        assert parse_url(f"s3://b?create_bucket={value}")[2]["create_bucket"] is expected
+        env = {"LANGGRAPH_S3_URL": "s3://b", "LANGGRAPH_S3_CREATE_BUCKET": value}
+        assert options_from_env(env)[1]["create_bucket"] is expected
+    for value in ("ture", "maybe", "2"):
+        with pytest.raises(InvalidConfigError):
+            parse_url(f"s3://b?create_bucket={value}")
+        with pytest.raises(InvalidConfigError):
+            options_from_env({"LANGGRAPH_S3_URL": "s3://b", "LANGGRAPH_S3_CREATE_BUCKET": value})
+
+
+def test_keyword_values_of_the_wrong_type_are_config_errors() -> None:
+    for kwargs in (
+        {"read_timeout": "soon"},
+        {"max_attempts": 2.5},
+        {"connect_timeout": 0},
+        {"create_bucket": "true"},
+        {"inline_threshold": "10"},
+        {"operation_timeout": -1},
+    ):
+        with pytest.raises(InvalidConfigError):
+            S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", **kwargs)
+
+
+_LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aws_secret_access_key": "secret"}
+
+
+@pytest.mark.parametrize("kind", [S3Saver, S3Store, AsyncS3Saver, AsyncS3Store])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"bucket": 5}, "bucket"),
+        ({"bucket": ""}, "bucket"),
+        ({"bucket": "agents--usw2-az1--x-s3"}, "directory bucket"),
+        ({"prefix": 5}, "prefix"),
+        ({"prefix": "prod//agents"}, "'prod//agents'"),  # SeaweedFS stores it as prod/agents: lists would miss
+        ({"prefix": "prod\\agents"}, "backslash"),
+        ({"prefix": "prod/../agents"}, "'..'"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": "4"}, "max_concurrency"),
+        ({"compress_threshold": -1}, "compress_threshold"),
+        ({"compress_threshold": True}, "compress_threshold"),
+        ({"create_bucket": "no"}, "create_bucket"),
+        ({"require_conditional_writes": 0}, "require_conditional_writes"),
+        ({"serde": 42}, "serde"),
+        ({"server_side_encryption": "AES-256"}, "server_side_encryption"),
+        ({"sse_kms_key_id": "alias/agents"}, "sse_kms_key_id needs server_side_encryption='aws:kms'"),
+        ({"sse_customer_key": "too short"}, "sse_customer_key must be a 256-bit AES key"),
+        ({"sse_customer_key": "k" * 32, "server_side_encryption": "AES256"}, "exclude each other"),
+    ],
+)
+def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[str, Any], named: str) -> None:
+    """One check for both (options.py): refused at construction, naming the option, before any request."""
+    with pytest.raises(InvalidConfigError, match=named) as refused:
+        kind(**{"bucket": "b", **options}, **_LOCAL)
+    assert "too short" not in str(refused.value)  # a customer key is a secret: its length is named, not the key
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"vector_shards": 0}, "vector_shards"),
+        ({"vector_shards": 257}, "vector_shards"),
+        ({"vector_shards": "4"}, "vector_shards"),
+        ({"ttl": 5}, "ttl must be a TTLConfig"),
+        ({"ttl": {"default_tl": 5}}, "default_tl"),
+        ({"ttl": {"default_ttl": -1}}, "default_ttl"),
+        ({"ttl": {"default_ttl": "10"}}, "default_ttl"),
+        ({"ttl": {"sweep_interval_minutes": 0}}, "sweep_interval_minutes"),
+        ({"ttl": {"refresh_on_read": "no"}}, "refresh_on_read"),
+        ({"ttl": {"omit_expired": 1}}, "omit_expired"),
+        ({"index": {"dims": 3}}, "embed"),
+        ({"index": {"dims": 3, "embed": 42}}, "embed"),
+        ({"index": {"dims": 0, "embed": lambda texts: [[0.0] for _ in texts]}}, "dims"),
+        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "fields": "text"}}, "fields"),
+        ({"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "field": ["a"]}}, r"\['field'\]"),
+        (
+            {"index": {"dims": 1, "embed": lambda texts: [[0.0] for _ in texts], "distance_type": "hamming"}},
+            "distance_type",
+        ),
+        (
+            {
+                "index": {
+                    "dims": 1,
+                    "embed": lambda texts: [[0.0] for _ in texts],
+                    "fields": ["a"],
+                    "text_fields": ["b"],
+                }
+            },
+            "both 'fields'",
+        ),
+    ],
+)
+def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidConfigError, match=named):
+        S3Store(bucket="b", **options, **_LOCAL)
+
+
+@pytest.mark.parametrize("kind", [S3Saver, S3Store])
+def test_an_untyped_serde_is_wrapped_as_langgraph_does(kind: Any) -> None:
+    """LangGraph still accepts a serializer with only dumps/loads (``maybe_add_typed_methods``); so do we."""
+
+    class Untyped:
+        def dumps(self, obj: Any) -> bytes:
+            return json.dumps(obj).encode()
+
+        def loads(self, data: bytes) -> Any:
+            return json.loads(data)
+
+    with contextlib.closing(kind(bucket="b", serde=Untyped(), **_LOCAL)) as made:
+        kind_name, data = made.serde.dumps_typed({"a": 1})
+        assert made.serde.loads_typed((kind_name, data)) == {"a": 1}
+
+
+def test_good_store_options_are_kept() -> None:
+    embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
+    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
+    with contextlib.closing(
+        S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
+    ) as store:
+        assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
+        # PostgresStore's cosine distance and a store's own index_config (with its tokenized fields) are accepted
+        assert store.index_config is not None
+        with contextlib.closing(S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)):
+            pass
+    for kind in (S3Saver, S3Store):
+        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
+            assert made.prefix == ""
