@@ -241,3 +241,22 @@ def test_gc_after_a_rollback_to_a_detached_checkpoint_keeps_the_history_below_it
     run_gc(saver, grace_seconds=0)
     put(saver, "t", cid(4), cid(2))
     assert ids(make_saver().list(cfg("t"))) == [cid(4), cid(2), cid(1)]
+
+
+def test_a_late_step_of_a_run_after_another_process_rolled_it_back_is_rolled_back_by_the_next_rollback(
+    make_saver: Callable[[], S3Saver],
+) -> None:
+    """A worker that still holds the head of its run's first checkpoint puts the run's next step after another process
+    rolled the run back (the thread is empty again). The step commits as the thread's first checkpoint, as it would
+    on InMemorySaver, so it must index the run again: the worker had left the entries out because the parent it
+    continued was its own run's, but the rollback deleted them with the parent. Without them a second rollback of the
+    run did not find the step, which stayed visible."""
+    worker, operator = make_saver(), make_saver()
+    put(worker, "t", cid(1), run="run-a")
+    operator.delete_for_runs(["run-a"])
+    assert latest_id(make_saver(), "t") is None
+    put(worker, "t", cid(2), cid(1), run="run-a")
+    assert latest_id(make_saver(), "t") == cid(2)
+    operator.delete_for_runs(["run-a"])
+    assert latest_id(make_saver(), "t") is None
+    assert ids(make_saver().list(cfg("t"))) == []

@@ -118,7 +118,8 @@ class Committing(Reading):
         now = datetime.now(timezone.utc)
         values = self._split_values(thread_id, ns, checkpoint, new_versions, basis.parent, now)
         names = [] if basis.parent is not None else self._names(thread_id, ns)  # its head proves them
-        prerequisites = [*values.puts, *self._run_entries(run_id, thread_id, ns, checkpoint_id, basis.parent), *names]
+        run_entries = self._run_entries(run_id, thread_id, ns, checkpoint_id, basis.parent)
+        prerequisites = [*values.puts, *run_entries, *names]
         # Before anything is sent: S3 refusing the record's key while the head sent with it lands would leave a
         # head whose record can never be restored.
         _refuse_long_keys(f"checkpoint {reprlib.repr(checkpoint_id)}", [record_key, *(p.key for p in prerequisites)])
@@ -139,19 +140,23 @@ class Committing(Reading):
                 detached=detached,
             )
 
-        def unsent_blobs() -> list[Put]:
-            """The large values the record references without sending them (the parent's head vouched for them),
-            offered create-only before a put that was to continue the parent commits as a fork instead: the thread
-            has moved past the parent, whose values a prune may have removed since."""
+        def unsent() -> list[Put]:
+            """What the put left out because the parent's head vouched for it, offered create-only before a put that
+            was to continue the parent commits on another head instead: the large values the record references
+            without sending them (a prune may have removed the parent's since), and the run-index entries of a run
+            that wrote the parent (a rollback of that run may have removed them with the parent: without them, the
+            run's next rollback would not find this checkpoint)."""
             sent = {put.key for put in values.puts}
             live = checkpoint["channel_values"]
-            return [
+            blobs = [
                 Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
                 for channel, version in values.blobs.items()
                 if (key := self.layout.blob(thread_id, ns, channel, version)) not in sent and channel in live
             ]
+            entries = [] if run_id is None or run_entries else self._index_entries(run_id, thread_id, ns, checkpoint_id)
+            return [*blobs, *entries]
 
-        committed_etag = yield from self._commit(c, basis, record, unsent_blobs)
+        committed_etag = yield from self._commit(c, basis, record, unsent)
         if names:
             # Offered again once committed: gc may have deleted a name it found alone (a thread or namespace left
             # with nothing else) after the first offer was refused as existing, and before the commit. gc puts
@@ -247,7 +252,7 @@ class Committing(Reading):
         c: _Commit,
         basis: _Basis,
         record: Callable[[str | None, bool], bytes],
-        unsent_blobs: Callable[[], list[Put]],
+        unsent: Callable[[], list[Put]],
     ) -> Plan[str | None]:
         """Send the record and the head until the head PUT lands or :data:`~.fencing.COMMIT_TABLE` says otherwise; the
         committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
@@ -278,7 +283,7 @@ class Committing(Reading):
                     assert refusal is not None
                     yield from self._withdraw(c, refusal_error(refusal, c.thread_id, c.ns, c.parent_id))
                 case JoinAgain():
-                    basis = yield from self._join_again(basis, head_now, unsent_blobs)
+                    basis = yield from self._join_again(basis, head_now, unsent)
         # Meets.ATTEMPTS_SPENT
         detail = f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
         return (yield from self._withdraw(c, CheckpointConflictError(c.thread_id, c.ns, detail)))
@@ -313,11 +318,11 @@ class Committing(Reading):
         return COMMIT_TABLE[refused_write_meets(step, head_is_this)], head_now, step.refused
 
     def _join_again(
-        self, basis: _Basis, head_now: StoredObject | None, unsent_blobs: Callable[[], list[Put]]
+        self, basis: _Basis, head_now: StoredObject | None, unsent: Callable[[], list[Put]]
     ) -> Plan[_Basis]:
         """:class:`~.fencing.JoinAgain`: the next attempt stands on the head read now. A put that was to continue the
-        parent first offers the large values it relied on the parent's head for."""
-        if basis.parent is not None and (offers := unsent_blobs()):
+        parent first offers what it relied on the parent's head for (large values, run-index entries)."""
+        if basis.parent is not None and (offers := unsent()):
             yield [*offers]
         return _Basis(head=head_now)
 
