@@ -8,7 +8,7 @@ One ``S3Saver`` serves every thread, as one server process does. Each thread is 
 checkpoint), so what LangGraph itself keeps is counted too. Python's ``tracemalloc`` measures the bytes allocated
 and still alive after a full garbage collection: once after a warm-up of ``--warmup`` threads, then after every
 ``--every`` threads. Reported: the total retained growth, the saver's own accounted tables (its memory of heads,
-``SaverMemory.retained_bytes``, bounded by ``memory_bytes``; its read cache of bodies, bounded by ``cache_bytes``),
+``Recall.retained_bytes``, bounded by ``memory_bytes``; its read cache of bodies, bounded by ``cache_bytes``),
 and the growth per thread beyond those budgets. Results go to ``results/retained_memory.json``.
 """
 
@@ -76,13 +76,13 @@ def main() -> None:
             graph.invoke({"log": ["in"]}, {"configurable": {"thread_id": f"t-{n}"}})
             if n % args.every == 0 or n == args.threads:
                 total = retained() - baseline
-                accounted = saver.plans.memory.retained_bytes + cache_bytes(saver)
+                accounted = saver.plans.recall.retained_bytes + cache_bytes(saver)
                 previous = samples[-1] if samples else {"threads": 0, "retained_growth_bytes": 0}
                 samples.append(
                     {
                         "threads": n,
                         "retained_growth_bytes": total,
-                        "saver_memory_bytes": saver.plans.memory.retained_bytes,
+                        "saver_memory_bytes": saver.plans.recall.retained_bytes,
                         "read_cache_bytes": cache_bytes(saver),
                         "beyond_budgets_per_thread": max(0, total - accounted) / n,
                         # Once the budgets are full, this is what each further thread costs.
@@ -96,7 +96,7 @@ def main() -> None:
             "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
             "threads": args.threads,
             "warmup": args.warmup,
-            "memory_bytes_budget": saver.plans.memory.max_bytes,
+            "memory_bytes_budget": saver.plans.recall.max_bytes,
             "cache_bytes_budget": saver.bucket_io.cache.max_bytes if saver.bucket_io.cache else 0,
             "seconds": round(time.perf_counter() - started, 1),
             "samples": samples,

@@ -459,7 +459,7 @@ def one_size(s3: dict[str, Any], n: int, args: argparse.Namespace) -> dict[str, 
     row["store_load"] = {"seconds": round(time.perf_counter() - started, 1), "items": n}
     time.sleep(1)
     scounter = Counter()
-    scounter.attach_saver(_Holder(store._io))
+    scounter.attach_saver(_Holder(store._bucket_io))
     row["sweep_due"] = measured(scounter, store.sweep_ttl)
     row["sweep_nothing_due"] = measured(scounter, store.sweep_ttl)
     row["sweep_full"] = measured(scounter, lambda: store.sweep_ttl(full=True))

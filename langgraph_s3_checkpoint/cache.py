@@ -6,7 +6,7 @@ time it ran on the same input, and stores its writes after it ran. Workers that 
 those results: a node one of them computed is served to the others.
 
 Same design as the saver and the store: every operation is a *plan* (a generator yielding batches of independent
-requests, :mod:`._protocol.requests`) in :class:`CacheCore`, driven by ``BucketIO.run`` (the sync methods) or
+requests, :mod:`._protocol.requests`) in :class:`CachePlans`, driven by ``BucketIO.run`` (the sync methods) or
 ``BucketIO.arun`` (the async ones) over the shared I/O shell. Layout under ``{prefix}/cache/`` (see
 :func:`._protocol.keys.namespace_segment` and :func:`._protocol.keys.escape`)::
 
@@ -32,7 +32,7 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 
 from ._protocol import expiry
-from ._protocol.checkpoint_plans import Core
+from ._protocol.checkpoint_plans import CheckpointPlans
 from ._protocol.codec import Codec
 from ._protocol.keys import (
     EXPIRY_TAG,
@@ -267,7 +267,7 @@ class CachedNamespace:
 
 
 @dataclass(frozen=True)
-class CacheCore:
+class CachePlans:
     """Plans for every cache operation over one bucket prefix."""
 
     layout: CacheLayout
@@ -531,7 +531,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
         self.ttl_days = ttl_days
-        self._io = make_bucket_io(
+        self._bucket_io = make_bucket_io(
             client,
             bucket,
             prefix=prefix,
@@ -548,7 +548,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             serves="cache",
         )
         self._codec = Codec(self.serde, compress_threshold=compress_threshold)
-        self._core = CacheCore(layout, CacheCodec(self._codec), now or _utc_now)
+        self._plans = CachePlans(layout, CacheCodec(self._codec), now or _utc_now)
 
     @classmethod
     def from_conn_string(cls, url: str, **kwargs: Any) -> S3Cache[Any]:
@@ -573,37 +573,37 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
     @property
-    def plans(self) -> CacheCore:
+    def plans(self) -> CachePlans:
         """The cache's plans: the handle for tools (the CLI), which run them through :attr:`bucket_io`."""
-        return self._core
+        return self._plans
 
     @property
     def bucket_io(self) -> BucketIO:
         """The I/O shell that runs this cache's plans."""
-        return self._io
+        return self._bucket_io
 
     def close(self) -> None:
         """Release the worker threads and connections. Idempotent; every later call raises
         :class:`SaverMisuseError` naming it (``with``/``async with`` blocks end with this)."""
-        self._io.close()
+        self._bucket_io.close()
 
     # -- drivers: get and set are held to operation_timeout; clear and sweep walk a whole folder ------------
     def _run(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
-        self._io.check_open(what)
-        return self._io.run(plan, bounded=bounded)
+        self._bucket_io.check_open(what)
+        return self._bucket_io.run(plan, bounded=bounded)
 
     async def _arun(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
-        self._io.check_open(what)
-        return await self._io.arun(plan, bounded=bounded)
+        self._bucket_io.check_open(what)
+        return await self._bucket_io.arun(plan, bounded=bounded)
 
     def _setup_plan(self) -> Plan[None]:
-        core = Core(
+        core = CheckpointPlans(
             layout=Layout(self.prefix),
             codec=self._codec,
             ttl=timedelta(days=self.ttl_days) if self.ttl_days else None,
         )
         yield from core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
-        yield from expiry.file_if_empty(self._core.expiring)  # an empty cache's first sweep need not list it all
+        yield from expiry.file_if_empty(self._plans.expiring)  # an empty cache's first sweep need not list it all
 
     # -- BaseCache ------------------------------------------------------------------------------------------
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
@@ -622,11 +622,11 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             InvalidArgumentTypeError: A namespace is not a tuple of strings, or a key is not a string.
             S3CheckpointError: An error every call may raise (see the class docstring).
         """
-        return self._run("get", self._core.get(keys))
+        return self._run("get", self._plans.get(keys))
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """:meth:`get`, awaited: same arguments, result and errors."""
-        return await self._arun("aget", self._core.get(keys))
+        return await self._arun("aget", self._plans.get(keys))
 
     def set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
         """Store values, one PUT each, in one round trip: the last writer wins, and readers see whole entries.
@@ -640,11 +640,11 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             SerializationError: A value cannot be serialized.
             S3CheckpointError: An error every call may raise (see the class docstring).
         """
-        self._run("set", self._core.set(pairs))
+        self._run("set", self._plans.set(pairs))
 
     async def aset(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
         """:meth:`set`, awaited: same arguments and errors."""
-        await self._arun("aset", self._core.set(pairs))
+        await self._arun("aset", self._plans.set(pairs))
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         """Delete the entries of some namespaces, or of the whole cache.
@@ -656,11 +656,11 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
             InvalidArgumentTypeError: A namespace is not a tuple of strings.
             S3CheckpointError: An error every call may raise (see the class docstring).
         """
-        self._run("clear", self._core.clear(namespaces), bounded=False)
+        self._run("clear", self._plans.clear(namespaces), bounded=False)
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         """:meth:`clear`, awaited: same arguments and errors."""
-        await self._arun("aclear", self._core.clear(namespaces), bounded=False)
+        await self._arun("aclear", self._plans.clear(namespaces), bounded=False)
 
     # -- the rest of the API ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -697,11 +697,11 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         Raises:
             S3CheckpointError: An error every call may raise (see the class docstring).
         """
-        return self._run("sweep", self._core.sweep(dry_run=dry_run, full=full), bounded=False)
+        return self._run("sweep", self._plans.sweep(dry_run=dry_run, full=full), bounded=False)
 
     async def asweep(self, *, dry_run: bool = False, full: bool = False) -> CacheSweep:
         """:meth:`sweep`, awaited: same arguments, result and errors."""
-        return await self._arun("asweep", self._core.sweep(dry_run=dry_run, full=full), bounded=False)
+        return await self._arun("asweep", self._plans.sweep(dry_run=dry_run, full=full), bounded=False)
 
 
-__all__ = ["CacheCore", "CacheLayout", "CacheSweep", "CachedNamespace", "S3Cache", "age_of"]
+__all__ = ["CacheLayout", "CachePlans", "CacheSweep", "CachedNamespace", "S3Cache", "age_of"]

@@ -123,8 +123,8 @@ class EffectLedger:
     def __init__(self, saver: BaseS3Saver, *, mode: Mode = "at_least_once") -> None:
         if mode not in ("at_most_once", "at_least_once"):
             raise InvalidConfigError(f"mode must be 'at_most_once' or 'at_least_once', got {mode!r}")
-        self._store = saver._store
-        self._root = f"{saver._core.layout.prefix}effects/"
+        self._bucket_io = saver._bucket_io
+        self._root = f"{saver._plans.layout.prefix}effects/"
         self.mode: Mode = mode
 
     def object_key(self, key: str) -> str:
@@ -157,7 +157,7 @@ class EffectLedger:
             S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
                 :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
         """
-        return self._store.run(self._exists(key))
+        return self._bucket_io.run(self._exists(key))
 
     def mark(self, key: str) -> bool:
         """Mark ``key`` with a create-only PUT.
@@ -170,7 +170,7 @@ class EffectLedger:
             S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
                 :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
         """
-        return self._store.run(self._create(key))
+        return self._bucket_io.run(self._create(key))
 
     def forget(self, key: str) -> None:
         """Remove ``key``'s marker, so the next ``once`` fires again.
@@ -180,7 +180,7 @@ class EffectLedger:
             S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
                 :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
         """
-        self._store.run(self._remove(key))
+        self._bucket_io.run(self._remove(key))
 
     def once(self, key: str, action: Callable[[], object]) -> bool:
         """Run ``action`` unless ``key`` is marked; ``True`` if it ran in this call.
@@ -235,15 +235,15 @@ class EffectLedger:
     # -- async ----------------------------------------------------------------------------------
     async def adone(self, key: str) -> bool:
         """:meth:`done`, awaited: same arguments, result and errors."""
-        return await self._store.arun(self._exists(key))
+        return await self._bucket_io.arun(self._exists(key))
 
     async def amark(self, key: str) -> bool:
         """:meth:`mark`, awaited: same arguments, result and errors."""
-        return await self._store.arun(self._create(key))
+        return await self._bucket_io.arun(self._create(key))
 
     async def aforget(self, key: str) -> None:
         """:meth:`forget`, awaited: same arguments and errors."""
-        await self._store.arun(self._remove(key))
+        await self._bucket_io.arun(self._remove(key))
 
     async def aonce(self, key: str, action: Callable[[], Awaitable[object]]) -> bool:
         """:meth:`once`, awaited; ``action`` returns an awaitable. Same result and errors."""

@@ -31,13 +31,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._protocol.checkpoint_plans import Core
+from ._protocol.checkpoint_plans import CheckpointPlans
 from ._protocol.codec import Codec
-from ._protocol.fencing import DEFAULT_MEMORY_BYTES, SaverMemory
+from ._protocol.fencing import DEFAULT_MEMORY_BYTES, Recall
 from ._protocol.keys import EXPIRY_TAG, Layout
 from ._protocol.repair import RepairReport, SkippingCodec, repair_plan
 from ._protocol.requests import Plan
-from ._transport.asyncio_sender import NativeTransport
+from ._transport.asyncio_sender import AsyncioSender
 from ._transport.bucket_io import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
 from ._transport.direct import DirectTransport
 from ._transport.memory_bucket import MemoryBucket
@@ -258,13 +258,13 @@ def make_bucket_io(
         put_args.update(customer)
         get_args.update(customer)
         copy_args = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": sse_customer_key}
-    memory = isinstance(client, MemoryBucket)
+    in_memory = isinstance(client, MemoryBucket)
     direct: DirectTransport | None = None
     watch: ClientWatch | None = None
     contention = deadline or DEFAULT_OPERATION_TIMEOUT
-    if not memory:
+    if not in_memory:
         speak_like_the_saver(client)  # before the watch looks at the client's handlers
-    if not memory and transport != "boto3":
+    if not in_memory and transport != "boto3":
         try:
             direct = DirectTransport(
                 client,
@@ -293,13 +293,13 @@ def make_bucket_io(
         copy_args=copy_args,
         expiry_tag=expiry_tag,
         direct=direct,
-        native=NativeTransport(direct) if direct and native_async else None,
+        native=AsyncioSender(direct) if direct and native_async else None,
         watch=watch,
         cache=cache,
-        backend=client if memory else None,
+        backend=client if in_memory else None,
         deadline=deadline,
         serves=serves,
-        conditions=None if memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
+        conditions=None if in_memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
         extra_headers=extra_headers,
         contention_seconds=contention,
     )
@@ -438,7 +438,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         self.client = client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
-        self._store = make_bucket_io(
+        self._bucket_io = make_bucket_io(
             client,
             bucket,
             prefix=self.prefix,
@@ -454,24 +454,24 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             deadline=self.operation_timeout,
             native_async=self._native_async,
         )
-        self._core = Core(
+        self._plans = CheckpointPlans(
             layout=Layout(self.prefix),
             codec=Codec(self.serde, compress_threshold=compress_threshold),
             inline_threshold=inline_threshold,
             ttl=timedelta(days=ttl_days) if ttl_days else None,
-            memory=SaverMemory(memory_bytes, track_blob_ages=bool(ttl_days)),
+            recall=Recall(memory_bytes, track_blob_ages=bool(ttl_days)),
         )
 
     @property
-    def plans(self) -> Core:
-        """The saver's plans, with its layout, codec and memory: the handle for tools built on the saver
+    def plans(self) -> CheckpointPlans:
+        """The saver's plans, with its layout, codec and recall: the handle for tools built on the saver
         (gc, repair, the CLI), which run their own plans through :attr:`bucket_io`."""
-        return self._core
+        return self._plans
 
     @property
     def bucket_io(self) -> BucketIO:
         """The I/O shell that runs plans for this saver (its client, transport, read cache, timeouts)."""
-        return self._store
+        return self._bucket_io
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
@@ -489,7 +489,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         than silently re-opening a thread pool that nobody would close; ``from_conn_string``'s ``with`` block
         closes the saver at its end.
         """
-        self._store.close()
+        self._bucket_io.close()
 
     def with_allowlist(self, extra_allowlist: Any) -> BaseS3Saver:
         """A saver like this one whose serializer also allows ``extra_allowlist`` (LangGraph's ``with_allowlist``).
@@ -498,38 +498,38 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             extra_allowlist: The ``(module, ..., name)`` paths msgpack may also load.
 
         Returns:
-            A saver sharing this one's bucket, I/O and memory, or this saver when its serializer is unchanged (one
+            A saver sharing this one's bucket, I/O and recall, or this saver when its serializer is unchanged (one
             without a msgpack allow-list, or that already allows them).
         """
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
             assert isinstance(clone, BaseS3Saver)
-            clone._core = dataclasses.replace(
-                self._core, codec=dataclasses.replace(self._core.codec, serde=clone.serde)
+            clone._plans = dataclasses.replace(
+                self._plans, codec=dataclasses.replace(self._plans.codec, serde=clone.serde)
             )
         return clone
 
     def _setup_plan(self) -> Plan[None]:
-        return self._core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
+        return self._plans.setup(create_bucket=self.create_bucket, bucket=self.bucket)
 
     # -- drivers (AsyncS3Saver guards the blocking ones) ------------------------------------------
     # ``what`` is the public method the user called, for the messages of SaverMisuseError; maintenance
     # methods (which may run long on a large thread) are not held to ``operation_timeout``.
     def _run(self, what: str, plan: Plan[T]) -> T:
-        self._store.check_open(what)
-        return self._store.run(plan, bounded=what not in _MAINTENANCE)
+        self._bucket_io.check_open(what)
+        return self._bucket_io.run(plan, bounded=what not in _MAINTENANCE)
 
     def _iterate(self, what: str, plan: Plan[Any]) -> Iterator[Any]:
-        self._store.check_open(what)
-        return self._store.iterate(plan, bounded=what not in _MAINTENANCE)
+        self._bucket_io.check_open(what)
+        return self._bucket_io.iterate(plan, bounded=what not in _MAINTENANCE)
 
     async def _arun(self, what: str, plan: Plan[T]) -> T:
-        self._store.check_open(what)
-        return await self._store.arun(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
+        self._bucket_io.check_open(what)
+        return await self._bucket_io.arun(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
 
     def _aiterate(self, what: str, plan: Plan[Any]) -> AsyncIterator[Any]:
-        self._store.check_open(what)
-        return self._store.aiterate(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
+        self._bucket_io.check_open(what)
+        return self._bucket_io.aiterate(plan, bounded=what.removeprefix("a") not in _MAINTENANCE)
 
     # -- sync API -----------------------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -554,7 +554,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             NewerFormatError: An object was written by a newer release of this package.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        return self._run("get_tuple", self._core.get_tuple(config))
+        return self._run("get_tuple", self._plans.get_tuple(config))
 
     def list(
         self,
@@ -594,15 +594,17 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             NewerFormatError: An object was written by a newer release of this package.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        core = self._listing_core(skip_damaged, on_damaged)
+        core = self._listing_plans(skip_damaged, on_damaged)
         return self._iterate("list", core.list(config, filter=filter, before=before, limit=limit))
 
-    def _listing_core(self, skip_damaged: bool, on_damaged: Callable[[CorruptObjectError], None] | None) -> Core:
+    def _listing_plans(
+        self, skip_damaged: bool, on_damaged: Callable[[CorruptObjectError], None] | None
+    ) -> CheckpointPlans:
         if not skip_damaged:
-            return self._core
+            return self._plans
         report = on_damaged if on_damaged is not None else _warn_damaged
         return dataclasses.replace(
-            self._core, codec=SkippingCodec(self._core.codec.serde, self._core.codec.compress_threshold, report)
+            self._plans, codec=SkippingCodec(self._plans.codec.serde, self._plans.codec.compress_threshold, report)
         )
 
     def repair_thread(self, thread_id: str, *, dry_run: bool = False) -> RepairReport:
@@ -630,13 +632,13 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
                 back past that release's commits.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        report: RepairReport = self._run("repair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run))
+        report: RepairReport = self._run("repair_thread", repair_plan(self._plans, str(thread_id), dry_run=dry_run))
         return report
 
     async def arepair_thread(self, thread_id: str, *, dry_run: bool = False) -> RepairReport:
         """:meth:`repair_thread`, awaited: same arguments, result and errors."""
         report: RepairReport = await self._arun(
-            "arepair_thread", repair_plan(self._core, str(thread_id), dry_run=dry_run)
+            "arepair_thread", repair_plan(self._plans, str(thread_id), dry_run=dry_run)
         )
         return report
 
@@ -675,7 +677,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             DamagedHeadError: The namespace's head, read to settle the put, is unreadable.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        return self._run("put", self._core.put(config, checkpoint, metadata, new_versions))
+        return self._run("put", self._plans.put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -700,7 +702,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             CorruptObjectError: The task's writes object there is damaged and cannot be merged.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        self._run("put_writes", self._core.put_writes(config, writes, task_id, task_path))
+        self._run("put_writes", self._plans.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread, in every namespace.
@@ -714,7 +716,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         Raises:
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        self._run("delete_thread", self._core.delete_thread(str(thread_id)))
+        self._run("delete_thread", self._plans.delete_thread(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Roll back runs: remove their checkpoints and writes, moving each head back if a run owned it.
@@ -732,7 +734,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
                 back; the others were).
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        self._run("delete_for_runs", self._core.delete_for_runs(run_ids))
+        self._run("delete_for_runs", self._plans.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's committed history, every namespace, to a new thread id.
@@ -751,7 +753,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             DamagedHeadError: A head of the source is unreadable.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        self._run("copy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
+        self._run("copy_thread", self._plans.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads' history, as LangGraph's ``prune``.
@@ -769,7 +771,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
             CorruptObjectError: A record prune must read to keep a ``DeltaChannel``'s ancestors is damaged.
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        self._run("prune", self._core.prune(thread_ids, strategy))
+        self._run("prune", self._plans.prune(thread_ids, strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -789,7 +791,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
                 is missing (:class:`DecryptionError` without the serializer's key).
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        return self._run("get_delta_channel_history", self._core.get_delta_channel_history(config, channels))
+        return self._run("get_delta_channel_history", self._plans.get_delta_channel_history(config, channels))
 
     def expire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
         """Delete every thread not updated for ``older_than`` (its newest head is older).
@@ -807,18 +809,18 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         Raises:
             S3CheckpointError: an error every call may raise (see :class:`BaseS3Saver`).
         """
-        plan = self._core.expire_threads(older_than, dry_run=dry_run)
+        plan = self._plans.expire_threads(older_than, dry_run=dry_run)
         return builtins.list(self._iterate("expire_threads", plan))
 
     async def aexpire_threads(self, older_than: timedelta, *, dry_run: bool = False) -> builtins.list[str]:
         """:meth:`expire_threads`, awaited: same arguments, result and errors."""
-        plan = self._core.expire_threads(older_than, dry_run=dry_run)
+        plan = self._plans.expire_threads(older_than, dry_run=dry_run)
         return [t async for t in self._aiterate("aexpire_threads", plan)]
 
     # -- async API ----------------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """:meth:`get_tuple`, awaited: same arguments, result and errors."""
-        return await self._arun("aget_tuple", self._core.get_tuple(config))
+        return await self._arun("aget_tuple", self._plans.get_tuple(config))
 
     async def alist(
         self,
@@ -831,7 +833,7 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         on_damaged: Callable[[CorruptObjectError], None] | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """:meth:`list` as an async iterator: same arguments, items and errors."""
-        core = self._listing_core(skip_damaged, on_damaged)
+        core = self._listing_plans(skip_damaged, on_damaged)
         async for item in self._aiterate("alist", core.list(config, filter=filter, before=before, limit=limit)):
             yield item
 
@@ -843,35 +845,35 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """:meth:`put`, awaited: same arguments, result and errors."""
-        return await self._arun("aput", self._core.put(config, checkpoint, metadata, new_versions))
+        return await self._arun("aput", self._plans.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         """:meth:`put_writes`, awaited: same arguments and errors."""
-        await self._arun("aput_writes", self._core.put_writes(config, writes, task_id, task_path))
+        await self._arun("aput_writes", self._plans.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread`, awaited: same arguments, result and errors."""
-        await self._arun("adelete_thread", self._core.delete_thread(str(thread_id)))
+        await self._arun("adelete_thread", self._plans.delete_thread(str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """:meth:`delete_for_runs`, awaited: same arguments, result and errors."""
-        await self._arun("adelete_for_runs", self._core.delete_for_runs(run_ids))
+        await self._arun("adelete_for_runs", self._plans.delete_for_runs(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """:meth:`copy_thread`, awaited: same arguments, result and errors."""
-        await self._arun("acopy_thread", self._core.copy_thread(str(source_thread_id), str(target_thread_id)))
+        await self._arun("acopy_thread", self._plans.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """:meth:`prune`, awaited: same arguments, result and errors."""
-        await self._arun("aprune", self._core.prune(thread_ids, strategy))
+        await self._arun("aprune", self._plans.prune(thread_ids, strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """:meth:`get_delta_channel_history`, awaited: same arguments, result and errors."""
-        return await self._arun("aget_delta_channel_history", self._core.get_delta_channel_history(config, channels))
+        return await self._arun("aget_delta_channel_history", self._plans.get_delta_channel_history(config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The next version of a channel: ``{counter:032}.{random:016}``, ordered like the built-in savers'

@@ -165,12 +165,12 @@ async def store() -> AsyncIterator[AsyncS3Store]:
         ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
         S3CheckpointError: Any other error of ``setup()`` (see :meth:`.S3Store.setup`).
     """
-    memory = store_from_env()
+    store = store_from_env()
     try:
-        await memory.setup()
-        yield memory
+        await store.setup()
+        yield store
     finally:
-        memory.close()
+        store.close()
 
 
 __all__ = ["checkpointer", "options_from_env", "saver_from_env", "store", "store_from_env"]

@@ -637,7 +637,7 @@ def record_memory(saver: Any, name: str) -> None:
 
     The memory is one LRU budget; its order matters only when something is evicted, which these small worlds
     never come near (checked at every call)."""
-    memory = saver.plans.memory
+    memory = saver.plans.recall
     bucket = saver.bucket_io.backend
 
     def recording() -> Footprint | None:

@@ -8,7 +8,7 @@ requests. Here a plan is driven one batch at a time against a :class:`MemoryBuck
   reply, optionally with another worker's commit in between, :class:`Transient` error after the request
   was or was not applied, surfacing to the caller as ``S3RequestError``, as the store's drivers do);
 * several plans can be **interleaved** batch by batch (each batch is atomic; every schedule is enumerated);
-* after each scenario the bucket is read through a fresh saver (new ``Core``, empty memory) and through the
+* after each scenario the bucket is read through a fresh saver (new ``CheckpointPlans``, empty memory) and through the
   savers still alive, and compared with an **oracle**: LangGraph's ``InMemorySaver`` fed only the
   operations that committed (a ``put`` commits iff its head PUT, or its detached record PUT, was applied:
   read from the requests applied for it).
@@ -238,9 +238,9 @@ class Op:
     def _send(self, request: Request) -> Any:
         # Through the saver's own store (its read cache included); what reached the bucket is read
         # back from the bucket's log (runs are sequential, so the new entries are this request's).
-        log = self.saver._store.backend.log
+        log = self.saver.bucket_io.backend.log
         start = len(log)
-        reply = self.saver._store.execute(request)
+        reply = self.saver.bucket_io.execute(request)
         self.applied.extend(log[start:])
         return reply
 

@@ -174,7 +174,7 @@ def test_a_client_the_direct_transport_cannot_imitate_keeps_boto3(s3_server: Loc
     with S3Saver(bucket=bucket, client=proxied) as saver:
         assert saver.bucket_io.direct is None and saver.bucket_io.watch is None
     with S3Store(bucket=bucket, client=proxied) as store:
-        assert store._io.direct is None
+        assert store.bucket_io.direct is None
 
 
 def _behind(proxy: FaultProxy, s3_server: LocalS3Server) -> Any:

@@ -341,7 +341,7 @@ def test_no_customer_encryption_key_in_reprs(s3_server: LocalS3Server, bucket: s
     key = "k" * 32
     saver = S3Saver(bucket=bucket, client=s3_server.client(), sse_customer_key=key)
     assert key not in repr(saver)
-    assert key not in repr(saver._store)
+    assert key not in repr(saver.bucket_io)
     saver.close()
 
 

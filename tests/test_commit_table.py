@@ -207,7 +207,7 @@ def test_head_is_this_is_done_without_sending_the_commit(met: list[Meets]) -> No
     record_key = w.layout.record("t", "", cid(NEW))
     assert not [p for p in w.sent_since(mark) if p.key == record_key or p.key.endswith("/head")]
     assert w.head() == (cid(NEW), etag)
-    assert w.other.plans.memory.head("t", "", cid(NEW)).etag == etag  # type: ignore[union-attr]
+    assert w.other.plans.recall.head("t", "", cid(NEW)).etag == etag  # type: ignore[union-attr]
 
 
 def test_a_lost_answer_is_committed(met: list[Meets]) -> None:
@@ -219,7 +219,7 @@ def test_a_lost_answer_is_committed(met: list[Meets]) -> None:
     assert met == [Meets.HEAD_HOLDS_PARENT, Meets.ANSWER_LOST] and COMMIT_TABLE[met[-1]] == Committed()
     head_id, etag = w.head()
     assert head_id == cid(NEW) and w.record(NEW) is not None
-    assert w.saver.plans.memory.head("t", "", cid(NEW)).etag == etag  # type: ignore[union-attr]
+    assert w.saver.plans.recall.head("t", "", cid(NEW)).etag == etag  # type: ignore[union-attr]
 
 
 def test_a_lost_answer_continued_meanwhile_is_committed_and_remembered_as_superseded(met: list[Meets]) -> None:
@@ -232,7 +232,7 @@ def test_a_lost_answer_continued_meanwhile_is_committed_and_remembered_as_supers
     assert met[0] == Meets.HEAD_HOLDS_PARENT and met[-1] == Meets.ANSWER_LOST_AND_CONTINUED
     assert COMMIT_TABLE[met[-1]] == Committed(superseded=True)
     assert w.head()[0] == cid(25) and w.record(NEW) is not None and w.record(25).previous_head == cid(NEW)
-    assert w.saver.plans.memory.head("t", "", cid(NEW)).etag == SUPERSEDED  # type: ignore[union-attr]
+    assert w.saver.plans.recall.head("t", "", cid(NEW)).etag == SUPERSEDED  # type: ignore[union-attr]
 
 
 def test_a_refused_rule_withdraws_the_record(met: list[Meets]) -> None:

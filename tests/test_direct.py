@@ -325,7 +325,7 @@ def test_a_proxy_from_the_environment_is_refused_not_bypassed(monkeypatch: pytes
 
 def test_url_option(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     with S3Saver.from_conn_string(f"s3://{bucket}/{prefix}?transport=direct", **client_options(s3_server)) as saver:
-        assert saver._store.direct is not None
+        assert saver.bucket_io.direct is not None
         saver.put(cfg("url"), empty_checkpoint(), {"step": 0}, {})
         assert saver.get_tuple(cfg("url")) is not None
 

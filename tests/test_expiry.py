@@ -53,18 +53,18 @@ class Clock:
 
 def open_store(bucket: MemoryBucket, clock: Clock, **kwargs: Any) -> S3Store:
     store = S3Store(bucket="b", client=bucket, **kwargs)  # type: ignore[arg-type]
-    store._core.now = clock
+    store.plans.now = clock
     return store
 
 
 def driver(store: S3Store) -> Any:
     """What ``sim.Op`` sends through: the store's own I/O over the in-memory bucket."""
-    return SimpleNamespace(_store=store._io)
+    return SimpleNamespace(bucket_io=store.bucket_io)
 
 
 def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
     """Every item's frame, by key."""
-    codec = S3Store(bucket="b", client=bucket)._core.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
     out = {}
     for key in bucket.keys("store/ns/"):
         obj = bucket.object(key)
@@ -78,7 +78,7 @@ def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
 
 def markers(bucket: MemoryBucket) -> dict[str, list[int]]:
     """Item key -> the minutes of the markers naming it."""
-    codec = S3Store(bucket="b", client=bucket)._core.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
     out: dict[str, list[int]] = {}
     for key in bucket.keys("store/ttl/"):
         obj = bucket.object(key)
@@ -126,7 +126,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
     client = s3_server.client()
     clock = Clock()
     with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
-        store._core.now = clock
+        store.plans.now = clock
         store.setup()  # an empty store is filed at once: no sweep of it ever reads every item
         counter = count_requests(client)
         store.batch([PutOp(NS, f"live{i}", {"v": i}, ttl=60) for i in range(live)])
@@ -140,7 +140,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
         assert store.sweep_ttl() == 0
         assert counter.snapshot() == {"ListObjectsV2": 1}, "nothing due: one LIST"
         with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as fresh:  # type: ignore[arg-type]
-            fresh._core.now = clock
+            fresh.plans.now = clock
             counter.reset()
             assert fresh.sweep_ttl() == 0
             assert counter.snapshot() == {"GetObject": 1, "ListObjectsV2": 1}, "a new process reads ttl-filed first"
@@ -172,7 +172,7 @@ def test_the_first_sweep_of_a_store_an_older_release_wrote_reads_every_item_once
     client = s3_server.client()
     clock = Clock()
     with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
-        store._core.now = clock
+        store.plans.now = clock
         write_as_an_older_release(store, [PutOp(NS, f"k{i}", {"v": i}, ttl=1 if i < 5 else 10) for i in range(30)])
         store.batch([PutOp(NS, f"forever{i}", {"v": i}) for i in range(5)])
         clock.advance(2)
@@ -195,18 +195,18 @@ def test_the_first_sweep_of_a_store_an_older_release_wrote_reads_every_item_once
 
 def write_as_an_older_release(store: S3Store, ops: list[PutOp]) -> None:
     """Items as a release before markers wrote them: the same item objects, no marker."""
-    core = store._core
+    core = store.plans
     now = core.now()
     for op in ops:
         body = core.codec.encode_item(op.namespace, op.key, op.value, now, op.ttl, "v")
-        store._io.execute(Put(core.layout.item(op.namespace, op.key), body, expires=False))
+        store.bucket_io.execute(Put(core.layout.item(op.namespace, op.key), body, expires=False))
 
 
 # ------------------------------------------------------------------------------------------------
 # Interleavings on the in-memory bucket
 # ------------------------------------------------------------------------------------------------
 def put_plan(store: S3Store, value: int, ttl: float | None) -> Any:
-    return store._core.batch([PutOp(NS, "k", {"v": value}, ttl=ttl)], {}, {})
+    return store.plans.batch([PutOp(NS, "k", {"v": value}, ttl=ttl)], {}, {})
 
 
 def judge_common(bucket: MemoryBucket, ops: list[Op]) -> list[str]:
@@ -226,7 +226,7 @@ def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
         clock.advance(2)
         sweeper = open_store(bucket, clock)
         return (bucket, clock), [
-            Op("sweep", driver(sweeper), sweeper._core.sweep()),
+            Op("sweep", driver(sweeper), sweeper.plans.sweep()),
             Op("put", driver(writer), put_plan(writer, 2, 5)),
         ]
 
@@ -269,8 +269,8 @@ def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: floa
         reader = open_store(bucket, Clock(clock.now - timedelta(minutes=reader_behind)), ttl={"refresh_on_read": True})
         sweeper = open_store(bucket, clock)
         return (bucket, clock), [
-            Op("sweep", driver(sweeper), sweeper._core.sweep()),
-            Op("read", driver(reader), reader._core.get(GetOp(NS, "k", refresh_ttl=True))),
+            Op("sweep", driver(sweeper), sweeper.plans.sweep()),
+            Op("read", driver(reader), reader.plans.get(GetOp(NS, "k", refresh_ttl=True))),
         ]
 
     def judge(ctx: Any, ops: list[Op], schedule: str) -> list[str]:
@@ -304,7 +304,7 @@ def test_a_lost_answer_of_the_conditional_delete(server: str, between: str | Non
     writer.put(NS, "k", {"v": 1}, ttl=1)
     clock.advance(2)
     sweeper = open_store(bucket, clock)
-    sweep = Op("sweep", driver(sweeper), sweeper._core.sweep())
+    sweep = Op("sweep", driver(sweeper), sweeper.plans.sweep())
     while sweep.running and not any(isinstance(r, DeleteIfMatch) for r in sweep.pending or []):
         sweep.step()
     assert sweep.pending is not None
@@ -346,7 +346,7 @@ def mixed_store() -> tuple[MemoryBucket, Clock, S3Store]:
     assert store.get(NS, "refreshed") is not None  # now expires at 16
     store.put(NS, "untimed", {"v": 4}, ttl=None)
     store.delete(NS, "deleted")
-    damaged = store._core.layout.item(NS, "damaged")
+    damaged = store.plans.layout.item(NS, "damaged")
     bucket.execute(Put(damaged, b"not an item"))
     clock.advance(6)
     return bucket, clock, store
@@ -356,14 +356,14 @@ def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
     """Wherever a sweep stops, no item it must keep is gone and every item with an expiry stays filed; the next
     sweep finishes the work."""
     bucket, clock, store = mixed_store()
-    probe = Op("sweep", driver(store), store._core.sweep()).finish()
+    probe = Op("sweep", driver(store), store.plans.sweep()).finish()
     assert probe.status == "returned" and probe.result == 2
     failures = []
     runs = 0
     for fault in faults_for(probe.batches):
         runs += 1
         bucket, clock, store = mixed_store()
-        op = Op("sweep", driver(store), store._core.sweep()).finish(fault)
+        op = Op("sweep", driver(store), store.plans.sweep()).finish(fault)
         label = fault_label(fault, op.batches)
         keys = {k.rsplit("/", 1)[-1] for k in bucket.keys("store/ns/")}
         missing = {"refreshed", "untimed", "damaged", "live", "forever"} - keys
@@ -384,7 +384,7 @@ def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
 def test_markers_are_written_before_their_items() -> None:
     bucket, clock = MemoryBucket(keep_log=True), Clock()
     store = open_store(bucket, clock)
-    plan = store._core.batch([PutOp(NS, "a", {"v": 1}, ttl=5), PutOp(NS, "b", {"v": 2})], {}, {})
+    plan = store.plans.batch([PutOp(NS, "a", {"v": 1}, ttl=5), PutOp(NS, "b", {"v": 2})], {}, {})
     op = Op("put", driver(store), plan).finish()
     first, second = op.batches
     assert [r.key.split("/")[1] for r in first] == ["ttl"], "the marker of the item with a TTL, alone"
@@ -418,7 +418,7 @@ def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(capl
     store.setup()
     store.put(NS, "damaged", {"v": 1}, ttl=1)
     store.put(NS, "expires", {"v": 2}, ttl=1)
-    damaged = store._core.layout.item(NS, "damaged")
+    damaged = store.plans.layout.item(NS, "damaged")
     bucket.execute(Put(damaged, b"damaged"))
     clock.advance(2)
     with caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint.store"):
@@ -443,7 +443,7 @@ def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
     store.setup()
     store.put(NS, "newer", {"v": 1}, ttl=1)
     store.put(NS, "expires", {"v": 2}, ttl=1)
-    newer = store._core.layout.item(NS, "newer")
+    newer = store.plans.layout.item(NS, "newer")
     body = bucket.execute(Get(newer)).body
     bucket.execute(Put(newer, body[:4] + bytes([body[4] + 1]) + body[5:]))  # the format version after ours
     clock.advance(2)
@@ -587,7 +587,7 @@ def test_a_crash_or_a_failed_request_anywhere_in_a_put() -> None:
         return bucket, store
 
     def plan(store: S3Store) -> Any:
-        return store._core.batch([PutOp(NS, "new", {"v": 1}, ttl=5), PutOp(NS, "old", {"v": 2}, ttl=1)], {}, {})
+        return store.plans.batch([PutOp(NS, "new", {"v": 1}, ttl=5), PutOp(NS, "old", {"v": 2}, ttl=1)], {}, {})
 
     bucket, store = world()
     probe = Op("put", driver(store), plan(store)).finish()

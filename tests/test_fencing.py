@@ -261,7 +261,7 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
     """A saver remembers the heads it read for at most 10,000 threads. A long step in a busy process
     can outlive that memory; the stale put must still lose rather than join the new head."""
     straggler, other = make_saver(), make_saver()
-    straggler.plans.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
+    straggler.plans.recall._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
     base = straggler.put(cfg("evicted"), empty_checkpoint(), {"source": "input", "step": -1}, {})
     straggler.get_tuple(cfg("evicted"))
     other.get_tuple(cfg("evicted"))
@@ -329,7 +329,7 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
             )
             if committed is None and moves_head:
                 committed = commit()
-            reply = roller._store._batch(step, None)
+            reply = roller.bucket_io._batch(step, None)
     assert committed is not None, "the rollback never moved the head"
     return committed
 
@@ -357,7 +357,7 @@ def test_update_from_a_forgotten_read_raises(make_saver: Any) -> None:
     """The same after the saver's bounded memory forgot the head it read: an ``update_state`` on a parent
     another writer has moved past loses instead of joining."""
     stale, other = make_saver(), make_saver()
-    stale.plans.memory._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
+    stale.plans.recall._max_threads = 1  # stands in for 10,000 other threads touched meanwhile
     base = stale.put(cfg("forgot"), empty_checkpoint(), {"source": "input", "step": -1}, {})
     stale.get_tuple(cfg("forgot"))
     won = other.put(base, empty_checkpoint(), {"source": "update", "step": 0}, {})

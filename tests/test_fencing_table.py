@@ -140,7 +140,7 @@ class World:
 def set_up(row: Row) -> World:
     """The bucket and the caller's read of the row, the parent (when there is one) written first as the head."""
     w = World()
-    callers = w.saver.plans.memory.callers
+    callers = w.saver.plans.recall.callers
     if not row.has_parent:
         if row.read is ParentRead.LATEST:
             assert w.as_caller(w.saver.get_tuple, cfg("t")) is None

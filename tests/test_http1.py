@@ -18,7 +18,7 @@ import pytest
 
 from langgraph_s3_checkpoint import make_client
 from langgraph_s3_checkpoint._protocol.requests import Get, Put, Written
-from langgraph_s3_checkpoint._transport.asyncio_sender import NativeTransport
+from langgraph_s3_checkpoint._transport.asyncio_sender import AsyncioSender
 from langgraph_s3_checkpoint._transport.direct import DirectTransport
 from langgraph_s3_checkpoint._transport.http1 import MAX_LINE, ProtocolError, Reply, ReplyReader, request_bytes
 
@@ -314,7 +314,7 @@ def _send_all(port: int, sender: str, requests: list[Any], *, max_attempts: int,
                 replies.append(direct.execute(request))
                 time.sleep(pause)
             return replies
-        native = NativeTransport(direct)
+        native = AsyncioSender(direct)
 
         async def talk() -> list[Any]:
             replies = []

@@ -148,8 +148,8 @@ def test_a_dry_repair_only_reports_the_missing_name() -> None:
 def run_cli(saver: S3Saver, *argv: str) -> tuple[int, str]:
     args = cli.build_parser().parse_args(["--url", f"s3://b/{PREFIX}", *argv])
     out = io.StringIO()
-    store = dataclasses.replace(saver.bucket_io, deadline=None)
-    ctx = cli.Context(saver=saver, store=store, as_json=False, progress=False, out=out)
+    bucket_io = dataclasses.replace(saver.bucket_io, deadline=None)
+    ctx = cli.Context(saver=saver, bucket_io=bucket_io, as_json=False, progress=False, out=out)
     return args.handler(ctx, args), out.getvalue()
 
 

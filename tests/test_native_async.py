@@ -40,8 +40,8 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Get, ListKeys, Put, Update, Written
 from langgraph_s3_checkpoint._transport import asyncio_sender as native_module
-from langgraph_s3_checkpoint._transport.asyncio_sender import NativeTransport
-from langgraph_s3_checkpoint._transport.blocking_sender import BlockingPool
+from langgraph_s3_checkpoint._transport.asyncio_sender import AsyncioSender
+from langgraph_s3_checkpoint._transport.blocking_sender import BlockingSender
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
@@ -49,17 +49,17 @@ from langgraph_s3_checkpoint.memory import MemoryBucket
 BUCKET = "lgs3-test"
 
 
-def _native(saver: AsyncS3Saver) -> NativeTransport:
+def _native(saver: AsyncS3Saver) -> AsyncioSender:
     native = saver.bucket_io.native
     assert native is not None
     return native
 
 
 def _no_blocking_sender(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(self: BlockingPool, exchange: Any, *deadline: Any) -> Any:
+    def refuse(self: BlockingSender, exchange: Any, *deadline: Any) -> Any:
         raise AssertionError("a request went through the blocking sender")
 
-    monkeypatch.setattr(BlockingPool, "send", refuse)
+    monkeypatch.setattr(BlockingSender, "send", refuse)
 
 
 async def test_requests_go_out_on_the_event_loop(

@@ -227,7 +227,7 @@ def run_differential(
     call: Callable[[list[Op]], list[Any]],
 ) -> int:
     rng = random.Random(seed)
-    layout = store._core.layout
+    layout = store.plans.layout
     done = 0
     while done < n_ops:
         size = 1 if rng.random() < 0.7 else rng.randint(2, 6)
@@ -435,7 +435,7 @@ def test_requests_sweep_ttl(counted: Counted) -> None:
     (tests/test_expiry.py: the same counts at two sizes, interleavings, the migration of older items)."""
     store, counter = counted
     clock = Clock()
-    store._core.now = clock
+    store.plans.now = clock
     store.setup()
     counter.reset()
     store.batch([PutOp(("t", str(i % 3)), f"k{i}", {"v": i}, ttl=1 if i % 2 else 10) for i in range(30)])
@@ -462,12 +462,12 @@ def test_requests_sweep_ttl_with_an_index(
         S3Store(bucket=bucket, prefix=prefix, client=client, index=index, vector_shards=4)  # type: ignore[arg-type]
     ) as store:
         clock = Clock()
-        store._core.now = clock
+        store.plans.now = clock
         store.setup()
         keys = [f"k{i}" for i in range(20)]
         store.batch([PutOp(("docs",), k, {"text": WORDS[i % 6]}, ttl=1 if i % 2 else 10) for i, k in enumerate(keys)])
         clock.advance(2)
-        layout = store._core.layout
+        layout = store.plans.layout
         shard_of = {k: layout.shard(("docs",), k, 4) for k in keys}
         touched = {shard_of[k] for k in keys[1::2]}
         emptied = touched - {shard_of[k] for k in keys[0::2]}
@@ -587,7 +587,7 @@ def test_objects_the_store_did_not_write_are_skipped(s3_server: LocalS3Server, b
     with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
         store.put(("users", "u1"), "k", {"a": 1})
         store.put(("users", "u2"), "k", {"a": 2}, ttl=0.001)
-        root = store._core.layout.items_root
+        root = store.plans.layout.items_root
         foreign = [f"{root}users/a.b/~/k", f"{root}%zz/~/k", f"{root}=zz/~/k", f"{root}users/u1/~/x.y"]
         for key in foreign:
             client.put_object(Bucket=bucket, Key=key, Body=b"not ours")
@@ -597,7 +597,7 @@ def test_objects_the_store_did_not_write_are_skipped(s3_server: LocalS3Server, b
         assert [(r.namespace, r.key) for r in store.search(("users",))] == [(("users", "u1"), "k")]
         assert store.sweep_ttl() == 1  # u2's item expired
         left = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=root)["Contents"]}
-        assert left == {*foreign, store._core.layout.item(("users", "u1"), "k")}
+        assert left == {*foreign, store.plans.layout.item(("users", "u1"), "k")}
 
 
 def test_encrypted_serde_leaves_no_plaintext(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
@@ -628,7 +628,7 @@ def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefi
     }
     with S3Store.from_conn_string(url, **kwargs) as store:
         store.setup()
-        assert store._core.vector_shards == 2
+        assert store.plans.vector_shards == 2
         store.put(("a",), "k", {"v": 1})
 
     async def main() -> Any:
@@ -660,7 +660,7 @@ def test_async_store_with_the_direct_transport_sends_from_the_loop(
 
     try:
         item, found, namespaces = asyncio.run(main())
-        assert store._io.native is not None and store._io._pool is None
+        assert store.bucket_io.native is not None and store.bucket_io._pool is None
         assert item is not None and item.value == {"fact": "Lisbon"}
         assert [f.key for f in found] == ["city"]
         assert namespaces == [("users", "ada")]
@@ -748,7 +748,7 @@ def ttl_store(
     index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None
     store = cls(bucket="b", client=bucket, ttl=ttl, index=index)  # type: ignore[arg-type]
     clock = Clock()
-    store._core.now = clock
+    store.plans.now = clock
     return store, clock, bucket
 
 
@@ -803,7 +803,7 @@ def test_ttl_sweep_deletes_expired_items_and_vectors() -> None:
         clock.advance(1)
         assert [r.key for r in store.search(("t",), query="apple")] == ["stay"]
         assert store.sweep_ttl() == 30
-        assert [k for k in bucket.keys("store/ns/")] == [store._core.layout.item(("t", "0"), "stay")]
+        assert [k for k in bucket.keys("store/ns/")] == [store.plans.layout.item(("t", "0"), "stay")]
         shards = bucket.keys("store/vec/")
         assert len(shards) == 1  # only the survivor's shard is left
         assert asyncio.run(store.asweep_ttl()) == 0
@@ -817,7 +817,7 @@ def test_a_damaged_item_is_named_and_does_not_stop_the_ttl_sweep(caplog: pytest.
     with contextlib.closing(store):
         store.put(("t",), "damaged", {"v": 1})
         store.put(("t",), "expires", {"v": 2})
-        damaged = store._core.layout.item(("t",), "damaged")
+        damaged = store.plans.layout.item(("t",), "damaged")
         bucket.execute(Put(damaged, b"damaged"))
         with pytest.raises(CorruptObjectError, match="Put the item again") as info:
             store.get(("t",), "damaged")
@@ -840,7 +840,7 @@ def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
     writer = S3Store(bucket="b", client=bucket, serde=serde)  # type: ignore[arg-type]
     sweeper = S3Store(bucket="b", client=bucket)  # type: ignore[arg-type]
     for store in (writer, sweeper):
-        store._core.now = clock
+        store.plans.now = clock
     with contextlib.closing(writer), contextlib.closing(sweeper):
         writer.put(("t",), "short", {"secret": 1}, ttl=1)
         writer.put(("t",), "long", {"secret": 2}, ttl=10)
@@ -1094,7 +1094,7 @@ def test_a_foreign_object_beside_the_vector_shards_is_not_taken_for_one() -> Non
     store.put(("users", "alice"), "k1", {"text": "apple"})
     store.put(("users", "bob"), "k2", {"text": "apple"})
     for leaf in ("notes", "README", "0g", "ABC"):
-        bucket.execute(Put(f"{store._core.layout.vectors(('users', 'bob'))}~/{leaf}", b"written by another tool"))
+        bucket.execute(Put(f"{store.plans.layout.vectors(('users', 'bob'))}~/{leaf}", b"written by another tool"))
     for namespace in [("users", "bob"), ("users",), ()]:
         found = {r.key for r in store.search(namespace, query="apple")}
         assert found == ({"k2"} if namespace == ("users", "bob") else {"k1", "k2"}), namespace

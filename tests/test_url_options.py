@@ -84,7 +84,7 @@ def test_a_saver_only_option_reaches_the_saver_and_the_store_ignores_it(
     with S3Store.from_conn_string(url) as store:
         store.put(("notes",), "k", {"v": 1})
         assert store.get(("notes",), "k").value == {"v": 1}  # type: ignore[union-attr]
-        assert store._core.vector_shards == 32
+        assert store.plans.vector_shards == 32
         assert store.operation_timeout == 7.0
     with S3Cache.from_conn_string(url) as cache:
         assert cache.ttl_days == 3  # the cache's own option; the saver's and the store's are ignored
@@ -103,7 +103,7 @@ def test_the_agent_servers_checkpointer_and_store_take_one_url(
             assert saver.operation_timeout == 7.0
         async with server.store() as memory:
             await memory.aput(("notes",), "k", {"v": 1})
-            assert memory._core.vector_shards == 32
+            assert memory.plans.vector_shards == 32
 
     asyncio.run(serve())
     assert _blobs(seaweedfs_server, location)  # inline_threshold=10 reached the server's saver

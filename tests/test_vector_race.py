@@ -4,7 +4,7 @@ The defect (issue 27, item i): several ``aput`` calls of one key on one ``AsyncS
 left the item with its last value and the vector shard with the entry of an earlier one, so search returned the
 item unscored, or not in a top-k it belonged to, until it was written again. Item PUTs are unconditional and land in
 some order; the shard's conditional PUT only says the shard did not change since it was read, so a put whose item
-PUT landed first could write its (older) entry over the entry of the put that landed last. ``StoreCore.update_shard``
+PUT landed first could write its (older) entry over the entry of the put that landed last. ``StorePlans.update_shard``
 now reads the items with each shard write and puts back the entry of the version an item holds.
 
 Proved on :class:`MemoryBucket` by driving the put plans themselves: every order of the single requests of two puts
@@ -50,7 +50,7 @@ def write_plan(store: S3Store, value: dict[str, Any] | None) -> Any:
     op = PutOp(NS, KEY, value)
     listed, to_embed, _ = store._prepare([op])
     documents = store.embeddings.embed_documents(list(to_embed)) if to_embed else []
-    return store._core.batch(listed, assign_vectors(to_embed, documents), {})
+    return store.plans.batch(listed, assign_vectors(to_embed, documents), {})
 
 
 def problems_after(bucket: MemoryBucket, finished: list[tuple[str, str, BaseException | None]]) -> list[str]:
@@ -87,7 +87,7 @@ class Driven:
 
     def __init__(self, label: str, store: S3Store, plan: Any) -> None:
         self.label = label
-        self.io = store._io
+        self.io = store.bucket_io
         self.plan = plan
         self.batch: list[Request] = []
         self.replies: dict[int, Any] = {}
@@ -162,8 +162,8 @@ def round_trip_orders(values: list[dict[str, Any] | None], existing: bool) -> tu
     def build() -> tuple[MemoryBucket, list[Op]]:
         bucket = fresh_bucket(existing)
         store = memory_store(bucket)
-        # sim.Op sends through ``saver._store`` (the saver's BucketIO): the store's is ``_io``.
-        holder: Any = type("Holder", (), {"_store": store._io})()
+        # sim.Op sends through ``saver.bucket_io`` (the saver's BucketIO): the store's is ``_io``.
+        holder: Any = type("Holder", (), {"bucket_io": store.bucket_io})()
         return bucket, [Op("ABC"[i], holder, write_plan(store, value)) for i, value in enumerate(values)]
 
     def judge(bucket: Any, ops: list[Op], schedule: str) -> list[str]:

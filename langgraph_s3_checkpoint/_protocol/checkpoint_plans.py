@@ -1,4 +1,4 @@
-"""The saver's plans in one class: :class:`Core` composes reading (:mod:`.reading`), committing
+"""The saver's plans in one class: :class:`CheckpointPlans` composes reading (:mod:`.reading`), committing
 (:mod:`.committing`) and thread edits (:mod:`.thread_edits`) over one bucket prefix, free of I/O.
 
 Every operation is a *plan*: a generator that yields batches of :mod:`.requests` and receives their
@@ -11,15 +11,15 @@ of which records are committed, :mod:`.chain`'s (docs/design.md, "Read this firs
 from __future__ import annotations
 
 from .committing import Committing, refusal_error
-from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Rule, SaverMemory, settle
-from .reading import CheckpointAddress, CoreState, Reading, checkpoint_config, matches, merge_writes, parse_config
+from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Recall, Rule, settle
+from .reading import CheckpointAddress, PlansState, Reading, checkpoint_config, matches, merge_writes, parse_config
 from .thread_edits import Maintenance
 
 
-class Core(Maintenance):
+class CheckpointPlans(Maintenance):
     """Plans for every saver operation over one bucket prefix: :class:`~.reading.Reading`,
     :class:`~.committing.Committing` and :class:`~.thread_edits.Maintenance`, over the fields of
-    :class:`~.reading.CoreState`."""
+    :class:`~.reading.PlansState`."""
 
 
 __all__ = [
@@ -27,15 +27,15 @@ __all__ = [
     "SETTLE_TABLE",
     "CallerReads",
     "CheckpointAddress",
+    "CheckpointPlans",
     "Committing",
-    "Core",
-    "CoreState",
     "HeadSeen",
     "Maintenance",
     "ParentRead",
+    "PlansState",
     "Reading",
+    "Recall",
     "Rule",
-    "SaverMemory",
     "checkpoint_config",
     "matches",
     "merge_writes",

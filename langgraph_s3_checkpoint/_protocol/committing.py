@@ -104,7 +104,7 @@ class Committing(Reading):
         checkpoint_id = _checked_id(checkpoint["id"])
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = run_of(stored_metadata)
-        read, read_etag = self.memory.callers.of(thread_id, ns, parent_id)
+        read, read_etag = self.recall.callers.of(thread_id, ns, parent_id)
         rule = rule_for(parent_id, read, stored_metadata.get("source"))
         if parent_id is not None and checkpoint_id <= parent_id and _carries_time(checkpoint_id, parent_id):
             raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
@@ -166,8 +166,8 @@ class Committing(Reading):
         if committed_etag is not None:
             versions = checkpoint["channel_versions"]
             seen = head_seen(checkpoint_id, committed_etag, values.blobs, run_id, versions, values.inline)
-            self.memory.saw_head(thread_id, ns, seen)
-        self.memory.wrote_blobs(thread_id, ns, values.renewed, now)
+            self.recall.saw_head(thread_id, ns, seen)
+        self.recall.wrote_blobs(thread_id, ns, values.renewed, now)
         return checkpoint_config(thread_id, ns, checkpoint_id)
 
     def _basis(self, c: _Commit, read_etag: str | None) -> Plan[_Basis]:
@@ -184,7 +184,7 @@ class Committing(Reading):
         if c.rule is Rule.FORK:
             return _Basis(unread=True)
         assert c.parent_id is not None
-        known = self.memory.head(c.thread_id, c.ns, c.parent_id)
+        known = self.recall.head(c.thread_id, c.ns, c.parent_id)
         if known is not None and read_etag is not None and not same_etag(known.etag, read_etag):
             known = None  # the caller read another version of this head than the one remembered: look
         if known is not None and known.etag != SUPERSEDED:
@@ -209,7 +209,7 @@ class Committing(Reading):
         if read_etag is not None and not same_etag(head.etag, read_etag):
             return None  # rewritten since the caller read it (a rollback, a repair): not what it continues
         seen = seen_in(head, self.codec.decode_record(c.head_key, head.body))
-        self.memory.saw_head(c.thread_id, c.ns, seen)
+        self.recall.saw_head(c.thread_id, c.ns, seen)
         return seen
 
     def _settle(self, c: _Commit, head: StoredObject | None, mine: bytes | None = None) -> Plan[Step]:
@@ -244,7 +244,7 @@ class Committing(Reading):
         return (yield from self._standing(c.thread_id, c.ns, parent, head)), parent.detached
 
     def _refuse(self, c: _Commit, refusal: Refusal) -> NoReturn:
-        self.memory.forget_namespace(c.thread_id, c.ns)
+        self.recall.forget_namespace(c.thread_id, c.ns)
         raise refusal_error(refusal, c.thread_id, c.ns, c.parent_id)
 
     def _commit(
@@ -329,7 +329,7 @@ class Committing(Reading):
     def _withdraw(self, c: _Commit, error: CheckpointConflictError) -> Plan[NoReturn]:
         """:class:`~.fencing.Withdraw`: delete the record, which never committed and never can, and raise."""
         yield [Delete((c.record_key,))]
-        self.memory.forget_namespace(c.thread_id, c.ns)
+        self.recall.forget_namespace(c.thread_id, c.ns)
         raise error
 
     def _split_values(
@@ -396,7 +396,7 @@ class Committing(Reading):
             if not vouched and typed is not None:
                 result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
             return
-        written = self.memory.blob_written(thread_id, ns, channel, version)
+        written = self.recall.blob_written(thread_id, ns, channel, version)
         if vouched and written is not None and now - written <= self.ttl / 2:
             return
         if typed is None and channel in values:
@@ -499,7 +499,7 @@ class Committing(Reading):
         """
         if run_id is None:
             return []
-        head = self.memory.head_written_by(thread_id, ns)
+        head = self.recall.head_written_by(thread_id, ns)
         if head is not None and head[1] == run_id and head[0] <= checkpoint_id:
             return []
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)

@@ -347,7 +347,7 @@ class _NamespaceReads:
 class CallerReads:
     """How each call chain read the checkpoints of each namespace: the input of :data:`FENCING_TABLE`.
 
-    One :class:`contextvars.ContextVar` holds, per saver memory, an immutable mapping that every record
+    One :class:`contextvars.ContextVar` holds, per saver's recall, an immutable mapping that every record
     replaces (copy on write): a chain that copies the context (a put sent to the thread pool, an asyncio task)
     sees what was read before the copy and adds nothing to its parent's. Bounded: the newest
     :data:`NAMESPACES_PER_CALLER` namespaces per saver, :data:`FORK_POINTS_PER_NAMESPACE` fork points each, and
@@ -473,7 +473,7 @@ def head_seen(
     )
 
 
-class SaverMemory:
+class Recall:
     """What a saver keeps between calls, in one byte budget, least recently used first out: the head it last saw
     in each namespace (:class:`HeadSeen`: its ETag, so a put on it needs no GET, and its values, so a put carries
     over the ones whose version did not move), and, with a lifecycle TTL, when it last wrote large values.
@@ -494,7 +494,7 @@ class SaverMemory:
 
     @property
     def retained_bytes(self) -> int:
-        """Bytes the memory accounts for now (at most ``max_bytes``)."""
+        """Bytes the recall accounts for now (at most ``max_bytes``)."""
         return self._bytes
 
     def _store(self, key: tuple[str, str, str], value: Any, size: int) -> None:

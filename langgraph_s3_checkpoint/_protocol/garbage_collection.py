@@ -92,7 +92,7 @@ from .requests import (
 )
 
 if TYPE_CHECKING:
-    from .checkpoint_plans import Core
+    from .checkpoint_plans import CheckpointPlans
 
 SAMPLE_SIZE = 100
 
@@ -281,7 +281,7 @@ def _size(page: Page, i: int) -> int:
 
 
 class _Collector:
-    def __init__(self, plans: Core, grace_seconds: float, dry_run: bool) -> None:
+    def __init__(self, plans: CheckpointPlans, grace_seconds: float, dry_run: bool) -> None:
         self.codec = plans.codec
         self.root = plans.layout.prefix
         self.grace = grace_seconds
@@ -980,7 +980,7 @@ def _outside_records_reason(walk: _Walk, key: str, kind: KeyKind) -> str | None:
     return None  # the head of a namespace that has one
 
 
-def gc_plan(plans: Core, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:
+def gc_plan(plans: CheckpointPlans, grace_seconds: float, dry_run: bool) -> Plan[GcReport]:
     """The plan of one gc pass over a saver's prefix (run by :func:`langgraph_s3_checkpoint.gc.gc`)."""
     if grace_seconds < 0:
         raise InvalidConfigError(f"grace_seconds must be >= 0, got {grace_seconds!r}")

@@ -25,7 +25,7 @@ from ..errors import (
 )
 from .chain import Chain, Standing
 from .codec import Codec, Record, WriteBatch
-from .fencing import HeadSeen, SaverMemory, head_seen, written_here
+from .fencing import HeadSeen, Recall, head_seen, written_here
 from .keys import Layout
 from .plans import (
     MAX_PAGE,
@@ -213,18 +213,18 @@ class _NsCursor:
 
 
 @dataclass
-class CoreState:
-    """What every plan of the core works with: one bucket prefix, its codec, and the saver's memory."""
+class PlansState:
+    """What every plan of the core works with: one bucket prefix, its codec, and the saver's recall."""
 
     layout: Layout
     codec: Codec
     inline_threshold: int = 4096
     ttl: timedelta | None = None
     """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
-    memory: SaverMemory = field(default_factory=SaverMemory)
+    recall: Recall = field(default_factory=Recall)
 
 
-class Reading(CoreState):
+class Reading(PlansState):
     """Plans that read a thread."""
 
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
@@ -244,13 +244,13 @@ class Reading(CoreState):
         head = yield from one(Get(head_key))
         if head is None:
             if as_caller:
-                self.memory.callers.read_latest(thread_id, ns, None, None)
+                self.recall.callers.read_latest(thread_id, ns, None, None)
             return None
         record = self.codec.decode_record(head_key, head.body)
         checkpoint_id = record.checkpoint["id"]
-        self.memory.saw_head(thread_id, ns, seen_in(head, record))
+        self.recall.saw_head(thread_id, ns, seen_in(head, record))
         if as_caller:
-            self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
+            self.recall.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
         listing = yield from one(ListKeys(folder))
         key = self.layout.record(thread_id, ns, checkpoint_id)
@@ -274,9 +274,9 @@ class Reading(CoreState):
             # Asking for a checkpoint by id that is not the latest is how forks, replays and updates of an older
             # checkpoint start: this caller's put on top of it forks. Also when it is not there at all:
             # ``update_state`` on such an id stores a new branch, as InMemorySaver does.
-            self.memory.callers.read_by_id(thread_id, ns, checkpoint_id)
+            self.recall.callers.read_by_id(thread_id, ns, checkpoint_id)
             if head is not None:
-                self.memory.callers.saw_a_head(thread_id, ns)
+                self.recall.callers.saw_a_head(thread_id, ns)
         repair: list[Request] = []
         if obj is None:
             if not holds:
@@ -292,9 +292,9 @@ class Reading(CoreState):
             assert head is not None
             # The latest, asked for by id (a UI showing the current state, a resume addressed at it): a put of
             # this caller on top of it continues the thread, fenced as after a latest read.
-            self.memory.saw_head(thread_id, ns, seen_in(head, record))
+            self.recall.saw_head(thread_id, ns, seen_in(head, record))
             if as_caller:
-                self.memory.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
+                self.recall.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
         return tuples[0]
@@ -399,7 +399,7 @@ class Reading(CoreState):
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
                 values[ch] = self.codec.decode_blob(key, blob.body)
                 written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
-                self.memory.wrote_blobs(thread_id, ns, {ch: version}, written)
+                self.recall.wrote_blobs(thread_id, ns, {ch: version}, written)
             batches = []
             for read in write_reads:
                 obj = next(replies)
@@ -459,7 +459,7 @@ class Reading(CoreState):
         if before_id is not None and budget.asked == 1 and not budget.done and ns is not None:
             # LangGraph's replay lookup found nothing below the replay point: the subgraph starts over with a
             # parentless put, a new root beside what the namespace holds (a fork, not a second creator).
-            self.memory.callers.read_by_id(t.thread_id, ns, None)
+            self.recall.callers.read_by_id(t.thread_id, ns, None)
 
     def _list_one(
         self,
@@ -599,7 +599,7 @@ class Reading(CoreState):
                     # replay (``_replay.py``): this caller's put on top of it forks. Pages of history (any other
                     # limit) are not fork points.
                     found_in = tup.config["configurable"]["checkpoint_ns"]
-                    self.memory.callers.read_by_id(thread_id, found_in, tup.checkpoint["id"])
+                    self.recall.callers.read_by_id(thread_id, found_in, tup.checkpoint["id"])
                 yield Emit(tup)
                 budget.take()
 

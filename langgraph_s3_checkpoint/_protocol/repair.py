@@ -72,7 +72,7 @@ from .requests import (
 )
 
 if TYPE_CHECKING:  # typing only
-    from .checkpoint_plans import Core
+    from .checkpoint_plans import CheckpointPlans
 
 OK = "ok"
 REPAIRED = "repaired"
@@ -270,12 +270,12 @@ def _unfinished_delete(markers: _Markers, what: str, condemned: int) -> Plan[str
     )
 
 
-def repair_plan(core: Core, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:
+def repair_plan(core: CheckpointPlans, thread_id: str, *, dry_run: bool) -> Plan[RepairReport]:
     """Check every namespace of a thread and rebuild each damaged or missing head (see the module docs)."""
     report = yield from _repair(core.layout, core.codec, thread_id, dry_run)
     for outcome in report.namespaces:
         if outcome.status in (REPAIRED, CHANGED):
-            core.memory.forget_namespace(thread_id, outcome.checkpoint_ns)
+            core.recall.forget_namespace(thread_id, outcome.checkpoint_ns)
     return report
 
 

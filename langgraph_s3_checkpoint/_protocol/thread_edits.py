@@ -94,7 +94,7 @@ class Maintenance(Committing):
         # removing one would cost two requests and, on filer-backed servers (SeaweedFS), leave an empty folder.
         # A first put racing this LIST is ordered after the delete, as it would be after the whole delete.
         if not (yield from any_under(self.layout.thread(thread_id))):
-            self.memory.forget_thread(thread_id)
+            self.recall.forget_thread(thread_id)
             return
         marker = yield from mark(self.layout.deleting(thread_id), "delete_thread")
         yield from self._finish_delete(thread_id, marker)
@@ -110,7 +110,7 @@ class Maintenance(Committing):
             if not [key for key in left.keys if key != marker]:
                 break
         yield [unmark]
-        self.memory.forget_thread(thread_id)
+        self.recall.forget_thread(thread_id)
 
     def _delete_thread_once(self, thread_id: str) -> Plan[None]:
         # Heads first: once they are gone the thread reads as empty, so a crash part-way through
@@ -281,7 +281,7 @@ class Maintenance(Committing):
                 yield deletes(victims)
 
         yield from for_each_emitted(pages(scope.blobs), prune_blobs)
-        self.memory.forget_thread(thread_id)
+        self.recall.forget_thread(thread_id)
 
     def _prune_scope(self, thread_id: str, ns: str) -> Plan[_PruneScope]:
         """What ``prune(keep_latest)`` keeps in a namespace: the head, its record, writes and large values,
@@ -444,7 +444,7 @@ class Maintenance(Committing):
             yield deletes(doomed)
         if unmark is not None:
             yield [unmark]
-        self.memory.forget_namespace(thread_id, ns)
+        self.recall.forget_namespace(thread_id, ns)
         return True
 
     def _below_head(self, head_key: str, head: StoredObject | None, run_id: str, first_id: str) -> _RunRecords:

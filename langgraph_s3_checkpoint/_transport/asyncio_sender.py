@@ -1,6 +1,6 @@
 """The direct transport's asyncio sender: GET, PUT and LIST sent from the event loop, without a thread hop.
 
-:class:`NativeTransport` drives the same conversation as the sync sender (:meth:`DirectTransport.exchanges`:
+:class:`AsyncioSender` drives the same conversation as the sync sender (:meth:`DirectTransport.exchanges`:
 the signing, header mapping, reading of replies, error mapping and retry policy all live there) and only
 sends differently: HTTP/1.1 over ``asyncio`` connections (framed by :mod:`.http1`), and ``asyncio.sleep`` between
 attempts. Why this client rather than httpx or aiohttp is measured in docs/benchmarks.md ("The direct
@@ -212,7 +212,7 @@ def _close_all(connections: list[_Connection]) -> None:
         connection.close()
 
 
-class NativeTransport:
+class AsyncioSender:
     """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` from the running event loop.
 
     ``direct`` supplies everything but the sending (see :meth:`DirectTransport.exchanges`). Each request in

@@ -24,7 +24,7 @@ from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Respons
 _RECEIVE = 256 * 1024
 
 
-class BlockingPool:
+class BlockingSender:
     """Keep-alive connections to one host; each carries one request at a time, on the calling thread."""
 
     def __init__(

@@ -83,7 +83,7 @@ from ..errors import (
     WrongRegionError,
     unreachable,
 )
-from .asyncio_sender import NativeTransport
+from .asyncio_sender import AsyncioSender
 from .deadline import Deadline, DeadlinePassed, cut_at_deadline, follow_connections
 from .direct import DirectTransport, list_arguments, put_arguments
 from .probe import WRITES, ConditionalWrites, Enforcement, without_conditions
@@ -286,7 +286,7 @@ class BucketIO:
     direct: DirectTransport | None = field(default=None, repr=False)
     """Sends GET, PUT and LIST itself instead of through boto3 (``transport="direct"``, or ``"auto"`` when
     the client is one it can imitate)."""
-    native: NativeTransport | None = field(default=None, repr=False)
+    native: AsyncioSender | None = field(default=None, repr=False)
     """Sends the async driver's GET, PUT and LIST from the event loop (the async saver with ``direct``)."""
     watch: ClientWatch | None = field(default=None, repr=False)
     """With ``transport="auto"``: sends through boto3 instead of ``direct`` while something watches the client.
@@ -378,7 +378,7 @@ class BucketIO:
 
     async def _afetch_native(
         self,
-        native: NativeTransport,
+        native: AsyncioSender,
         request: Get | Put | ListKeys,
         loop: asyncio.AbstractEventLoop,
         deadline: Deadline | None,

@@ -16,7 +16,7 @@ errors), the CA bundle and the client's checksum settings. Everything other than
 Two senders share everything but the sending: :meth:`DirectTransport.exchanges` signs each attempt, reads each
 answer and decides retries and backoff, without I/O; :meth:`DirectTransport.execute` sends over blocking sockets
 (:mod:`.blocking_sender`: the sync saver, and the async saver's worker threads),
-:class:`.asyncio_sender.NativeTransport` from the event loop (the async saver).
+:class:`.asyncio_sender.AsyncioSender` from the event loop (the async saver).
 
 What it gives up: event hooks, stubbers and patches on the client do not see these requests, it follows no
 redirects (:class:`WrongRegionError`), and clients it cannot faithfully imitate (a proxy, from the client's
@@ -57,7 +57,7 @@ from .._protocol.requests import (
     named_in_errors,
 )
 from ..errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, unreachable
-from .blocking_sender import BlockingPool, tls_context
+from .blocking_sender import BlockingSender, tls_context
 from .deadline import Deadline, DeadlinePassed
 from .http1 import Exchange, Failure, Response
 from .retries import RETRY_STATUS, Kind, Retries, final_error, kind_of
@@ -184,7 +184,7 @@ class DirectTransport:
         or ``False`` (no verification)."""
         self.client_cert: str | tuple[str, str] | None = config.client_cert
         """botocore's ``client_cert``: the certificate presented to servers that ask for one (mutual TLS)."""
-        self._connections = BlockingPool(
+        self._connections = BlockingSender(
             self.hostname,
             self.port,
             tls=tls_context(self.ca_certs, self.client_cert) if self.https else None,

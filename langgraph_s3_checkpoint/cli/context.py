@@ -162,21 +162,21 @@ def short_time(ts: str | None) -> str:
 @dataclasses.dataclass
 class Context:
     saver: S3Saver
-    store: BucketIO
+    bucket_io: BucketIO
     as_json: bool
     progress: bool
     out: IO[str]
     url: str = ""
     store_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    memory_store: S3Store | None = None
+    long_term_store_opened: S3Store | None = None
 
-    def memory(self) -> S3Store:
+    def long_term_store(self) -> S3Store:
         """The long-term memory store at the same location (opened on first use, closed by ``main``)."""
-        if self.memory_store is None:
+        if self.long_term_store_opened is None:
             from ..store import S3Store
 
-            self.memory_store = S3Store._from_url(self.url, **self.store_options)
-        return self.memory_store
+            self.long_term_store_opened = S3Store._from_url(self.url, **self.store_options)
+        return self.long_term_store_opened
 
     @property
     def layout(self) -> Any:
@@ -203,7 +203,7 @@ class Context:
             raise Failure(EXIT_PROBLEMS, "aborted: nothing was changed")
 
     def require_thread(self, thread_id: str) -> None:
-        if not self.store.run(operator_plans.thread_exists(self.layout, thread_id)):
+        if not self.bucket_io.run(operator_plans.thread_exists(self.layout, thread_id)):
             raise Failure(EXIT_PROBLEMS, f"thread {thread_id!r} not found under {self.where}")
 
     @property

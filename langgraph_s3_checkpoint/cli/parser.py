@@ -207,10 +207,10 @@ def open_context(args: argparse.Namespace) -> Context:
     store_options: dict[str, Any] = {k: options[k] for k in ("endpoint_url", "region_name", "serde") if k in options}
     store_options["create_bucket"] = False
     # Operator commands walk whole threads: no deadline per operation; each request is still bounded by the timeouts.
-    store = dataclasses.replace(saver.bucket_io, deadline=None)
+    bucket_io = dataclasses.replace(saver.bucket_io, deadline=None)
     return Context(
         saver=saver,
-        store=store,
+        bucket_io=bucket_io,
         as_json=args.json,
         progress=not args.json and not args.no_progress and sys.stderr.isatty(),
         out=sys.stdout,
@@ -248,7 +248,7 @@ def exit_status(exc: BaseException) -> tuple[int, str]:
 
 
 def close_context(ctx: Context) -> None:
-    if ctx.memory_store is not None:
-        ctx.memory_store.close()
-    ctx.store.close()
+    if ctx.long_term_store_opened is not None:
+        ctx.long_term_store_opened.close()
+    ctx.bucket_io.close()
     ctx.saver.close()

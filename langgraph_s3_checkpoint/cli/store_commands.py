@@ -80,7 +80,7 @@ def _store_call(call: Callable[[], Any]) -> Any:
 
 def cmd_store_ls(ctx: Context, args: argparse.Namespace) -> int:
     prefix = parse_namespace(args.prefix)
-    store = ctx.memory()
+    store = ctx.long_term_store()
     namespaces = _store_call(
         lambda: store.list_namespaces(
             prefix=prefix or None, max_depth=args.max_depth, limit=args.limit, offset=args.offset
@@ -98,7 +98,7 @@ def cmd_store_ls(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _require_item(ctx: Context, namespace: tuple[str, ...], key: str) -> Any:
-    store = ctx.memory()
+    store = ctx.long_term_store()
     item = _store_call(lambda: store.get(namespace, key, refresh_ttl=False))
     if item is None:
         raise Failure(EXIT_PROBLEMS, f"item {key!r} not found in namespace {_dotted(namespace)!r} under {ctx.where}")
@@ -125,7 +125,7 @@ def cmd_store_put(ctx: Context, args: argparse.Namespace) -> int:
         if args.no_index:
             raise Failure(EXIT_USAGE, "store put: --index and --no-index exclude each other")
         ctx.store_options["index"] = load_index(args.index)
-    store = ctx.memory()
+    store = ctx.long_term_store()
     _store_call(lambda: store.put(namespace, args.key, value, index=False if args.no_index else None, ttl=args.ttl))
     return report_done(
         ctx,
@@ -141,7 +141,7 @@ def cmd_store_rm(ctx: Context, args: argparse.Namespace) -> int:
     if args.dry_run:
         return report_done(ctx, f"would delete {args.key!r} from {_dotted(namespace)!r}", data)
     ctx.confirm(args, f"delete item {args.key!r} from namespace {_dotted(namespace)!r}?")
-    store = ctx.memory()
+    store = ctx.long_term_store()
     _store_call(lambda: store.delete(namespace, args.key))
     return report_done(ctx, f"deleted {args.key!r} from {_dotted(namespace)!r}", data)
 
@@ -149,7 +149,7 @@ def cmd_store_rm(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_store_search(ctx: Context, args: argparse.Namespace) -> int:
     prefix = parse_namespace(args.prefix)
     filter_ = _json_arg("--filter", args.filter, obj=True) if args.filter is not None else None
-    store = ctx.memory()
+    store = ctx.long_term_store()
     items = _store_call(
         lambda: store.search(prefix, filter=filter_, limit=args.limit, offset=args.offset, refresh_ttl=False)
     )
@@ -174,5 +174,5 @@ def cmd_store_search(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_store_sweep(ctx: Context, args: argparse.Namespace) -> int:
     ctx.confirm(args, f"delete every expired item under {ctx.where}?")
-    swept = ctx.memory().sweep_ttl(full=args.full)
+    swept = ctx.long_term_store().sweep_ttl(full=args.full)
     return report_done(ctx, f"deleted {swept} expired items", {"deleted": swept})

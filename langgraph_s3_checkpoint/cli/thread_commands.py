@@ -51,7 +51,7 @@ from .context import (
 def cmd_threads(ctx: Context, args: argparse.Namespace) -> int:
     bar = ctx.bar("threads")
     stats: list[operator_plans.ThreadStats] = []
-    for item in ctx.store.iterate(operator_plans.all_thread_stats(ctx.layout)):
+    for item in ctx.bucket_io.iterate(operator_plans.all_thread_stats(ctx.layout)):
         stats.append(item)
         bar.advance(detail=item.thread_id)
     bar.close()
@@ -191,7 +191,7 @@ def _indent(text: str, spaces: int = 2) -> str:
 
 def cmd_delete(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
-    before = ctx.store.run(operator_plans.thread_stats(ctx.layout, args.thread))
+    before = ctx.bucket_io.run(operator_plans.thread_stats(ctx.layout, args.thread))
     what = f"thread {args.thread!r} ({before.objects} objects, {human_size(before.bytes)})"
     if args.dry_run:
         return report_done(
@@ -226,7 +226,7 @@ def cmd_copy(ctx: Context, args: argparse.Namespace) -> int:
         ctx.saver.copy_thread(args.source, args.target)
     except TargetThreadExistsError as exc:
         raise Failure(EXIT_PROBLEMS, str(exc)) from None
-    after = ctx.store.run(operator_plans.thread_stats(ctx.layout, args.target))
+    after = ctx.bucket_io.run(operator_plans.thread_stats(ctx.layout, args.target))
     return report_done(
         ctx,
         f"copied thread {args.source!r} to {args.target!r} ({after.objects} objects)",
@@ -267,7 +267,7 @@ def _threads_to_prune(ctx: Context, args: argparse.Namespace) -> list[str]:
     if args.all == bool(args.threads):
         raise Failure(EXIT_USAGE, "prune: name the threads to prune, or pass --all (not both)")
     if args.all:
-        return list(ctx.store.iterate(operator_plans.thread_ids(ctx.layout)))
+        return list(ctx.bucket_io.iterate(operator_plans.thread_ids(ctx.layout)))
     for thread_id in args.threads:
         ctx.require_thread(thread_id)
     return list(args.threads)
@@ -278,7 +278,7 @@ def _report_prune_plan(ctx: Context, thread_ids: Sequence[str]) -> int:
     deleted since they were listed, are left out); changes nothing."""
     planned = []
     for thread_id in thread_ids:
-        stats = ctx.store.run(operator_plans.thread_stats(ctx.layout, thread_id))
+        stats = ctx.bucket_io.run(operator_plans.thread_stats(ctx.layout, thread_id))
         if stats.objects:
             planned.append({"thread_id": thread_id, "checkpoints": stats.checkpoints, "objects": stats.objects})
     if ctx.as_json:
@@ -297,11 +297,11 @@ def _prune_each(ctx: Context, thread_ids: Sequence[str]) -> list[dict[str, Any]]
     bar = ctx.bar("prune", total=len(thread_ids))
     results = []
     for thread_id in thread_ids:
-        before = ctx.store.run(operator_plans.thread_stats(ctx.layout, thread_id))
+        before = ctx.bucket_io.run(operator_plans.thread_stats(ctx.layout, thread_id))
         if not before.objects:
             continue
         ctx.saver.prune([thread_id], strategy="keep_latest")
-        after = ctx.store.run(operator_plans.thread_stats(ctx.layout, thread_id))
+        after = ctx.bucket_io.run(operator_plans.thread_stats(ctx.layout, thread_id))
         results.append(
             {
                 "thread_id": thread_id,
@@ -377,7 +377,7 @@ def _export_once(ctx: Context, thread_id: str, target: str) -> tuple[int, int]:
                 "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             }
             _add_member(archive, MANIFEST, json.dumps(manifest, indent=2).encode())
-            for item in ctx.store.iterate(operator_plans.export_thread(ctx.layout, ctx.core.codec, thread_id)):
+            for item in ctx.bucket_io.iterate(operator_plans.export_thread(ctx.layout, ctx.core.codec, thread_id)):
                 _add_member(archive, OBJECTS_DIR + item.relative, item.body)
                 count += 1
                 size += len(item.body)
@@ -441,7 +441,7 @@ def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
     bar = ctx.bar("import")
     with _archive_reader(args.file) as (manifest, objects):
         thread_id = str(manifest["thread_id"]) if args.thread is None else args.thread
-        exists = ctx.store.run(operator_plans.thread_exists(ctx.layout, thread_id))
+        exists = ctx.bucket_io.run(operator_plans.thread_exists(ctx.layout, thread_id))
         if exists and not args.replace:
             raise Failure(
                 EXIT_PROBLEMS,
@@ -465,7 +465,7 @@ def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
                 yield item
 
         try:
-            written = ctx.store.run(operator_plans.import_thread(ctx.layout, thread_id, counted()))
+            written = ctx.bucket_io.run(operator_plans.import_thread(ctx.layout, thread_id, counted()))
         except TargetThreadExistsError as exc:
             raise Failure(EXIT_PROBLEMS, str(exc)) from None
         finally:
@@ -483,12 +483,12 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
         ctx.require_thread(args.thread)
         threads = [args.thread]
     else:  # a thread whose long id cannot be read back is a problem, not skipped silently
-        threads = list(ctx.store.iterate(operator_plans.thread_ids(ctx.layout, unnamed=problems)))
+        threads = list(ctx.bucket_io.iterate(operator_plans.thread_ids(ctx.layout, unnamed=problems)))
     bar = ctx.bar("verify")
     checked = 0
     seen: set[str] = set()
     for thread_id in threads:
-        for item in ctx.store.iterate(operator_plans.verify_thread(ctx.layout, ctx.core.codec, thread_id)):
+        for item in ctx.bucket_io.iterate(operator_plans.verify_thread(ctx.layout, ctx.core.codec, thread_id)):
             if isinstance(item, operator_plans.Checked):
                 checked += item.count
                 seen.add(thread_id)

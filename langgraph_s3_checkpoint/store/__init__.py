@@ -1,7 +1,7 @@
 """``S3Store`` and ``AsyncS3Store``: LangGraph's long-term memory ``BaseStore`` on the saver's bucket.
 
 Same design as the saver: every operation is a *plan* (a generator yielding batches of independent
-requests, see :mod:`.._protocol.requests`), written once in :class:`StoreCore` and driven by ``BucketIO.run`` (sync)
+requests, see :mod:`.._protocol.requests`), written once in :class:`StorePlans` and driven by ``BucketIO.run`` (sync)
 or ``BucketIO.arun`` (async). Embeddings are computed by the store classes before a plan starts (with
 ``embed_documents`` or ``aembed_documents``), so plans stay pure.
 
@@ -44,13 +44,13 @@ from langgraph.store.base import (
 )
 
 from .._protocol import expiry
-from .._protocol.checkpoint_plans import Core
+from .._protocol.checkpoint_plans import CheckpointPlans
 from .._protocol.codec import Codec
 from .._protocol.keys import MAX_KEY_BYTES, Layout, key_bytes
 from .._protocol.requests import (
     Plan,
 )
-from .._transport.bucket_io import ClosesAtBlockEnd
+from .._transport.bucket_io import BucketIO, ClosesAtBlockEnd
 from ..errors import (
     InvalidConfigError,
 )
@@ -75,7 +75,7 @@ from .checks import check_index, check_op, check_ttl, index_fields
 from .embedding import assign_vectors, last_writes, texts_to_embed
 from .layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout, T
 from .objects import StoreCodec
-from .plans import StoreCore
+from .plans import StorePlans
 
 logger = logging.getLogger(__name__)
 StoreT = TypeVar("StoreT", bound="BaseS3Store")
@@ -183,7 +183,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
                 (p, tokenize_path(p)) if p != "$" else (p, p) for p in (config["fields"] or ["$"])
             ]
             self.index_config = config
-        self._io = make_bucket_io(
+        self._bucket_io = make_bucket_io(
             client,
             bucket,
             prefix=self.prefix,
@@ -200,7 +200,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec
-        self._core = StoreCore(
+        self._plans = StorePlans(
             layout=StoreLayout(self.prefix),
             codec=StoreCodec(codec),
             vector_shards=vector_shards,
@@ -210,6 +210,17 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+    @property
+    def plans(self) -> StorePlans:
+        """The store's plans, with its layout, codec and sweep state: the handle for tools (the CLI, tests), which
+        run them through :attr:`bucket_io`."""
+        return self._plans
+
+    @property
+    def bucket_io(self) -> BucketIO:
+        """The I/O shell that runs this store's plans."""
+        return self._bucket_io
 
     @classmethod
     def _from_url(cls: type[StoreT], url: str, **kwargs: Any) -> StoreT:
@@ -221,13 +232,13 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         """Stop the TTL sweeper and release the worker threads and connections. Idempotent; every later call
         raises :class:`SaverMisuseError` naming it (``with``/``async with`` blocks end with this)."""
         self._stop_sweeping()
-        self._io.close()
+        self._bucket_io.close()
 
     def _setup_plan(self) -> Plan[None]:
-        core = Core(layout=Layout(self.prefix), codec=self._codec)
+        core = CheckpointPlans(layout=Layout(self.prefix), codec=self._codec)
         yield from core.setup(create_bucket=self.create_bucket, bucket=self.bucket)
         # A store without items has none an older release wrote: its first sweep need not read them all.
-        yield from expiry.file_if_empty(self._core.expiring)
+        yield from expiry.file_if_empty(self._plans.expiring)
 
     # -- preparing a batch ------------------------------------------------------------------------
     def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[str, list[Place]], list[str]]:
@@ -248,7 +259,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
     def _check_key_length(self, op: PutOp) -> None:
         """S3 keys are at most 1,024 bytes (AWS, SeaweedFS): refuse an item whose object key would be longer
         before any of the batch is written, instead of failing halfway through it."""
-        size = key_bytes(self._core.layout.item(op.namespace, op.key))
+        size = key_bytes(self._plans.layout.item(op.namespace, op.key))
         if size > MAX_KEY_BYTES:
             raise InvalidConfigError(
                 f"item {op.key!r} in namespace {tuple(op.namespace)!r} would be stored under a key of {size} bytes; "
@@ -278,28 +289,28 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
             CorruptObjectError: An item, vector shard or name object the ops read is damaged.
             S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
         """
-        self._io.check_open("batch")  # before any embedding is paid for
+        self._bucket_io.check_open("batch")  # before any embedding is paid for
         listed, to_embed, queries = self._prepare(ops)
         documents = self.embeddings.embed_documents(list(to_embed)) if to_embed else []
         query_vectors = {q: list(self.embeddings.embed_query(q)) for q in queries}
-        return self._io.run(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return self._bucket_io.run(self._plans.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch`, awaited (embeddings with ``aembed_documents``): same arguments, results and errors."""
-        self._io.check_open("abatch")
+        self._bucket_io.check_open("abatch")
         listed, to_embed, queries = self._prepare(ops)
         documents = await self.embeddings.aembed_documents(list(to_embed)) if to_embed else []
         answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
-        return await self._io.arun(self._core.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+        return await self._bucket_io.arun(self._plans.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
     def _run(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
-        self._io.check_open(what)
-        return self._io.run(plan, bounded=bounded)
+        self._bucket_io.check_open(what)
+        return self._bucket_io.run(plan, bounded=bounded)
 
     async def _arun(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
-        self._io.check_open(what)
-        return await self._io.arun(plan, bounded=bounded)
+        self._bucket_io.check_open(what)
+        return await self._bucket_io.arun(plan, bounded=bounded)
 
     # -- TTL ----------------------------------------------------------------------------------------
     async def asweep_ttl(self, *, full: bool = False) -> int:
@@ -315,7 +326,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         Raises:
             S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
         """
-        return await self._arun("asweep_ttl", self._core.sweep(full), bounded=False)
+        return await self._arun("asweep_ttl", self._plans.sweep(full), bounded=False)
 
     def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:
         """Seconds between background sweeps (the argument, else ``ttl_config``'s, else 5 minutes), or None
@@ -401,7 +412,7 @@ class S3Store(BaseS3Store):
         Raises:
             S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
         """
-        return self._run("sweep_ttl", self._core.sweep(full), bounded=False)
+        return self._run("sweep_ttl", self._plans.sweep(full), bounded=False)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep expired items periodically on a daemon thread, as PostgresStore does. A sweep that fails is
@@ -417,7 +428,7 @@ class S3Store(BaseS3Store):
         Raises:
             SaverMisuseError: The store is closed.
         """
-        self._io.check_open("start_ttl_sweeper")
+        self._bucket_io.check_open("start_ttl_sweeper")
         if self._sweeper is not None and self._sweeper.is_alive() and self._sweeper_future is not None:
             return self._sweeper_future
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -430,7 +441,7 @@ class S3Store(BaseS3Store):
         def loop() -> None:
             while not stop.wait(interval):
                 try:
-                    _log_sweep(self, self._io.run(self._core.sweep(), bounded=False))
+                    _log_sweep(self, self._bucket_io.run(self._plans.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
             future.set_result(None)
@@ -507,7 +518,7 @@ class AsyncS3Store(BaseS3Store):
         Raises:
             S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
         """
-        return await self._arun("sweep_ttl", self._core.sweep(full), bounded=False)
+        return await self._arun("sweep_ttl", self._plans.sweep(full), bounded=False)
 
     async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
         """Sweep expired items periodically in a task on the running loop, as AsyncPostgresStore does. A sweep
@@ -523,7 +534,7 @@ class AsyncS3Store(BaseS3Store):
         Raises:
             SaverMisuseError: The store is closed.
         """
-        self._io.check_open("start_ttl_sweeper")
+        self._bucket_io.check_open("start_ttl_sweeper")
         if self._sweeper_task is not None and not self._sweeper_task.done():
             return self._sweeper_task
         interval = self._sweep_interval_s(sweep_interval_minutes)
@@ -534,7 +545,7 @@ class AsyncS3Store(BaseS3Store):
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    _log_sweep(self, await self._io.arun(self._core.sweep(), bounded=False))
+                    _log_sweep(self, await self._bucket_io.arun(self._plans.sweep(), bounded=False))
                 except Exception:
                     _log_failed_sweep(self)
 
@@ -566,4 +577,4 @@ class AsyncS3Store(BaseS3Store):
             task.get_loop().call_soon_threadsafe(task.cancel)
 
 
-__all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreCore", "StoreLayout"]
+__all__ = ["AsyncS3Store", "BaseS3Store", "S3Store", "StoreLayout", "StorePlans"]

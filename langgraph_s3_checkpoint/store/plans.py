@@ -1,4 +1,4 @@
-"""The store's plans, free of I/O: :class:`StoreCore` says what each ``BaseStore`` operation reads and writes."""
+"""The store's plans, free of I/O: :class:`StorePlans` says what each ``BaseStore`` operation reads and writes."""
 
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ class NamespaceWalk:
 # The plans
 # ------------------------------------------------------------------------------------------------
 @dataclass
-class StoreCore:
+class StorePlans:
     """Plans for every store operation over one bucket prefix."""
 
     layout: StoreLayout
