@@ -19,6 +19,7 @@ import ssl
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -421,25 +422,25 @@ def test_several_event_loops_in_sequence(s3_server: LocalS3Server, bucket: str, 
     assert native.pools == 0
 
 
-_shared: dict[str, AsyncS3Saver] = {}
+def test_one_saver_across_event_loops(s3_server: LocalS3Server, bucket: str) -> None:
+    """Each pytest-asyncio test (as each ``asyncio.run``) runs on its own loop, closed after it: a saver kept between
+    them must keep working, with the connection pool of the loop it runs on only. Three loops in one test, so that
+    the rounds cannot land on different test workers."""
+    saver = AsyncS3Saver(
+        bucket=bucket, prefix=f"shared-loops/{uuid.uuid4().hex[:12]}", client=s3_server.client(), transport="direct"
+    )
 
+    async def step(number: int) -> None:
+        parent = await saver.aget_tuple(cfg("shared"))
+        await saver.aput(parent.config if parent else cfg("shared"), empty_checkpoint(), {"step": number}, {})
+        assert len([t async for t in saver.alist(cfg("shared"))]) == number
+        assert _native(saver).pools == 1
 
-@pytest.mark.parametrize("round", [1, 2, 3])
-async def test_one_saver_across_pytest_event_loops(s3_server: LocalS3Server, bucket: str, round: int) -> None:
-    """pytest-asyncio gives each test its own loop: a saver kept between tests must keep working."""
-    if round == 1:
-        _shared["saver"] = AsyncS3Saver(
-            bucket=bucket, prefix=f"shared-loops/{s3_server.kind}", client=s3_server.client(), transport="direct"
-        )
-        await _shared["saver"].adelete_thread("shared")
-    saver = _shared["saver"]
-    parent = await saver.aget_tuple(cfg("shared"))
-    await saver.aput(parent.config if parent else cfg("shared"), empty_checkpoint(), {"step": round}, {})
-    assert len([t async for t in saver.alist(cfg("shared"))]) == round
-    assert _native(saver).pools == 1
-    if round == 3:
+    try:
+        for number in (1, 2, 3):
+            asyncio.run(step(number))
+    finally:
         saver.close()
-        _shared.clear()
 
 
 async def test_close_closes_the_connections(seaweedfs_server: LocalS3Server, prefix: str) -> None:
