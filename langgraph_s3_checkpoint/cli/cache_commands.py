@@ -6,13 +6,12 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..cache import S3Cache
 
-from .context import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Context, Failure, add_command, human_size, report_done
+from .context import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Context, Failure, human_size, report_done
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,24 +102,3 @@ def cmd_cache_sweep(ctx: Context, args: argparse.Namespace) -> int:
         for key in report.unreadable:
             ctx.out.write(f"UNREADABLE {key} (left alone: a miss for every reader; `cache clear` removes it)\n")
     return EXIT_PROBLEMS if report.unreadable else EXIT_OK
-
-
-def add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> None:
-    group = commands.add_parser(
-        "cache",
-        help="node cache: ls, clear, sweep",
-        description="Inspect and clear LangGraph's node cache (S3Cache) at the same location. A namespace is "
-        'a JSON list of labels, as `cache ls` prints it: \'["__pregel_ns_writes", "app.nodes.search", "search"]\'',
-    )
-    cache_commands = group.add_subparsers(dest="cache_command", required=True, metavar="CACHE_COMMAND")
-    add_command(cache_commands, "ls", cmd_cache_ls, "list the cache's namespaces with their entries and sizes")
-    sub = add_command(cache_commands, "clear", cmd_cache_clear, "delete the entries of namespaces (default: all)")
-    sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
-    destructive(sub)
-    sub = add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
-    sub.add_argument(
-        "--full",
-        action="store_true",
-        help="read every entry, not only those whose expiry came due (after an older release wrote entries)",
-    )
-    destructive(sub)

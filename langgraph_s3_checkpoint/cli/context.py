@@ -220,17 +220,6 @@ def thread_config(thread_id: str, ns: str | None, checkpoint_id: str | None = No
     return {"configurable": configurable}
 
 
-Handler = Callable[[Context, argparse.Namespace], int]
-
-
-def add_command(commands: Any, name: str, handler: Handler, text: str) -> Any:
-    """One (sub)command: its help, the global options (accepted after its name too) and its handler."""
-    sub = commands.add_parser(name, help=text, description=text)
-    add_global_options(sub, top=False)
-    sub.set_defaults(handler=handler)
-    return sub
-
-
 def load_attr(option: str, spec: str, *, factory: Callable[[Any], bool]) -> Any:
     """``module:attr[.attr...]`` named by ``option``; a value that ``factory`` says is a class or factory
     is called without arguments. Any failure is a usage error naming the option."""
@@ -267,28 +256,6 @@ def load_index(spec: str) -> dict[str, Any]:
     if not isinstance(value, dict) or "dims" not in value or "embed" not in value:
         raise Failure(EXIT_USAGE, f"--index {spec!r} is not an IndexConfig (a dict with 'dims' and 'embed')")
     return value
-
-
-def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """Global options are accepted before and after the command name."""
-
-    def default(value: Any) -> Any:
-        return value if top else argparse.SUPPRESS
-
-    group = parser.add_argument_group("connection and output")
-    group.add_argument(
-        "--url", default=default(None), help=f"s3://bucket/prefix?options (default: ${ENV_URL})", metavar="URL"
-    )
-    group.add_argument("--endpoint-url", default=default(None), help="S3 endpoint (non-AWS servers)")
-    group.add_argument("--region", default=default(None), help="region name")
-    group.add_argument(
-        "--serde",
-        default=default(None),
-        metavar="MODULE:ATTR",
-        help="serializer the checkpoints were written with (e.g. an EncryptedSerializer); default JsonPlusSerializer",
-    )
-    group.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
-    group.add_argument("--no-progress", action="store_true", default=default(False), help="no progress on stderr")
 
 
 def report_done(ctx: Context, text: str, data: dict[str, Any]) -> int:

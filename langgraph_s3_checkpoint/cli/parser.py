@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -20,7 +21,7 @@ from ..errors import (
 )
 from ..options import SAVER, parse_url
 from ..saver import S3Saver
-from .cache_commands import add_cache_commands
+from .cache_commands import cmd_cache_clear, cmd_cache_ls, cmd_cache_sweep
 from .context import (
     ENV_URL,
     EXIT_PROBLEMS,
@@ -28,9 +29,6 @@ from .context import (
     EXIT_USAGE,
     Context,
     Failure,
-    Handler,
-    add_command,
-    add_global_options,
     load_serde,
 )
 from .store_commands import cmd_store_get, cmd_store_ls, cmd_store_put, cmd_store_rm, cmd_store_search, cmd_store_sweep
@@ -60,17 +58,71 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+Handler = Callable[[Context, argparse.Namespace], int]
+
+
+def _add_command(commands: Any, name: str, handler: Handler, text: str) -> Any:
+    """One (sub)command: its help, the global options (accepted after its name too) and its handler."""
+    sub = commands.add_parser(name, help=text, description=text)
+    _add_global_options(sub, top=False)
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Global options are accepted before and after the command name."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("connection and output")
+    group.add_argument(
+        "--url", default=default(None), help=f"s3://bucket/prefix?options (default: ${ENV_URL})", metavar="URL"
+    )
+    group.add_argument("--endpoint-url", default=default(None), help="S3 endpoint (non-AWS servers)")
+    group.add_argument("--region", default=default(None), help="region name")
+    group.add_argument(
+        "--serde",
+        default=default(None),
+        metavar="MODULE:ATTR",
+        help="serializer the checkpoints were written with (e.g. an EncryptedSerializer); default JsonPlusSerializer",
+    )
+    group.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
+    group.add_argument("--no-progress", action="store_true", default=default(False), help="no progress on stderr")
+
+
+def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> None:
+    group = commands.add_parser(
+        "cache",
+        help="node cache: ls, clear, sweep",
+        description="Inspect and clear LangGraph's node cache (S3Cache) at the same location. A namespace is "
+        'a JSON list of labels, as `cache ls` prints it: \'["__pregel_ns_writes", "app.nodes.search", "search"]\'',
+    )
+    cache_commands = group.add_subparsers(dest="cache_command", required=True, metavar="CACHE_COMMAND")
+    _add_command(cache_commands, "ls", cmd_cache_ls, "list the cache's namespaces with their entries and sizes")
+    sub = _add_command(cache_commands, "clear", cmd_cache_clear, "delete the entries of namespaces (default: all)")
+    sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
+    destructive(sub)
+    sub = _add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
+    sub.add_argument(
+        "--full",
+        action="store_true",
+        help="read every entry, not only those whose expiry came due (after an older release wrote entries)",
+    )
+    destructive(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="langgraph-s3",
         description="Inspect and maintain LangGraph checkpoints stored by langgraph-s3-checkpoint.",
         epilog="Exit codes: 0 ok, 1 problems found or not found, 2 usage error, 3 S3 error.",
     )
-    add_global_options(parser, top=True)
+    _add_global_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Handler, text: str) -> Any:
-        return add_command(commands, name, handler, text)
+        return _add_command(commands, name, handler, text)
 
     command("threads", cmd_threads, "list threads with checkpoint counts, sizes and last update")
     sub = command("history", cmd_history, "list a thread's checkpoints, newest first")
@@ -141,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands = group.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
 
     def store_command(name: str, handler: Handler, text: str) -> Any:
-        return add_command(store_commands, name, handler, text)
+        return _add_command(store_commands, name, handler, text)
 
     def paging(sub: Any, limit: int) -> None:
         sub.add_argument("--limit", type=int, default=limit, help=f"at most N results (default {limit})")
@@ -182,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read every item, not only those whose expiry came due (after an older release wrote items)",
     )
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
-    add_cache_commands(commands, destructive)
+    _add_cache_commands(commands, destructive)
     return parser
 
 

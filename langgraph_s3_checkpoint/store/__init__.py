@@ -73,11 +73,12 @@ from ..saver import (
 )
 from .checks import check_index, check_op, check_ttl, index_fields
 from .embedding import assign_vectors, last_writes, texts_to_embed
-from .layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout, T
+from .layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout
 from .objects import StoreCodec
 from .plans import StorePlans
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 StoreT = TypeVar("StoreT", bound="BaseS3Store")
 
 
@@ -506,18 +507,7 @@ class AsyncS3Store(BaseS3Store):
     _sweeper_task: asyncio.Task[None] | None = None
 
     async def sweep_ttl(self, *, full: bool = False) -> int:
-        """Delete every expired item now. (Reads are already blind to them.)
-
-        Args:
-            full: Read every item instead of only those whose expiry came due (after processes of an older
-                release wrote items).
-
-        Returns:
-            How many items were deleted.
-
-        Raises:
-            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
-        """
+        """:meth:`~BaseS3Store.asweep_ttl` under AsyncPostgresStore's name: same arguments, result and errors."""
         return await self._arun("sweep_ttl", self._plans.sweep(full), bounded=False)
 
     async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:

@@ -6,11 +6,8 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from .._protocol.keys import MAX_SEGMENT, is_digest, made_by
-
-T = TypeVar("T")
 
 HERE = "~"
 """The segment holding a namespace's own items (never an escaped label: labels are not empty)."""
