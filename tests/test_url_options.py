@@ -432,3 +432,27 @@ def test_good_store_options_are_kept() -> None:
     for kind in (S3Saver, S3Store):
         with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
             assert made.prefix == ""
+
+
+def test_each_new_client_reads_the_credentials_of_its_time_and_shares_the_parsed_s3_model(
+    seaweedfs_server: local.LocalS3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make_client`` gives each client a session of its own (the environment as it is now: rotated keys are
+    picked up) but parses botocore's S3 model once per process, not once per client."""
+    from botocore.exceptions import ClientError
+
+    from langgraph_s3_checkpoint.saver import make_client
+
+    seaweedfs_server.create_bucket("lgs3-test")
+    endpoint = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs_server.secret_key)
+    before = make_client(**endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY00000000")
+    after = make_client(**endpoint)
+
+    before.head_bucket(Bucket="lgs3-test")
+    with pytest.raises(ClientError):
+        after.head_bucket(Bucket="lgs3-test")
+    shared = before.meta.service_model._service_description is after.meta.service_model._service_description
+    assert shared, "each client parsed the S3 model again"
