@@ -21,6 +21,42 @@ BUCKET = "lgs3-test"
 SERVER_KINDS = selected_server_kinds()
 
 
+LONGEST_FIRST = (
+    "test_s3_savers_pass_every_langgraph_test_that_memory_passes",
+    "test_eight_processes_hammering_one_thread_keep_history_linear",
+    "test_random_operations_through_two_savers_read_as_in_memory_saver",
+    "test_notebook_runs_without_errors",
+    "test_sigkill_between_any_two_requests_then_resume",
+    "test_s3_cache_passes_langgraphs_node_cache_tests_on_moto",
+    "test_hundred_graph_runs_at_ten_percent_faults_match_fault_free_runs",
+    "test_differential_live",
+    "test_verify_reports_what_repair_would_fix",
+    "test_differential_memory_bucket",
+    "test_store_commands_roundtrip_with_the_api",
+    "test_demo_crashes_and_resumes",
+    "test_gc_costs_the_threads_and_what_changed_not_the_history",
+    "test_two_puts_and_a_delete_of_one_key_in_every_order_of_their_round_trips",
+    "test_rollback_writes_interleavings",
+    "test_a_sweep_costs_what_came_due_not_what_is_stored",
+    "test_a_checkpoint_and_its_writes_stored_at_once_both_survive",
+    "test_sigkill_inside_maintenance_operations",
+    "test_every_interleaving_of_two_parties",
+)
+"""Test functions that take 10 s to a few minutes each (``--durations`` of a full run), longest first.
+
+They run first: xdist hands out tests in collection order, so a long test collected late keeps one worker busy
+after the others have run out of work; with ``--maxschedchunk=1`` (pyproject's addopts) each worker takes the next
+test when it is free. Only the order changes: a name missing here merely runs in its usual place."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests of ``LONGEST_FIRST`` to the front, in its order (a stable sort keeps the rest in place)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    last = len(rank)
+    items.sort(key=lambda item: rank.get(getattr(item, "originalname", item.name), last))
+
+
 class _ServerPool:
     """Starts each server kind at most once per session, on first use."""
 

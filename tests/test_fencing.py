@@ -23,7 +23,7 @@ from langgraph_s3_checkpoint import CheckpointConflictError, ClockSkewError, S3S
 from langgraph_s3_checkpoint.local import LocalS3Server
 
 WORKERS = 8
-COMMITS_PER_WORKER = 6
+COMMITS_PER_WORKER = 4
 ATTEMPTS_PER_WORKER = 60
 
 
