@@ -819,12 +819,16 @@ def test_cli_failures_are_one_line_with_the_documented_code(s3_server: LocalS3Se
 
 def test_the_entry_point_exits_with_the_documented_code(env: Env) -> None:
     """``python -m langgraph_s3_checkpoint.cli`` in a process of its own (every other test calls ``main`` in this
-    one): the exit status reaches the shell, 0 with the output, 2 for a usage error, 3 for an S3 error, and a failure
-    says one ``error:`` line without a traceback."""
+    one): the exit status reaches the shell, whether ``main`` returns it (0 with the output, 1 for problems found) or
+    exits with it (2 for a usage error, 3 for an S3 error), and a failure says one ``error:`` line without a
+    traceback."""
     env.paused("t")
     done = run_cli_process("--json", "threads", env=env.environ)
     assert done.returncode == 0, done.stderr
     assert [t["thread_id"] for t in json.loads(done.stdout)] == ["t"] and done.stderr == ""
+    env.client.delete_object(Bucket=CLI_BUCKET, Key=env.layout.head("t", ""))
+    found = run_cli_process("verify", env=env.environ)
+    assert found.returncode == 1 and "PROBLEM" in found.stdout and found.stderr == "", found
     assert "invalid choice" in assert_one_error_line(run_cli_process("no-such-command", env=env.environ), 2)
     missing = f"s3://lgs3-missing-{uuid.uuid4().hex[:8]}?endpoint_url={env.server.endpoint_url}"
     assert "does not exist" in assert_one_error_line(run_cli_process("threads", "--url", missing, env=env.environ), 3)
