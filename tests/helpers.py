@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import itertools
+import logging
 import operator
 import os
 import socket
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypedDict, cast
+from typing import IO, Annotated, Any, Literal, TypedDict, cast
+from unittest import mock
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
@@ -341,7 +345,7 @@ def crash_before_head(saver: S3Saver, thread: str, checkpoint_id: str, parent: s
         drive(saver, put_plan(saver, thread, checkpoint_id, parent, **kw), on_batch)
 
 
-# -- the command line, run as a user runs it ---------------------------------------------------------------------
+# -- the command line, as a user runs it ----------------------------------------------------------------------------
 def fake_client_options(endpoint: str) -> dict[str, Any]:
     """boto3 client settings with made-up credentials, for an endpoint that is not a real S3 server."""
     return {
@@ -353,16 +357,131 @@ def fake_client_options(endpoint: str) -> dict[str, Any]:
 
 
 def run_cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``langgraph-s3 ARGS`` through the CLI's real entry point, in a process of its own."""
+    """``langgraph-s3 ARGS`` through the CLI's ``main`` in this process, seen as a process of its own: ``env`` is the
+    whole environment, stdin a pipe holding ``stdin`` (or nothing), stdout and stderr pipes, the exit status what
+    ``main`` returns or exits with. A process per call costs a second or two of CPU importing langgraph,
+    langchain_core and boto3; :func:`run_cli_process` runs one, for what only a process shows."""
+    from langgraph_s3_checkpoint import cli
+
+    out, err = _Pipe(), _Pipe()
+    stdout = io.TextIOWrapper(out, encoding="utf-8")
+    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace")  # as Python's own stderr
+    with _as_a_process_of_its_own(env, stdin or "", stdout, stderr):
+        try:
+            returncode = cli.main(list(args))
+        except SystemExit as exit_:
+            returncode = _exit_status(exit_.code, stderr)
+        finally:
+            for stream in (stdout, stderr):
+                if not stream.closed:  # main closes stderr when its output pipe broke
+                    stream.flush()
+    return subprocess.CompletedProcess(["langgraph-s3", *args], returncode, out.text(), err.text())
+
+
+def run_cli_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``langgraph-s3 ARGS`` as a shell runs it: ``python -m langgraph_s3_checkpoint.cli`` in a process of its own,
+    stdin empty. Only for what :func:`run_cli` cannot show (the exit status reaching the shell, a terminal)."""
     return subprocess.run(
         [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
         env=env,
-        input=stdin,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+class _Pipe(io.BytesIO):
+    """The reading end of a captured stream: what was written stays readable after the writer closed it."""
+
+    written = b""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.written = self.getvalue()
+        super().close()
+
+    def text(self) -> str:
+        """What a ``text=True`` subprocess reads: decoded, newlines made universal."""
+        data = self.written if self.closed else self.getvalue()
+        return data.decode().replace("\r\n", "\n").replace("\r", "\n")
+
+
+PROCESS_WARNING_FILTERS: tuple[tuple[Literal["default", "ignore"], type[Warning], str], ...] = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
+"""``warnings.filters`` of a fresh ``python -m`` process (no ``-W``, no ``PYTHONWARNINGS``)."""
+
+NOT_THE_CLIS_LOGGERS = ("moto", "werkzeug")
+"""Loggers of the S3 server some tests run in this process (moto): its records are not the CLI's output."""
+
+
+@contextlib.contextmanager
+def _as_a_process_of_its_own(env: dict[str, str], stdin: str, stdout: IO[str], stderr: IO[str]) -> Iterator[None]:
+    """What a CLI process starts with, for the time of one call, and this process's own afterwards (also on error):
+    the environment; stdin, stdout and stderr; no conditional-write verdicts and no warnings given "once per process"
+    yet (so each call probes and warns as a process would, whatever this process did before); Python's default
+    warning filters with warnings printed on stderr; and ``logging.lastResort``: a record at WARNING or above that
+    no handler below the root takes (the CLI configures no logging) printed on stderr as its message."""
+    from langgraph_s3_checkpoint._transport import bucket_io, probe
+
+    def show_warning(
+        message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    last_resort = _LastResort(stderr)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
+        stack.enter_context(
+            mock.patch.multiple(
+                sys, stdin=io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8"), stdout=stdout, stderr=stderr
+            )
+        )
+        stack.enter_context(mock.patch.object(probe, "_VERDICTS", {}))
+        stack.enter_context(mock.patch.object(bucket_io, "_WARNED", set()))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.resetwarnings()
+        for action, category, module in PROCESS_WARNING_FILTERS:
+            warnings.filterwarnings(action, category=category, module=module, append=True)
+        warnings.showwarning = show_warning
+        logging.root.addHandler(last_resort)
+        stack.callback(logging.root.removeHandler, last_resort)
+        yield
+
+
+class _LastResort(logging.Handler):
+    """``logging.lastResort`` of a process that configured no logging, writing on ``stream``."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.split(".")[0] in NOT_THE_CLIS_LOGGERS:
+            return
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None and logger is not logging.root:
+            if logger.handlers:
+                return  # a library's own handler (botocore's NullHandler ...) takes it: lastResort is not asked
+            logger = logger.parent
+        self.stream.write(self.format(record) + "\n")
+
+
+def _exit_status(code: object, stderr: IO[str]) -> int:
+    """The status Python exits with on ``SystemExit(code)``: ``None`` is 0, an int itself, anything else is printed
+    on stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=stderr)
+    return 1
 
 
 def cli_env(server: Any, url: str) -> dict[str, str]:

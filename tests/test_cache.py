@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import langgraph.cache.memory
 import pytest
-from helpers import RequestCounter
+from helpers import RequestCounter, cli_env, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.cache.memory import InMemoryCache
@@ -777,34 +777,20 @@ def test_a_second_process_is_served_what_the_first_computed(s3_server: LocalS3Se
 # ------------------------------------------------------------------------------------------------
 # The CLI
 # ------------------------------------------------------------------------------------------------
-def _cli(
-    s3_server: LocalS3Server, bucket: str, prefix: str, monkeypatch: pytest.MonkeyPatch, capsys: Any, *args: str
-) -> tuple[int, str]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+def _cli(s3_server: LocalS3Server, bucket: str, prefix: str, *args: str) -> tuple[int, str]:
     url = f"s3://{bucket}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={s3_server.region}"
-    try:
-        code = cli.main(["--url", url, *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, capsys.readouterr().out
+    done = run_cli("--url", url, *args, env=cli_env(s3_server, url))
+    return done.returncode, done.stdout
 
 
-def test_cli_ls_clear_and_sweep(
-    cache: S3Cache[Any],
-    s3_server: LocalS3Server,
-    bucket: str,
-    prefix: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: Any,
-) -> None:
+def test_cli_ls_clear_and_sweep(cache: S3Cache[Any], s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     node = ("__pregel_ns_writes", "app.nodes:search", "search")
     cache.set({(node, str(i)): (i, None) for i in range(3)})
     cache.set({(("L" * 300,), "k"): (1, None), (("tmp",), "old"): (1, -1)})
     s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/cache/notes.txt", Body=b"someone's")
 
     def cli_json(*args: str) -> Any:
-        code, out = _cli(s3_server, bucket, prefix, monkeypatch, capsys, "--json", "cache", *args)
+        code, out = _cli(s3_server, bucket, prefix, "--json", "cache", *args)
         assert code == 0, out
         return json.loads(out)
 
@@ -815,7 +801,7 @@ def test_cli_ls_clear_and_sweep(
         (["tmp"], 1),
     ]
     assert listed["foreign"] == 1
-    code, text = _cli(s3_server, bucket, prefix, monkeypatch, capsys, "cache", "ls")
+    code, text = _cli(s3_server, bucket, prefix, "cache", "ls")
     assert code == 0 and "app.nodes:search" in text and "5 entries in 3 namespace(s)" in text
 
     assert cli_json("sweep", "--dry-run") == {
@@ -835,5 +821,5 @@ def test_cli_ls_clear_and_sweep(
     assert cli_json("clear", "--yes") == {"ok": True, "dry_run": False, "entries": 1}
     assert cli_json("ls") == {"namespaces": [], "foreign": 1}  # someone's notes stay
 
-    code, _ = _cli(s3_server, bucket, prefix, monkeypatch, capsys, "cache", "clear", "search")
+    code, _ = _cli(s3_server, bucket, prefix, "cache", "clear", "search")
     assert code == cli.EXIT_USAGE  # a namespace is a JSON list of labels

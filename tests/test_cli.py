@@ -1,6 +1,8 @@
-"""``langgraph-s3`` run as a real process against SeaweedFS, on threads written by real graphs.
+"""``langgraph-s3`` against SeaweedFS, on threads written by real graphs.
 
-Each command is checked against what the saver itself reads back, and against the bucket's objects.
+Each command is checked against what the saver itself reads back, and against the bucket's objects. Commands run
+through the CLI's ``main`` in the test process, as a process of its own would see it (``helpers.run_cli``); the few
+things only a real process shows (the exit status reaching the shell, questions on a terminal) run one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import assert_one_error_line, cfg, chat, cli_env, is_record_key, run_cli
+from helpers import assert_one_error_line, cfg, chat, cli_env, is_record_key, run_cli, run_cli_process
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -95,15 +97,10 @@ class Env:
             LANGGRAPH_S3_URL=self.url,
         )
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
-            env=self.environ if env is None else env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.environ if env is None else env, stdin=stdin)
 
     def json(self, *args: str) -> Any:
         done = self.run("--json", *args)
@@ -585,6 +582,9 @@ def test_store_commands_roundtrip_with_the_api(env: Env) -> None:
         assert memory.get(("memories", "ada"), "city") is not None
         assert env.json("store", "rm", "memories.ada", "city")["key"] == "city"
         assert memory.get(("memories", "ada"), "city") is None
+        piped = env.run("store", "put", "memories.ada", "piped", "-", stdin='{"fact": "read from stdin"}')
+        assert piped.returncode == 0, piped.stderr
+        assert memory.get(("memories", "ada"), "piped").value == {"fact": "read from stdin"}  # type: ignore[union-attr]
 
         memory.put(("memories", "old"), "gone", {"fact": "x"}, ttl=0.001)
         short = env.run("store", "put", "memories.old", "brief", '{"fact": "y"}', "--ttl", "0.001")
@@ -611,7 +611,9 @@ NOT_AN_INDEX = {"dims": 12}
 """
 
 
-def test_store_put_with_an_index_embeds_the_item(env: Env, tmp_path: Path) -> None:
+def test_store_put_with_an_index_embeds_the_item(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """``store put --index module:attr`` writes the item's vectors, as the application's store would;
     without ``--index`` the item gets none and ranks unscored."""
     from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -619,17 +621,17 @@ def test_store_put_with_an_index_embeds_the_item(env: Env, tmp_path: Path) -> No
     from langgraph_s3_checkpoint import S3Store
 
     (tmp_path / "cli_index_config.py").write_text(CLI_INDEX_MODULE)
-    environ = {
-        **env.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
-    }
+    # The application's module is importable, as PYTHONPATH makes it for a process of its own. The CLI runs in
+    # this process, which imports it once for every call (the module only defines constants) and forgets it after.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    request.addfinalizer(lambda: sys.modules.pop("cli_index_config", None))
     doc = '{"text": "apple pie"}'
     for key, extra in [
         ("embedded", ["--index", "cli_index_config:INDEX"]),
         ("factory", ["--index", "cli_index_config:make_index"]),
         ("plain", []),
     ]:
-        done = env.run("store", "put", "docs", key, doc, *extra, env=environ)
+        done = env.run("store", "put", "docs", key, doc, *extra)
         assert done.returncode == 0, done.stderr
     index = {"dims": 12, "embed": DeterministicFakeEmbedding(size=12), "fields": ["text"]}
     memory = S3Store(bucket=CLI_BUCKET, prefix=env.prefix, client=env.server.client(), index=index)  # type: ignore[arg-type]
@@ -646,7 +648,7 @@ def test_store_put_with_an_index_embeds_the_item(env: Env, tmp_path: Path) -> No
         (["--index", "cli_index_config"], "expected MODULE:ATTR"),
         (["--index", "cli_index_config:INDEX", "--no-index"], "exclude each other"),
     ]:
-        done = env.run("store", "put", "docs", "bad", doc, *extra, env=environ)
+        done = env.run("store", "put", "docs", "bad", doc, *extra)
         assert done.returncode == 2 and text in done.stderr, done.stderr
 
 
@@ -723,7 +725,8 @@ def test_verify_reports_what_repair_would_fix(env: Env) -> None:
 
 
 def _on_a_terminal(args: Sequence[str], env: dict[str, str], answer: str) -> tuple[int, str]:
-    """Run the CLI with stdin, stdout and stderr on a pseudo-terminal, answering its question."""
+    """Run the CLI with stdin, stdout and stderr on a pseudo-terminal, answering its question. A process of its own:
+    the terminal is what the CLI asks ``isatty()`` of, and what a user answers on."""
     import pty
 
     pid, fd = pty.fork()
@@ -812,6 +815,23 @@ def test_cli_failures_are_one_line_with_the_documented_code(s3_server: LocalS3Se
         "threads", "--url", f"s3://{bucket}/{prefix}?endpoint_url=http://127.0.0.1:9&max_attempts=1", env=environ
     )
     assert_one_error_line(silent, 3)
+
+
+def test_the_entry_point_exits_with_the_documented_code(env: Env) -> None:
+    """``python -m langgraph_s3_checkpoint.cli`` in a process of its own (every other test calls ``main`` in this
+    one): the exit status reaches the shell, whether ``main`` returns it (0 with the output, 1 for problems found) or
+    exits with it (2 for a usage error, 3 for an S3 error), and a failure says one ``error:`` line without a
+    traceback."""
+    env.paused("t")
+    done = run_cli_process("--json", "threads", env=env.environ)
+    assert done.returncode == 0, done.stderr
+    assert [t["thread_id"] for t in json.loads(done.stdout)] == ["t"] and done.stderr == ""
+    env.client.delete_object(Bucket=CLI_BUCKET, Key=env.layout.head("t", ""))
+    found = run_cli_process("verify", env=env.environ)
+    assert found.returncode == 1 and "PROBLEM" in found.stdout and found.stderr == "", found
+    assert "invalid choice" in assert_one_error_line(run_cli_process("no-such-command", env=env.environ), 2)
+    missing = f"s3://lgs3-missing-{uuid.uuid4().hex[:8]}?endpoint_url={env.server.endpoint_url}"
+    assert "does not exist" in assert_one_error_line(run_cli_process("threads", "--url", missing, env=env.environ), 3)
 
 
 def test_long_ids_are_shortened_in_tables(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:

@@ -13,7 +13,6 @@ import json
 import operator
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
@@ -21,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 import boto3
 import pytest
 from faultproxy import FaultProxy
-from helpers import client_options, selected_server_kinds
+from helpers import client_options, run_cli, selected_server_kinds
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -157,14 +156,7 @@ def test_cli_reads_encrypted_checkpoints_with_serde_option(seaweedfs_server: loc
     serde = "--serde=langgraph.checkpoint.serde.encrypted:EncryptedSerializer.from_pycryptodome_aes"
 
     def cli(*args: str, env_key: str | None = AES_KEY) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
-            env={**environ, "LANGGRAPH_AES_KEY": env_key} if env_key is not None else environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_cli(*args, env={**environ, "LANGGRAPH_AES_KEY": env_key} if env_key is not None else environ)
 
     shown = cli("--json", serde, "show", "vault")
     assert shown.returncode == 0, shown.stderr

@@ -13,13 +13,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import run_cli
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
@@ -112,14 +112,7 @@ def test_the_agent_servers_checkpointer_and_store_take_one_url(
 def _cli(location: str, *args: str, query: str = SHARED) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_S3_")}
     environ["LANGGRAPH_S3_URL"] = f"{location}?{query}"
-    return subprocess.run(
-        [sys.executable, "-m", "langgraph_s3_checkpoint.cli", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, env=environ)
 
 
 def test_every_kind_of_cli_command_takes_one_url(seaweedfs_server: local.LocalS3Server, location: str) -> None:
@@ -146,7 +139,7 @@ ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
     "server.saver_from_env": lambda url: server.saver_from_env({server.ENV_URL: url}),
     "server.store_from_env": lambda url: server.store_from_env({server.ENV_URL: url}),
 }
-"""Every way a URL becomes a component in-process (the CLI is a process of its own, tested below)."""
+"""Every way a URL becomes a component in-process (the CLI, tested below, takes its URL from the environment)."""
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
