@@ -293,7 +293,7 @@ def _atomic_moto_server(base: type[ThreadedMotoServer]) -> type[ThreadedMotoServ
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    class RememberingDispatcher(DomainDispatcherApplication):  # type: ignore[misc]
+    class RememberingDispatcher(DomainDispatcherApplication):
         """moto's dispatcher, remembering which backend serves a host: moto works it out again for every request
         by listing its own package folder (a ``stat`` per service), a third of the time moto spends on a PUT."""
 

@@ -221,6 +221,7 @@ def _new_session() -> Any:
         _shared_loader = loader
     return session
 
+
 def without_expect_continue(client: Any) -> Any:
     """Stop ``client`` from sending ``Expect: 100-continue`` on PutObject, so a PUT costs one round trip.
 
