@@ -44,6 +44,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph_s3_checkpoint import (
     AsyncS3Store,
     CorruptObjectError,
+    S3CheckpointError,
     S3Saver,
     S3Store,
 )
@@ -1056,6 +1057,7 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
         (lambda s: s.search(("a",), filter={"n": {"$gt": 0, "eq": 1}}), ValueError, "Unsupported operator: eq"),
         (lambda s: s.search(("a",), filter={"m": {"n": {"$gte ": 1}}}), ValueError, r"Unsupported operator: \$gte "),
         (lambda s: s.search("ab"), TypeError, "not the str 'ab'"),
+        (lambda s: s.batch([("a", "k")]), ValueError, "Unknown operation type"),  # type: ignore[list-item]
         (lambda s: s.get("ab", "k"), TypeError, "not the str 'ab'"),
         (lambda s: s.batch([PutOp(("a",), 5, {"v": 1})]), TypeError, "key must be a str, got int 5"),  # type: ignore[arg-type]
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl=0), ValueError, "positive number of minutes"),
@@ -1078,8 +1080,9 @@ def test_bad_ops_are_refused_before_writing(call: Callable[[S3Store], Any], erro
     number of minutes are refused. Nothing is written, and a good batch still works afterwards."""
     store = memory_store(False, ttl={"default_ttl": 10})
     store.put(("a",), "kept", {"n": 1})
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as refused:
         call(store)
+    assert isinstance(refused.value, S3CheckpointError), "a refusal is also the package's error"
     assert [i.key for i in store.search(("a",))] == ["kept"]  # "k2" of the refused batch was not written
     assert store.search(("a",), filter={"n": {"$gte": 1, "$lt": 2}})[0].key == "kept"
 

@@ -70,7 +70,7 @@ def _check_filter(filter: Mapping[str, Any]) -> None:
         if any(str(k).startswith("$") for k in wanted):
             unknown = sorted(str(k) for k in wanted if k not in _OPERATORS)
             if unknown:
-                raise ValueError(
+                raise InvalidConfigError(
                     f"Unsupported operator: {unknown[0]} (filter on {field_name!r}); "
                     f"the operators are {', '.join(sorted(_OPERATORS))}"
                 )

@@ -41,8 +41,6 @@ def assign_vectors(
     places = [place for places in to_embed.values() for place in places]
     texts = [text for text, places in to_embed.items() for _ in places]
     by_text = dict(zip(to_embed, embeddings, strict=True))
-    if len(places) != len(texts):  # pragma: no cover - same construction
-        raise ValueError("embedding count mismatch")
     out: dict[tuple[tuple[str, ...], str], Vectors] = {}
     for text, (namespace, key, path) in zip(texts, places, strict=True):
         out.setdefault((namespace, key), {})[path] = list(by_text[text])

@@ -42,6 +42,7 @@ from .._protocol.requests import (
 )
 from ..errors import (
     CorruptObjectError,
+    InvalidArgumentTypeError,
     StoreConflictError,
 )
 from .layout import (
@@ -258,7 +259,7 @@ class StorePlans:
             elif isinstance(op, PutOp):
                 writes[(tuple(op.namespace), op.key)] = op
             else:
-                raise ValueError(f"Unknown operation type: {type(op)}")
+                raise InvalidArgumentTypeError(f"Unknown operation type: {type(op)}")
         if reads:
             answers = yield from parallel([plan for _, plan in reads])
             for (i, _), answer in zip(reads, answers, strict=True):
