@@ -6,16 +6,22 @@ The parent test passes the server and key prefix through ``LGS3_*`` environment 
 
 from __future__ import annotations
 
+import io
 import json
+import multiprocessing
 import operator
 import os
 import random
+import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -28,6 +34,17 @@ RESULT_PREFIX = "RESULT "
 
 
 # -- the parent side ----------------------------------------------------------------------------
+# A worker is a fork of a fork server that imported the heavy modules once per test process: a fresh
+# interpreter spends 1.5-2 s importing them for ~0.3 s of work. The fork server only imports (no client,
+# thread or event loop exists there to be copied into a fork), and each worker is forked from it, never
+# from another worker or from the test process (which has threads: a fork of it would be unsafe). What a module
+# reads from the environment while it is imported (langsmith caches two LANGSMITH_ variables) comes from the
+# test process's environment when the fork server started; a worker's env adds only LGS3_*, read at run time.
+_FORK_SERVER = multiprocessing.get_context("forkserver")
+# What the workers import, and what creating an S3 client imports (boto3.s3.inject).
+_FORK_SERVER.set_forkserver_preload(["boto3", "boto3.s3.inject", "langgraph.graph", "langgraph_s3_checkpoint"])
+
+
 def worker_env(server: Any, bucket: str, prefix: str, **extra: str) -> dict[str, str]:
     """Environment for a worker: where the bucket is and how to sign in."""
     env = dict(os.environ)
@@ -38,30 +55,65 @@ def worker_env(server: Any, bucket: str, prefix: str, **extra: str) -> dict[str,
         LGS3_REGION=server.region,
         LGS3_BUCKET=bucket,
         LGS3_PREFIX=prefix,
-        PYTHONUNBUFFERED="1",
         **extra,
     )
     return env
 
 
-def spawn(script: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKERS_DIR / script), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+@dataclass
+class Worker:
+    """A running worker script; its stdout and stderr go to files in ``output``."""
+
+    args: list[str]
+    """The script and its arguments."""
+    process: BaseProcess
+    output: tempfile.TemporaryDirectory[str]
+
+    def poll(self) -> int | None:
+        """The exit code if the worker has ended (minus the signal number if a signal ended it), else None."""
+        return self.process.exitcode
+
+
+def spawn(script: str, args: Sequence[str], env: dict[str, str]) -> Worker:
+    """Start ``python tests/workers/SCRIPT ARGS...`` with environment ``env`` (forked from the fork server)."""
+    output = tempfile.TemporaryDirectory(prefix="lgs3-worker-")
+    for name in ("stdout", "stderr"):
+        Path(output.name, name).touch()  # there to read even if the worker dies before it opens them
+    path = str(WORKERS_DIR / script)
+    process = _FORK_SERVER.Process(
+        target=_run_script,
+        args=(path, list(args), env, output.name),
+        name=script,
+        daemon=True,  # a test process that ends stops its workers instead of waiting for them
     )
+    process.start()
+    return Worker([path, *args], process, output)
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 180) -> tuple[int, dict[str, Any] | None, str]:
-    """Wait for a worker: its return code, its RESULT (if it printed one) and its stderr."""
-    out, err = proc.communicate(timeout=timeout)
+def finish(worker: Worker, timeout: float = 180) -> tuple[int, dict[str, Any] | None, str]:
+    """Wait for a worker: its return code, its RESULT (if it printed one) and its stderr.
+
+    A worker still running after ``timeout`` seconds is killed, and ``subprocess.TimeoutExpired`` raised.
+    """
+    process = worker.process
+    process.join(timeout)
+    timed_out = process.exitcode is None
+    if timed_out:
+        process.kill()
+        process.join()
+    code = process.exitcode
+    assert code is not None
+    process.close()
+    with worker.output as directory:
+        out = Path(directory, "stdout").read_text(errors="replace")
+        err = Path(directory, "stderr").read_text(errors="replace")
+    if timed_out:
+        raise subprocess.TimeoutExpired(worker.args, timeout, output=out, stderr=err)
     result = None
     for line in out.splitlines():
         if line.startswith(RESULT_PREFIX):
             result = json.loads(line[len(RESULT_PREFIX) :])
-    return proc.returncode, result, err
+    return code, result, err
 
 
 def run(script: str, args: Sequence[str], env: dict[str, str], timeout: float = 180) -> dict[str, Any]:
@@ -70,6 +122,22 @@ def run(script: str, args: Sequence[str], env: dict[str, str], timeout: float = 
     if code != 0 or result is None:
         raise AssertionError(f"worker {script} {list(args)} exited {code}:\n{err[-4000:]}")
     return result
+
+
+def _run_script(path: str, args: list[str], env: dict[str, str], output: str) -> None:
+    """In the forked worker: what ``python -u PATH ARGS...`` with environment ``env`` would do."""
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        file = os.open(Path(output, name), os.O_WRONLY)
+        os.dup2(file, fd)
+        os.close(file)
+    # Unbuffered, as with -u: what a worker printed before it killed itself is in the file.
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), errors="backslashreplace", write_through=True)
+    sys.argv = [path, *args]
+    sys.path.insert(0, str(Path(path).parent))  # as for a script: its own directory first (`from common import`)
+    runpy.run_path(path, run_name="__main__")  # SystemExit and exceptions: multiprocessing exits as Python does
 
 
 # -- the worker side ----------------------------------------------------------------------------
@@ -108,7 +176,7 @@ def barrier(directory: str | None, name: str, timeout: float = 120) -> None:
         time.sleep(0.005)
 
 
-def release(directory: Path, count: int, procs: Sequence[subprocess.Popen[str]], timeout: float = 120) -> None:
+def release(directory: Path, count: int, procs: Sequence[Worker], timeout: float = 120) -> None:
     """Parent side of :func:`barrier`: wait until ``count`` workers are ready, then let them go."""
     deadline = time.monotonic() + timeout
     while len(list(directory.glob("*.ready"))) < count:
