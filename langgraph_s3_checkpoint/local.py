@@ -295,7 +295,7 @@ def _atomic_moto_server(base: type[ThreadedMotoServer]) -> type[ThreadedMotoServ
 
     class RememberingDispatcher(DomainDispatcherApplication):
         """moto's dispatcher, remembering which backend serves a host: moto works it out again for every request
-        by listing its own package folder (a ``stat`` per service), a third of the time moto spends on a PUT."""
+        by listing its own package folder (a ``stat`` per service), about a quarter of the time moto spends on a PUT."""
 
         def __init__(self, create_app: Any) -> None:
             super().__init__(create_app)

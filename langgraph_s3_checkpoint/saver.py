@@ -204,7 +204,7 @@ def _new_session() -> Any:
     A session of its own, because boto3's sessions are not safe for creating clients from several threads and a new
     one reads the credential chain and the environment as they are now. The shared loader, because each new
     session's loader otherwise parses the S3 service model and its endpoint rules from JSON again: about 0.15 s of
-    CPU per client on the test machine, 0.03 s with the loader shared (which is what one session does for all its
+    CPU per client on the test machine, 0.015 s with the loader shared (which is what one session does for all its
     clients: the loader only reads botocore's and boto3's data files and caches them)."""
     import boto3
     import botocore.session

@@ -69,6 +69,13 @@ def _add_command(commands: Any, name: str, handler: Handler, text: str) -> Any:
     return sub
 
 
+def _add_command_group(commands: Any, name: str, summary: str, description: str) -> Any:
+    """A command of commands (``store``, ``cache``): its help, and the subparsers its own commands are added to
+    (``args.<name>_command`` names the one given)."""
+    group = commands.add_parser(name, help=summary, description=description)
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar=f"{name.upper()}_COMMAND")
+
+
 def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """Global options are accepted before and after the command name."""
 
@@ -92,13 +99,13 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> None:
-    group = commands.add_parser(
+    cache_commands = _add_command_group(
+        commands,
         "cache",
-        help="node cache: ls, clear, sweep",
-        description="Inspect and clear LangGraph's node cache (S3Cache) at the same location. A namespace is "
+        "node cache: ls, clear, sweep",
+        "Inspect and clear LangGraph's node cache (S3Cache) at the same location. A namespace is "
         'a JSON list of labels, as `cache ls` prints it: \'["__pregel_ns_writes", "app.nodes.search", "search"]\'',
     )
-    cache_commands = group.add_subparsers(dest="cache_command", required=True, metavar="CACHE_COMMAND")
     _add_command(cache_commands, "ls", cmd_cache_ls, "list the cache's namespaces with their entries and sizes")
     sub = _add_command(cache_commands, "clear", cmd_cache_clear, "delete the entries of namespaces (default: all)")
     sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
@@ -184,13 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("verify", cmd_verify, "check that every object decodes and every reference resolves")
     sub.add_argument("thread", nargs="?", default=None)
 
-    group = commands.add_parser(
+    store_commands = _add_command_group(
+        commands,
         "store",
-        help="long-term memory store: ls, get, put, rm, search, sweep",
-        description="Inspect and edit the long-term memory store (S3Store) at the same location. "
+        "long-term memory store: ls, get, put, rm, search, sweep",
+        "Inspect and edit the long-term memory store (S3Store) at the same location. "
         "Namespaces are written with their labels joined by dots: memories.user-1",
     )
-    store_commands = group.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
 
     def store_command(name: str, handler: Handler, text: str) -> Any:
         return _add_command(store_commands, name, handler, text)
