@@ -21,7 +21,6 @@ Names in reports: checkpoint ``cN`` is id :func:`cid(N) <cid>`; keys are shorten
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import re
@@ -378,13 +377,18 @@ class Oracle:
         """Every put_writes call per checkpoint, with its run, in order: what a rollback replays without the run."""
 
     def clone(self) -> Oracle:
+        """A copy whose containers are its own and whose leaves are shared: InMemorySaver keeps serialized
+        tuples (bytes), and ``calls`` holds tuples that are replayed, never changed in place. (A deep copy cost a
+        tenth of the interleaving tests' time.)"""
         other = Oracle()
-        for name in ("storage", "writes", "blobs"):
-            src = getattr(self.mem, name)
-            dst = getattr(other.mem, name)
-            for k, v in src.items():
-                dst[k] = copy.deepcopy(v)
-        other.calls = copy.deepcopy(self.calls)
+        for thread_id, namespaces in self.mem.storage.items():
+            copied = other.mem.storage[thread_id]
+            for ns, checkpoints in namespaces.items():
+                copied[ns] = dict(checkpoints)
+        for where, writes in self.mem.writes.items():
+            other.mem.writes[where] = dict(writes)
+        other.mem.blobs.update(self.mem.blobs)
+        other.calls = {where: list(calls) for where, calls in self.calls.items()}
         return other
 
     def put(self, config: dict[str, Any], checkpoint: Checkpoint, metadata: dict[str, Any]) -> None:
@@ -715,6 +719,18 @@ class World:
         self.bigs: dict[tuple[str, str, int], int] = {}
         self.failures: list[str] = []
         self._n = 0
+
+    def fork(self) -> World:
+        """A world in the state this one is in (bucket, oracle, what was attempted, the next id), changed apart from
+        it. Savers are not carried over: they are processes, and a fork's processes are new."""
+        other = World()
+        other.bucket = self.bucket.copy()
+        other.oracle = self.oracle.clone()
+        other.attempted = {pair: set(ids) for pair, ids in self.attempted.items()}
+        other.bigs = dict(self.bigs)
+        other.failures = list(self.failures)
+        other._n = self._n
+        return other
 
     def saver(self) -> S3Saver:
         """A new saver: a new process, with no memory of heads."""

@@ -161,6 +161,28 @@ def test_delete_copy_bucket_and_lifecycle() -> None:
         _put(b, "k" * 1025)
 
 
+def test_a_copy_holds_the_same_objects_and_changes_apart() -> None:
+    clock = [datetime(2025, 1, 1, tzinfo=timezone.utc)]
+    b = MemoryBucket(missing_if_match="412", now=lambda: clock[0], keep_log=True, name="original")
+    _put(b, "k", b"v")
+    _put(b, "a/b", b"w", expires=False)
+    b.execute(EnsureExpiryRule("rule", "", 1, "langgraph-s3-ttl=1"))
+    c = b.copy()
+    assert (c.missing_if_match, c.name, c.log) == ("412", "original", [])
+    for key in ("k", "a/b"):
+        assert c.execute(Get(key)) == b.execute(Get(key))  # body, ETag, LastModified and the clock's reading
+    assert c.lifecycle_rules == b.lifecycle_rules
+    assert c.execute(DeleteIfMatch("gone", '"x"')) is PRECONDITION_FAILED  # the variant came along
+    _put(c, "only-in-copy")
+    b.execute(Delete(("k",)))
+    c.execute(RemoveExpiryRule("rule"))
+    assert (b.keys(), c.keys()) == (["a/b"], ["a/b", "k", "only-in-copy"])
+    assert "rule" in b.lifecycle_rules and c.lifecycle_rules == {}
+    clock[0] += timedelta(days=2)
+    assert b.apply_lifecycle() == [] and c.apply_lifecycle() == []  # "a/b" is untagged; c has no rule left
+    assert len(b.log or []) == 6 and len(c.log or []) == 5  # each logs its own requests only
+
+
 def test_log_records_applied_requests() -> None:
     b = MemoryBucket(keep_log=True)
     _put(b, "k", mode=CREATE)

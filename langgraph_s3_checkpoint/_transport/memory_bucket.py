@@ -152,6 +152,26 @@ class MemoryBucket:
     def __len__(self) -> int:
         return len(self._objects)
 
+    def copy(self) -> MemoryBucket:
+        """A second bucket holding what this one holds now: every object with its body, ETag and LastModified, and
+        the lifecycle rules; the same variant, clock and name; a log of its own (empty) if this one keeps a log.
+
+        Writes to either bucket are not seen by the other. For tests that build one state (a thread's history)
+        and start many runs from it.
+        """
+        with self._lock:
+            other = MemoryBucket(
+                missing_if_match=self.missing_if_match,
+                now=self.now,
+                exists=self.exists,
+                keep_log=self.log is not None,
+                name=self.name,
+            )
+            other.lifecycle_rules = dict(self.lifecycle_rules)
+            other._objects = dict(self._objects)  # its values are frozen
+            other._sorted = list(self._sorted)
+            return other
+
     def apply_lifecycle(self, now: datetime | None = None) -> list[str]:
         """Expire tagged objects older than their rule's days (as the server would, eventually); returns them."""
         now = now or self.now()
