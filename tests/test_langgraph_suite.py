@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "langgraph_suite"))
 
 from fetch import ensure_tests
-from run import cache_test_files, run_suite
+from run import SuiteResult, TestResult, cache_test_files, compare, run_suite
 
 
 @pytest.mark.parametrize("package", ["langgraph", "langgraph-prebuilt"])
@@ -35,8 +35,38 @@ def test_s3_cache_passes_langgraphs_node_cache_tests_on_moto() -> None:
     """The node cache tests alone (they are few) on the other server: moto's dates and replies, not SeaweedFS's."""
     files = cache_test_files(ensure_tests())
     assert files, "no LangGraph test module takes the cache fixture"
-    result = run_suite(workers=0, pytest_args=["--lgs3-server=moto", "--lgs3-cache-tests", *files], tag="moto-cache-")
+    result = run_suite(
+        workers=0, pytest_args=["--lgs3-server=moto", "--lgs3-cache-tests", *files], tag="moto-cache-", baselines="all"
+    )
     assert not result.problems, result.render()
     ran = {cache for t in result.tests if t.outcome == "passed" for cache in [t.cache]}
     assert {"memory", "s3_cache"} <= ran, result.render()
     assert not result.regressions, result.render()
+
+
+def test_a_memory_twin_not_run_is_judged_by_its_s3_test() -> None:
+    """The gate's first run lists the memory twins without running them (run.py's doc): a twin whose S3 test passed
+    decides nothing, one whose S3 test failed makes that test undecided (the twin runs beside it afterwards), and one
+    with no S3 test at all is a regression, as when every twin ran."""
+
+    def result(nodeid: str, saver: str, outcome: str, key: str = "") -> TestResult:
+        return TestResult(nodeid, key or nodeid, saver, "sync", outcome)
+
+    suite = SuiteResult(
+        "1.0",
+        Path("."),
+        [],
+        1,
+        0.0,
+        [
+            result("t[memory]", "memory", "not run"),
+            result("t[s3]", "s3", "passed", key="t[memory]"),
+            result("u[memory]", "memory", "not run"),
+            result("u[s3]", "s3", "failed", key="u[memory]"),
+            result("v[memory]", "memory", "not run"),
+        ],
+    )
+    compare(suite, ["memory", "s3"], complete=False)
+    assert [(t.nodeid, t.baseline) for t in suite.undecided] == [("u[s3]", "u[memory]")]
+    assert [(t.nodeid, t.outcome) for t in suite.regressions] == [("v[memory]", "missing")]
+    assert suite.baseline_failures == []

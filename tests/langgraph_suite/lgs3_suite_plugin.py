@@ -17,6 +17,8 @@ Loaded by ``run.py`` with ``-p lgs3_suite_plugin``; nothing in the downloaded fi
   keeps only those that take the node cache fixture).
 * syrupy snapshots of an ``s3``/``s3_aio``/``s3_cache`` test are looked up under the ``memory`` test's name:
   the graph drawn or the state returned must not depend on where checkpoints (or cached writes) live.
+* ``--lgs3-list-baselines FILE`` deselects the tests on upstream's params only and lists them in FILE (run.py runs
+  the memory twins only where an S3 test did not pass).
 * ``--lgs3-report FILE`` writes one JSON line per test phase (node id, saver, pairing key, outcome,
   one-line exception, the traceback lines inside ``langgraph_s3_checkpoint``) for ``run.py`` to compare.
 """
@@ -67,6 +69,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--lgs3-cache-tests",
         action="store_true",
         help="keep only the tests that take the node cache fixture (a run of S3Cache alone, e.g. on moto)",
+    )
+    group.addoption(
+        "--lgs3-list-baselines",
+        default=None,
+        metavar="FILE",
+        help="deselect the tests on upstream's params only (memory ...) and write a line for each (outcome 'not run') "
+        "to FILE, for run.py to run only the twins of S3 tests that did not pass",
     )
     group.addoption(
         "--lgs3-all-tests",
@@ -325,9 +334,33 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item in items:
         uses = any(name in getattr(item, "fixturenames", ()) for name in fixtures)
         (keep if uses else drop).append(item)
+    if config.getoption("lgs3_list_baselines"):
+        listed = [item for item in keep if _is_baseline(item)]
+        keep = [item for item in keep if not _is_baseline(item)]
+        drop += listed
+        _list_not_run(config, listed)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _is_baseline(item: pytest.Item) -> bool:
+    """Whether the test runs on upstream's params only (a saver or cache of LangGraph's, none of ours)."""
+    info = _describe(item)
+    ours = OURS_BY_FIXTURE.values()
+    return (info["saver"], info["cache"]) != (None, None) and info["saver"] not in ours and info["cache"] not in ours
+
+
+def _list_not_run(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A line for each deselected baseline test (outcome ``not run``, as the report's lines), written once: by the
+    only process, or under xdist by the first worker (every worker collects the same items, the controller none;
+    a file of its own, as the controller appends to the report meanwhile)."""
+    if _is_worker(config) and config.workerinput["workerid"] != "gw0":  # type: ignore[attr-defined]
+        return
+    with open(config.getoption("lgs3_list_baselines"), "w", encoding="utf-8") as fh:
+        for item in items:
+            fh.write(json.dumps({"nodeid": item.nodeid, "when": "collect", "outcome": "not run", **_describe(item)}))
+            fh.write("\n")
 
 
 # -- the report ------------------------------------------------------------------------------------

@@ -12,6 +12,12 @@ report, and pair each test with an ``s3``/``s3_aio``/``s3_cache`` param with its
 ``memory``. A regression is a test that passes with memory and does not pass (fails, errors, is skipped, or did
 not run) with S3.
 
+The memory twins run only where they decide something (``baselines="on-demand"``, the default): the first run
+deselects them (the plugin lists them in ``last-not-run.jsonl``), and only the twins of S3 tests that did
+not pass run afterwards, each beside its S3 test again. A test that passes with S3 passes the gate whatever memory
+does, so running its twin decides nothing; the twins were about a fifth of the gate's test time. ``--all-baselines``
+runs every twin in the first run (to see upstream's own failures).
+
 The run never passes vacuously: pytest exiting with anything but 0 or 1 (5 = nothing collected),
 an empty report, or no memory / s3 / s3_aio test (nor node cache test with memory / s3_cache) having run is a
 failure. Arguments after ``--`` go
@@ -54,11 +60,13 @@ CACHE_FIXTURE = re.compile(r"\bcache\s*:\s*BaseCache\b")
 
 @dataclass
 class TestResult:
+    __test__ = False  # a result, not a test class for pytest to collect where it is imported
+
     nodeid: str
     key: str
     saver: str | None
     kind: str | None
-    outcome: str  # passed | failed | error | skipped | xfailed | xpassed
+    outcome: str  # passed | failed | error | skipped | xfailed | xpassed | not run (a baseline deselected)
     message: str = ""
     frames: list[str] = field(default_factory=list)
     baseline: str = ""  # for an S3 test: its memory twin's node id
@@ -92,6 +100,8 @@ class SuiteResult:
     regressions: list[TestResult] = field(default_factory=list)
     baseline_failures: list[TestResult] = field(default_factory=list)
     flaky: list[TestResult] = field(default_factory=list)  # regressed, then passed on a retry
+    undecided: list[TestResult] = field(default_factory=list)  # S3 tests that did not pass, their twin not run
+    twins_run: int = 0  # memory twins run on demand, beside the S3 tests that did not pass
 
     @property
     def ok(self) -> bool:
@@ -111,6 +121,8 @@ class SuiteResult:
         for label, counter in self.counts().items():
             detail = ", ".join(f"{n} {k}" for k, n in sorted(counter.items()) if k != "total")
             lines.append(f"  {label}: {counter['total']} tests: {detail}")
+        if self.twins_run:
+            lines.append(f"  ({self.twins_run} memory twins run afterwards, for the S3 tests that did not pass)")
         if self.baseline_failures:
             lines.append(f"  ({len(self.baseline_failures)} tests fail with memory too; they are not gated)")
         for test in self.flaky:
@@ -148,11 +160,22 @@ def cache_test_files(root: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in wanted]
 
 
+def _not_run_file(report: Path) -> Path:
+    """Where the plugin lists the baseline tests it deselected, beside ``report``."""
+    return report.with_name(report.name.replace("report.jsonl", "not-run.jsonl"))
+
+
 def _aggregate(report: Path) -> list[TestResult]:
     """One result per test from the per-phase lines (setup, call, teardown)."""
     phases: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     if report.is_file():
         for raw in report.read_text(encoding="utf-8").splitlines():
+            if raw.strip():
+                line = json.loads(raw)
+                phases[line["nodeid"]].append(line)
+    not_run = _not_run_file(report)
+    if not_run.is_file():
+        for raw in not_run.read_text(encoding="utf-8").splitlines():
             if raw.strip():
                 line = json.loads(raw)
                 phases[line["nodeid"]].append(line)
@@ -164,6 +187,8 @@ def _aggregate(report: Path) -> list[TestResult]:
         if failed is not None:
             outcome = "failed" if failed["when"] == "call" else "error"
             source = failed
+        elif first["outcome"] == "not run":
+            outcome, source = "not run", first
         elif call is not None:
             outcome, source = call["outcome"], call
         else:
@@ -218,6 +243,17 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, wi
     for test in result.tests:
         if not test.baseline_run:
             continue
+        if test.outcome == "not run":
+            twins = ours.get(test.key, [])
+            if not twins:
+                result.regressions.append(
+                    TestResult(test.nodeid, test.key, None, test.kind, "missing", "no S3 twin ran", cache=test.cache)
+                )
+            for twin in twins:
+                if twin.outcome != "passed":
+                    twin.baseline = test.nodeid
+                    result.undecided.append(twin)
+            continue
         if test.outcome != "passed":
             result.baseline_failures.append(test)
             continue
@@ -234,12 +270,22 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, wi
 
 
 def _run_pytest(
-    root: Path, args: list[str], *, tag: str, workers: int, savers: str, timeout: float, echo: bool
+    root: Path,
+    args: list[str],
+    *,
+    tag: str,
+    workers: int,
+    savers: str,
+    timeout: float,
+    echo: bool,
+    list_baselines: bool = False,
 ) -> tuple[list[str], int | None, float, list[TestResult], Path]:
-    """One pytest subprocess in ``root``; returns (command, exit code or None if killed, seconds, tests, log)."""
+    """One pytest subprocess in ``root``; returns (command, exit code or None if killed, seconds, tests, log).
+    ``list_baselines``: the memory twins are listed, not run (``--lgs3-baselines=list``)."""
     report = root / f"last-{tag}report.jsonl"
     log = root / f"last-{tag}run.log"
     report.unlink(missing_ok=True)
+    _not_run_file(report).unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -256,6 +302,8 @@ def _run_pytest(
         "--tb=short",
         "--durations=10",
     ]
+    if list_baselines:
+        command.append(f"--lgs3-list-baselines={_not_run_file(report)}")
     if workers > 0:
         command += ["-n", str(workers)]
     command += args
@@ -294,6 +342,7 @@ def run_suite(
     timeout: float = DEFAULT_TIMEOUT,
     echo: bool = False,
     tag: str = "",
+    baselines: str = "on-demand",
 ) -> SuiteResult:
     """Fetch (if needed), run and compare; raises if the sdist cannot be fetched.
 
@@ -303,8 +352,11 @@ def run_suite(
     on a loaded machine they lose that race now and then with any saver that does I/O, so one retry was not
     enough (it failed twice in a row in CI). A handful of retries run in one process, no xdist workers to start.
     ``tag`` starts the names of this run's files (``last-{tag}summary.txt`` ...), so that another run in the
-    same folder keeps its own.
+    same folder keeps its own. ``baselines``: ``on-demand`` (memory twins only for S3 tests that did not pass: see
+    the module's doc) or ``all``.
     """
+    if baselines not in ("on-demand", "all"):
+        raise ValueError(f"baselines must be 'on-demand' or 'all', got {baselines!r}")
     root = ensure_tests(package=package)
     for stale in root.glob(f"last-{tag}*"):
         stale.unlink()
@@ -313,11 +365,16 @@ def run_suite(
     targets = [] if explicit else checkpointer_test_files(root)
     saver_list = [s.strip() for s in savers.split(",") if s.strip()]
     options = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
-    command, returncode, seconds, tests, log = _run_pytest(root, targets + extra, tag=tag, **options)
+    on_demand = baselines == "on-demand" and BASELINE in saver_list and "s3" in saver_list
+    command, returncode, seconds, tests, log = _run_pytest(
+        root, targets + extra, tag=tag, list_baselines=on_demand, **options
+    )
     result = SuiteResult(root.name, root, command, returncode, seconds, tests)
     if returncode is None:
         result.problems.append(f"pytest did not finish within {timeout:.0f} s (killed); see {log}")
     compare(result, saver_list, complete=not extra, with_cache=bool(cache_test_files(root)))
+    if result.undecided and not result.problems:
+        _judge_with_twins(result, saver_list, tag=tag, options=options)
     if result.problems and not echo:
         tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
         result.problems.append(f"last lines of {log}:\n{tail}")
@@ -325,18 +382,47 @@ def run_suite(
         if result.problems or not result.regressions:
             break
         ids = list(dict.fromkeys(n for t in result.regressions for n in (t.baseline, t.nodeid) if n))
-        few = {**options, "workers": 0} if len(ids) <= FEW_RETRIES else options
-        _, code, more, again, _ = _run_pytest(root, ids, tag=f"{tag}retry{attempt}-", **few)
-        result.seconds += more
-        retry = SuiteResult(root.name, root, command, code, more, again)
+        retry = _rerun(root, ids, tag=f"{tag}retry{attempt}-", options=options)
+        result.seconds += retry.seconds
         compare(retry, saver_list, complete=False)
-        if code not in (0, 1) or not again:
+        if retry.returncode not in (0, 1) or not retry.tests:
             break  # the retry itself broke: keep the first verdict
         still = {t.nodeid for t in retry.regressions}
         result.flaky += [t for t in result.regressions if t.nodeid not in still]
         result.regressions = [t for t in result.regressions if t.nodeid in still]
     (root / f"last-{tag}summary.txt").write_text(result.render() + "\n", encoding="utf-8")
     return result
+
+
+def _rerun(root: Path, ids: list[str], *, tag: str, options: dict[str, Any]) -> SuiteResult:
+    """These node ids (S3 tests and their memory twins) in a pytest of their own: without xdist when they are few."""
+    few = {**options, "workers": 0} if len(ids) <= FEW_RETRIES else options
+    command, code, seconds, tests, _ = _run_pytest(root, ids, tag=tag, **few)
+    return SuiteResult(root.name, root, command, code, seconds, tests)
+
+
+def _judge_with_twins(result: SuiteResult, savers: list[str], *, tag: str, options: dict[str, Any]) -> None:
+    """Run the memory twins of the S3 tests that did not pass, each beside its S3 test again, and judge them as a
+    full run would: a regression if memory passes and S3 does not, nothing if memory fails too; an S3 test that
+    passes this time (it failed the first time) is flaky."""
+    ids = list(dict.fromkeys(n for t in result.undecided for n in (t.baseline, t.nodeid)))
+    judged = _rerun(result.root, ids, tag=f"{tag}twins-", options=options)
+    result.seconds += judged.seconds
+    result.twins_run = sum(1 for t in judged.tests if t.baseline_run)
+    compare(judged, savers, complete=False)
+    if judged.returncode not in (0, 1) or not judged.tests:
+        result.problems.append(f"the run of the memory twins broke (exit {judged.returncode}): {' '.join(ids)}")
+        return
+    ran = {t.nodeid: t for t in judged.tests}
+    missing = [n for n in ids if n not in ran]
+    if missing:
+        result.problems.append(f"the run of the memory twins did not run {missing}")
+        return
+    result.regressions += judged.regressions
+    result.baseline_failures += judged.baseline_failures
+    regressed = {t.nodeid for t in judged.regressions}
+    result.flaky += [t for t in result.undecided if ran[t.nodeid].outcome == "passed" and t.nodeid not in regressed]
+    result.regressions.sort(key=lambda t: t.nodeid)
 
 
 def main() -> None:
@@ -351,6 +437,11 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds before the run is killed")
     parser.add_argument("--echo", action="store_true", help="show pytest's output instead of logging it")
+    parser.add_argument(
+        "--all-baselines",
+        action="store_true",
+        help="run every memory twin (default: only those of S3 tests that did not pass)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest (node ids replace the file list)")
     args = parser.parse_args()
     result = run_suite(
@@ -361,6 +452,7 @@ def main() -> None:
         retries=args.retries,
         timeout=args.timeout,
         echo=args.echo,
+        baselines="all" if args.all_baselines else "on-demand",
     )
     print(result.render())
     sys.exit(0 if result.ok else 1)
