@@ -40,7 +40,7 @@ from ._protocol.repair import RepairReport, SkippingCodec, repair_plan
 from ._protocol.requests import Plan
 from ._transport.asyncio_sender import AsyncioSender
 from ._transport.bucket_io import BodyCache, BucketIO, ClosesAtBlockEnd, explain_boto3, speak_like_the_saver
-from ._transport.direct import DirectTransport
+from ._transport.direct import DirectTransport, NoCredentialsToSignWith
 from ._transport.memory_bucket import MemoryBucket
 from ._transport.probe import ConditionalWrites
 from ._transport.watch import ClientWatch
@@ -243,6 +243,14 @@ def without_expect_continue(client: Any) -> Any:
     return client
 
 
+def _explain_refusal(client: Any, refused: Exception) -> None:
+    """Log why ``transport="auto"`` sends every request through boto3, unless the client has no credentials: then
+    every request fails with an error that says how to provide them, and a note about the transport ahead of it
+    would only mislead."""
+    if not isinstance(refused, NoCredentialsToSignWith):
+        explain_boto3(client, "every request", f"the direct transport cannot imitate this client ({refused})")
+
+
 def make_bucket_io(
     client: Any,
     bucket: str,
@@ -311,7 +319,7 @@ def make_bucket_io(
             if direct is not None:
                 direct.close()
                 direct = None
-            explain_boto3(client, "every request", f"the direct transport cannot imitate this client ({refused})")
+            _explain_refusal(client, refused)
     return BucketIO(
         client,
         bucket,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -41,6 +42,7 @@ from langgraph_s3_checkpoint import (
     S3Store,
     SaverMisuseError,
 )
+from langgraph_s3_checkpoint._transport import bucket_io
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -82,7 +84,12 @@ def test_objects_of_a_newer_release_stop_readers_repair_and_gc_and_change_nothin
 
 
 def test_no_credentials_is_an_access_error(
-    s3_server: LocalS3Server, bucket: str, prefix: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    s3_server: LocalS3Server,
+    bucket: str,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     for name in list(os.environ):
         if name.startswith("AWS_"):
@@ -90,15 +97,21 @@ def test_no_credentials_is_an_access_error(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with S3Saver.from_conn_string(
-        f"s3://{bucket}/{prefix}?max_attempts=1",
-        endpoint_url=s3_server.endpoint_url,
-        region_name=s3_server.region,
-    ) as saver:
+    monkeypatch.setattr(bucket_io, "_WARNED", set())  # logged once per process: as if this were the first time
+    with (
+        caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint"),
+        S3Saver.from_conn_string(
+            f"s3://{bucket}/{prefix}?max_attempts=1",
+            endpoint_url=s3_server.endpoint_url,
+            region_name=s3_server.region,
+        ) as saver,
+    ):
         with pytest.raises(S3AccessError, match="No usable AWS credentials"):
             saver.setup()
         with pytest.raises(S3AccessError):
             saver.get_tuple(cfg("t"))
+    # The error is the whole story: no note that transport='auto' fell back to boto3 ahead of it.
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 class _WebPage(http.server.BaseHTTPRequestHandler):

@@ -143,6 +143,13 @@ Exchanges = Generator["Exchange | float", "Response | Failure | None", Any]
 return value is the request's reply; it raises the package's error when the request fails for good."""
 
 
+class NoCredentialsToSignWith(InvalidConfigError):
+    """The client has no credentials (botocore resolved none when it was made, and does not look again).
+
+    Not a reason to log that ``transport="auto"`` falls back to boto3: every request then fails with botocore's
+    NoCredentialsError, which the I/O shell turns into an error that says how to provide them."""
+
+
 class DirectTransport:
     """Sends :class:`Get`, :class:`Put` and :class:`ListKeys` for one bucket as signed HTTP requests.
 
@@ -483,7 +490,7 @@ def _check_client(client: Any, bucket: str) -> Any:
         raise InvalidConfigError("transport='direct' does not support bucket ARNs; use transport='boto3'")
     credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
     if credentials is None:
-        raise InvalidConfigError("transport='direct' needs credentials; the client has none")
+        raise NoCredentialsToSignWith("transport='direct' needs credentials; the client has none")
     return credentials
 
 
