@@ -7,6 +7,7 @@ things only a real process shows (the exit status reaching the shell, questions 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -24,6 +25,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from helpers import assert_one_error_line, cfg, chat, cli_env, is_record_key, run_cli, run_cli_process
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
@@ -846,3 +848,28 @@ def test_long_ids_are_shortened_in_tables(s3_server: LocalS3Server, bucket: str,
     assert max(len(line) for line in table.stdout.splitlines()) < 140
     assert "customer-xxx" in table.stdout and "\u2026" in table.stdout and "x-end" in table.stdout
     assert [t["thread_id"] for t in json.loads(run_cli("--json", "threads", env=environ).stdout)] == [long_id]
+
+
+def test_export_to_a_pipe_closed_early_is_an_error_not_a_backup(env: Env) -> None:
+    """``export THREAD -`` into a reader that stops (a full disk under ``aws s3 cp -``, a killed consumer): the archive
+    is incomplete, so the command fails (exit 1, one error line that says so), where a listing cut off by ``| head``
+    is not an error."""
+    saver = env.saver
+    big = base64.b64encode(os.urandom(300_000)).decode()  # past a pipe buffer, compressed or not
+    checkpoint = {**empty_checkpoint(), "channel_values": {"v": big}, "channel_versions": {"v": 1}}
+    config = saver.put(cfg("big"), checkpoint, {}, {"v": 1})  # type: ignore[arg-type]
+    assert config["configurable"]["checkpoint_id"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_s3_checkpoint.cli", "export", "big", "-"],
+        env=env.environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(512)  # the reader takes a little and goes away
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 1, error
+    assert error.count("\n") == 1 and error.startswith("langgraph-s3: error: "), error
+    assert "export" in error and "incomplete" in error, error

@@ -341,20 +341,46 @@ EXPORT_ATTEMPTS = 3
 def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
     target: str = args.file
+    if target == "-":
+        _export_to_stdout(ctx, args.thread)
+        return EXIT_OK
     for attempt in range(1, EXPORT_ATTEMPTS + 1):
         try:
             count, size = _export_once(ctx, args.thread, target)
             break
         except ThreadChangedError:
-            if target == "-" or attempt == EXPORT_ATTEMPTS:
-                raise  # what went to stdout cannot be taken back
-    if target == "-":
-        return EXIT_OK
+            if attempt == EXPORT_ATTEMPTS:
+                raise
     return report_done(
         ctx,
         f"exported thread {args.thread!r} to {target} ({count} objects, {human_size(size)})",
         {"thread_id": args.thread, "file": target, "objects": count, "bytes": size},
     )
+
+
+def _export_to_stdout(ctx: Context, thread_id: str) -> None:
+    """One export to standard output: not started again if the thread changes (what went out cannot be taken
+    back), and a failure if the reader goes away before the end. A listing cut off by ``| head`` exits 0 (main), but
+    an archive cut off is not a backup, and exiting 0 would let ``export - | aws s3 cp - ...`` look like one."""
+    try:
+        _export_once(ctx, thread_id, "-")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        raise Failure(
+            EXIT_PROBLEMS,
+            f"standard output closed before the export of thread {thread_id!r} was complete: what was written is "
+            "incomplete, not a usable archive",
+        ) from None
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device: what is still buffered for the closed pipe goes nowhere, instead
+    of failing again (with a traceback) when Python flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _export_once(ctx: Context, thread_id: str, target: str) -> tuple[int, int]:
