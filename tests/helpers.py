@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Annotated, Any, Literal, TypedDict, cast
 from unittest import mock
 
@@ -356,17 +356,30 @@ def fake_client_options(endpoint: str) -> dict[str, Any]:
     }
 
 
-def run_cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str], stdin: str | bytes | None = None) -> subprocess.CompletedProcess[str]:
     """``langgraph-s3 ARGS`` through the CLI's ``main`` in this process, seen as a process of its own: ``env`` is the
     whole environment, stdin a pipe holding ``stdin`` (or nothing), stdout and stderr pipes, the exit status what
-    ``main`` returns or exits with. A process per call costs a second or two of CPU importing langgraph,
-    langchain_core and boto3; :func:`run_cli_process` runs one, for what only a process shows."""
+    ``main`` returns or exits with (:func:`run_cli_binary`: stdout as bytes, for an archive). A process per call costs
+    a second or two of CPU importing langgraph, langchain_core and boto3; :func:`run_cli_process` runs one, for what
+    only a process shows."""
+    done = _run_cli(args, env, stdin)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.text(), done.stderr.text())
+
+
+def run_cli_binary(*args: str, env: dict[str, str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """:func:`run_cli` with stdout as the bytes written (stderr too)."""
+    done = _run_cli(args, env, stdin)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.data(), done.stderr.data())
+
+
+def _run_cli(args: Sequence[str], env: dict[str, str], stdin: str | bytes | None) -> subprocess.CompletedProcess[_Pipe]:
     from langgraph_s3_checkpoint import cli
 
     out, err = _Pipe(), _Pipe()
     stdout = io.TextIOWrapper(out, encoding="utf-8")
     stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace")  # as Python's own stderr
-    with _as_a_process_of_its_own(env, stdin or "", stdout, stderr):
+    raw = stdin.encode() if isinstance(stdin, str) else stdin or b""
+    with _as_a_process_of_its_own(env, raw, stdout, stderr):
         try:
             returncode = cli.main(list(args))
         except SystemExit as exit_:
@@ -375,7 +388,7 @@ def run_cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subpro
             for stream in (stdout, stderr):
                 if not stream.closed:  # main closes stderr when its output pipe broke
                     stream.flush()
-    return subprocess.CompletedProcess(["langgraph-s3", *args], returncode, out.text(), err.text())
+    return subprocess.CompletedProcess(["langgraph-s3", *args], returncode, out, err)
 
 
 def run_cli_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -402,10 +415,12 @@ class _Pipe(io.BytesIO):
             self.written = self.getvalue()
         super().close()
 
+    def data(self) -> bytes:
+        return self.written if self.closed else self.getvalue()
+
     def text(self) -> str:
         """What a ``text=True`` subprocess reads: decoded, newlines made universal."""
-        data = self.written if self.closed else self.getvalue()
-        return data.decode().replace("\r\n", "\n").replace("\r", "\n")
+        return self.data().decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 PROCESS_WARNING_FILTERS: tuple[tuple[Literal["default", "ignore"], type[Warning], str], ...] = (
@@ -422,7 +437,7 @@ NOT_THE_CLIS_LOGGERS = ("moto", "werkzeug")
 
 
 @contextlib.contextmanager
-def _as_a_process_of_its_own(env: dict[str, str], stdin: str, stdout: IO[str], stderr: IO[str]) -> Iterator[None]:
+def _as_a_process_of_its_own(env: dict[str, str], stdin: bytes, stdout: IO[str], stderr: IO[str]) -> Iterator[None]:
     """What a CLI process starts with, for the time of one call, and this process's own afterwards (also on error):
     the environment; stdin, stdout and stderr; no conditional-write verdicts and no warnings given "once per process"
     yet (so each call probes and warns as a process would, whatever this process did before); Python's default
@@ -440,7 +455,7 @@ def _as_a_process_of_its_own(env: dict[str, str], stdin: str, stdout: IO[str], s
         stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
         stack.enter_context(
             mock.patch.multiple(
-                sys, stdin=io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8"), stdout=stdout, stderr=stderr
+                sys, stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"), stdout=stdout, stderr=stderr
             )
         )
         stack.enter_context(mock.patch.object(probe, "_VERDICTS", {}))

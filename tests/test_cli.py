@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import assert_one_error_line, cfg, chat, cli_env, is_record_key, run_cli, run_cli_process
+from helpers import (
+    assert_one_error_line,
+    cfg,
+    chat,
+    cli_env,
+    is_record_key,
+    run_cli,
+    run_cli_binary,
+    run_cli_process,
+)
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
@@ -342,8 +351,8 @@ def test_export_import_roundtrip(env: Env, tmp_path: Path, cli_server: local.Loc
     assert names[0] == "manifest.json"
     assert manifest["thread_id"] == "orig"
     heads = [n for n in names if n.endswith("/head")]
-    assert len(heads) == 2 and names[-2:] == heads
-    assert all(n.startswith("objects/ns/") or n.startswith("objects/r/") for n in names[1:])
+    assert len(heads) == 2 and names[-3:-1] == heads and names[-1] == "end.json"
+    assert all(n.startswith("objects/ns/") or n.startswith("objects/r/") for n in names[1:-1])
 
     imported = env.json("import", str(archive), "--thread", "restored")
     assert imported == {"ok": True, "thread_id": "restored", "source_thread_id": "orig", "objects": done["objects"]}
@@ -848,6 +857,38 @@ def test_long_ids_are_shortened_in_tables(s3_server: LocalS3Server, bucket: str,
     assert max(len(line) for line in table.stdout.splitlines()) < 140
     assert "customer-xxx" in table.stdout and "\u2026" in table.stdout and "x-end" in table.stdout
     assert [t["thread_id"] for t in json.loads(run_cli("--json", "threads", env=environ).stdout)] == [long_id]
+
+
+def test_export_to_stdout_imports_from_stdin(env: Env) -> None:
+    """``export THREAD -`` writes the archive on stdout and nothing else there; ``import - --thread NEW`` reads it
+    from stdin: the copy reads as the original (``export - | import -`` between two buckets)."""
+    env.paused("piped")
+    exported = run_cli_binary("export", "piped", "-", env=env.environ)
+    assert exported.returncode == 0 and exported.stderr == b"", exported.stderr
+    with tarfile.open(fileobj=io.BytesIO(exported.stdout)) as tar:
+        assert tar.getnames()[0] == "manifest.json"
+    imported = run_cli_binary("--json", "import", "-", "--thread", "piped-copy", env=env.environ, stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["objects"] == len(env.keys("piped"))
+    assert env.history_ids("piped-copy") == env.history_ids("piped")
+    original, copy = env.saver.get_tuple(_config("piped")), env.saver.get_tuple(_config("piped-copy"))
+    assert original is not None and copy is not None
+    assert (copy.checkpoint, copy.pending_writes) == (original.checkpoint, original.pending_writes)
+
+    # Cut short: inside a member (tar notices), or at a member's edge (only the missing end.json tells).
+    with tarfile.open(fileobj=io.BytesIO(exported.stdout)) as tar:
+        members = tar.getmembers()
+    last_head = next(m for m in reversed(members) if m.name.endswith("/head"))
+    inside = next(m for m in members if m.size > 1)
+    for cut, error in (
+        (inside.offset_data + inside.size // 2, b"unreadable archive"),
+        (last_head.offset, b"incomplete"),
+    ):
+        cut_short = run_cli_binary("import", "-", "--thread", "cut", env=env.environ, stdin=exported.stdout[:cut])
+        assert cut_short.returncode == 1 and error in cut_short.stderr, cut_short.stderr
+        assert cut_short.stderr.count(b"\n") == 1, cut_short.stderr
+        assert env.saver.get_tuple(_config("cut")) is None  # no head was written: nothing of it is visible
+        assert list(env.saver.list(_config("cut"))) == []
 
 
 def test_export_to_a_pipe_closed_early_is_an_error_not_a_backup(env: Env) -> None:

@@ -35,6 +35,9 @@ CLIP = 200
 CELL = 40
 """Widest table cell; longer ids are shortened in the middle (``--json`` has them in full)."""
 OBJECTS_DIR = "objects/"
+END_OF_EXPORT = "end.json"
+"""An export's last member, holding its number of objects: an archive without it was cut short (tar itself cannot
+tell: a stream cut at a member's edge reads as a shorter archive)."""
 
 
 class Failure(Exception):

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from .context import (
     CLIP,
+    END_OF_EXPORT,
     EXIT_OK,
     EXIT_PROBLEMS,
     EXIT_USAGE,
@@ -408,6 +409,7 @@ def _export_once(ctx: Context, thread_id: str, target: str) -> tuple[int, int]:
                 count += 1
                 size += len(item.body)
                 bar.advance()
+            _add_member(archive, END_OF_EXPORT, json.dumps({"objects": count}).encode())
     except BaseException:
         if target != "-":
             with contextlib.suppress(FileNotFoundError):
@@ -447,11 +449,28 @@ def _archive_reader(path: str) -> Iterator[tuple[dict[str, Any], Iterator[operat
             raise Failure(EXIT_PROBLEMS, f"{path}: unsupported export format {manifest.get('format')!r}")
 
         def objects() -> Iterator[operator_plans.Exported]:
-            # next(), not iteration: iterating a stream-mode archive starts again at the manifest.
-            while (member := archive.next()) is not None:
-                if not member.isfile() or not member.name.startswith(OBJECTS_DIR):
-                    raise CorruptObjectError(member.name, "unexpected member in the archive")
-                yield operator_plans.Exported(member.name[len(OBJECTS_DIR) :], _member_bytes(archive, member))
+            """The archive's objects, then a check that it ends as exported: with END_OF_EXPORT, after as many
+            objects as it says. An archive cut short raises before the import writes its heads (they come last)."""
+            count = 0
+            try:
+                # next(), not iteration: iterating a stream-mode archive starts again at the manifest.
+                while (member := archive.next()) is not None:
+                    if member.isfile() and member.name == END_OF_EXPORT:
+                        end = json.loads(_member_bytes(archive, member))
+                        if end.get("objects") != count or archive.next() is not None:
+                            raise CorruptObjectError(END_OF_EXPORT, f"does not end an archive of {count} objects")
+                        return
+                    if not member.isfile() or not member.name.startswith(OBJECTS_DIR):
+                        raise CorruptObjectError(member.name, "unexpected member in the archive")
+                    yield operator_plans.Exported(member.name[len(OBJECTS_DIR) :], _member_bytes(archive, member))
+                    count += 1
+            except (OSError, tarfile.TarError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise Failure(EXIT_PROBLEMS, f"{path}: unreadable archive ({exc})") from None
+            raise Failure(
+                EXIT_PROBLEMS,
+                f"{path}: incomplete archive: it ends after {count} objects without {END_OF_EXPORT} (cut short?); "
+                "nothing of it is visible (the import writes the heads last), export the thread again",
+            )
 
         yield manifest, objects()
 
