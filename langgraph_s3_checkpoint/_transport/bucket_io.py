@@ -370,8 +370,17 @@ class BucketIO:
             self.cache.offer(request.key, request.etag, reply)
         return reply
 
+    def _fetch_or_error(self, request: Request, deadline: Deadline | None) -> Any:
+        try:
+            return self._fetch(request, deadline)
+        except Exception as failed:
+            return failed
+
     def _afetch(self, request: Request, loop: asyncio.AbstractEventLoop, deadline: Deadline | None) -> Awaitable[Any]:
-        """The async driver's request: on the loop itself when the native sender takes it, else on the pool."""
+        """The async driver's request: on the loop itself when the native sender takes it or an in-process bucket
+        answers it (at once, no I/O), else on the pool."""
+        if self.backend is not None:
+            return _answered(self._fetch, request, deadline)
         if self.native is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
             return self._afetch_native(self.native, request, loop, deadline)
         return loop.run_in_executor(self.pool, self._fetch, request, deadline)
@@ -672,11 +681,9 @@ class BucketIO:
         replies, missing = self._split(requests)
         ends = self._ends(started)
         deadlines = [self._deadline_of(r, ends) for r in missing]
-        if len(missing) == 1:
-            try:
-                outcomes: list[Any] = [self._fetch(missing[0], deadlines[0])]
-            except Exception as failed:
-                outcomes = [failed]
+        if len(missing) == 1 or self.backend is not None:
+            # One request, or an in-process bucket (it answers at once): in this thread, one after another.
+            outcomes: list[Any] = [self._fetch_or_error(r, d) for r, d in zip(missing, deadlines, strict=True)]
         else:
             futures = [self.pool.submit(self._fetch, r, d) for r, d in zip(missing, deadlines, strict=True)]
             concurrent.futures.wait(futures)  # every request ends by its own deadline
@@ -862,6 +869,14 @@ def explain_boto3(client: Any, what: str, reason: str) -> None:
         reason,
         checksums,
     )
+
+
+async def _answered(
+    fetch: Callable[[Request, Deadline | None], Any], request: Request, deadline: Deadline | None
+) -> Any:
+    """An in-process bucket's answer, as an awaitable for the async driver's batch (run on the loop: it does no I/O,
+    and a thread would cost more than the answer)."""
+    return fetch(request, deadline)
 
 
 _READS = (Get, ListKeys, BucketExists)
