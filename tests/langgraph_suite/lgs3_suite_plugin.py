@@ -335,8 +335,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         uses = any(name in getattr(item, "fixturenames", ()) for name in fixtures)
         (keep if uses else drop).append(item)
     if config.getoption("lgs3_list_baselines"):
-        listed = [item for item in keep if _is_baseline(item)]
-        keep = [item for item in keep if not _is_baseline(item)]
+        listed, ours = [], []
+        for item in keep:
+            (listed if _is_baseline(item) else ours).append(item)
+        keep = ours
         drop += listed
         _list_not_run(config, listed)
     if drop:

@@ -166,19 +166,14 @@ def _not_run_file(report: Path) -> Path:
 
 
 def _aggregate(report: Path) -> list[TestResult]:
-    """One result per test from the per-phase lines (setup, call, teardown)."""
+    """One result per test from the per-phase lines (setup, call, teardown), and the baselines listed, not run."""
     phases: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    if report.is_file():
-        for raw in report.read_text(encoding="utf-8").splitlines():
-            if raw.strip():
-                line = json.loads(raw)
-                phases[line["nodeid"]].append(line)
-    not_run = _not_run_file(report)
-    if not_run.is_file():
-        for raw in not_run.read_text(encoding="utf-8").splitlines():
-            if raw.strip():
-                line = json.loads(raw)
-                phases[line["nodeid"]].append(line)
+    for path in (report, _not_run_file(report)):
+        if path.is_file():
+            for raw in path.read_text(encoding="utf-8").splitlines():
+                if raw.strip():
+                    line = json.loads(raw)
+                    phases[line["nodeid"]].append(line)
     results = []
     for nodeid, lines in phases.items():
         first = lines[0]
@@ -243,20 +238,11 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, wi
     for test in result.tests:
         if not test.baseline_run:
             continue
-        if test.outcome == "not run":
-            twins = ours.get(test.key, [])
-            if not twins:
-                result.regressions.append(
-                    TestResult(test.nodeid, test.key, None, test.kind, "missing", "no S3 twin ran", cache=test.cache)
-                )
-            for twin in twins:
-                if twin.outcome != "passed":
-                    twin.baseline = test.nodeid
-                    result.undecided.append(twin)
-            continue
-        if test.outcome != "passed":
+        if test.outcome not in ("passed", "not run"):
             result.baseline_failures.append(test)
             continue
+        # A twin listed but not run cannot judge its S3 test yet: run_suite runs it beside the S3 test that failed.
+        failing = result.undecided if test.outcome == "not run" else result.regressions
         twins = ours.get(test.key, [])
         if not twins:
             result.regressions.append(
@@ -265,7 +251,7 @@ def compare(result: SuiteResult, savers: list[str], *, complete: bool = True, wi
         for twin in twins:
             if twin.outcome != "passed":
                 twin.baseline = test.nodeid
-                result.regressions.append(twin)
+                failing.append(twin)
     result.regressions.sort(key=lambda t: t.nodeid)
 
 
@@ -281,7 +267,7 @@ def _run_pytest(
     list_baselines: bool = False,
 ) -> tuple[list[str], int | None, float, list[TestResult], Path]:
     """One pytest subprocess in ``root``; returns (command, exit code or None if killed, seconds, tests, log).
-    ``list_baselines``: the memory twins are listed, not run (``--lgs3-baselines=list``)."""
+    ``list_baselines``: the memory twins are listed, not run (``--lgs3-list-baselines``)."""
     report = root / f"last-{tag}report.jsonl"
     log = root / f"last-{tag}run.log"
     report.unlink(missing_ok=True)
