@@ -419,7 +419,7 @@ def one_size(s3: dict[str, Any], n: int, args: argparse.Namespace) -> dict[str, 
 
         parsed = cli.build_parser().parse_args(["--url", f"s3://{BUCKET}/{prefix}", "threads", "--json"])
         out = io.StringIO()
-        ctx = cli.Context(saver=saver, store=saver.bucket_io, as_json=True, progress=False, out=out)
+        ctx = cli.Context(saver=saver, bucket_io=saver.bucket_io, as_json=True, progress=False, out=out)
         parsed.handler(ctx, parsed)
         return len(json.loads(out.getvalue()))
 
