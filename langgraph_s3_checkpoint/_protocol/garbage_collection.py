@@ -58,9 +58,12 @@ cannot be read (damaged, or deleted since the listing by a concurrent ``prune``/
 left alone: what the damaged record committed cannot be judged.
 
 gc is a plan (see :mod:`.checkpoint_plans`), so it runs through the saver's own I/O shell
-(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. It
-streams every listing page by page: its memory is one page, up to ``READ_BATCH`` record bodies, for the
-namespace being scanned the blob references and run ids of its committed records (and of its seal), and a
+(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. Threads are
+scanned :data:`.plans.SIDE_BY_SIDE` at a time (:func:`.plans.side_by_side`: a round trip carries the next requests of
+each), so a gc over many threads costs round trips per group of threads, not per thread; what it sends is the same.
+It streams every listing page by page: its memory is, per thread being scanned, one page, up to ``READ_BATCH``
+record bodies, for the namespace being scanned the blob references and run ids of its committed records (and of its
+seal), and a
 fixed 1 MiB of the run-index entries the thread pass listed, so that the global pass reads a global entry's
 twin only when the thread pass did not see it.
 """
@@ -68,6 +71,7 @@ twin only when the thread pass did not see it.
 from __future__ import annotations
 
 import collections
+import copy
 import hashlib
 import uuid
 from collections.abc import Callable, Generator, Sequence
@@ -79,7 +83,19 @@ from ..errors import CorruptObjectError, InvalidConfigError
 from . import seals
 from .chain import Chain, Standing
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
-from .plans import DELETE_BATCH, READ_BATCH, all_of, any_under, deletes, for_each_emitted, one, pages
+from .plans import (
+    DELETE_BATCH,
+    READ_BATCH,
+    SIDE_BY_SIDE,
+    all_of,
+    any_under,
+    chunks,
+    deletes,
+    for_each_emitted,
+    one,
+    pages,
+    side_by_side,
+)
 from .requests import (
     CREATE,
     Emit,
@@ -387,11 +403,18 @@ class _Collector:
         def threads_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             self.report.foreign += len(page.keys)  # nothing of ours lives directly under threads/
-            for thread_prefix in page.prefixes:
-                if is_own_segment(thread_prefix[len(threads_root) : -1]):
-                    yield from self.thread(thread_prefix)
-                else:
-                    yield from self.foreign_folder(thread_prefix)
+            for group in chunks(page.prefixes, SIDE_BY_SIDE):
+                scans: list[Plan[None]] = []
+                for thread_prefix in group:
+                    segment = thread_prefix[len(threads_root) : -1]
+                    if not is_own_segment(segment):
+                        scans.append(self.foreign_folder(thread_prefix))
+                        continue
+                    # The seals are listed in step with the threads, so the cursor moves in thread order, here.
+                    sealed, passed = yield from self.seal_cursor.upto(segment)
+                    yield from self.remove_seals(passed)
+                    scans.append(self.for_one_thread().thread(thread_prefix, segment, sealed))
+                yield from side_by_side(scans)
 
         yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
         _, passed = yield from self.seal_cursor.upto(None)
@@ -426,10 +449,22 @@ class _Collector:
 
         yield from for_each_emitted(pages(prefix), foreign_page)
 
-    def thread(self, prefix: str) -> Plan[None]:
-        self.thread_kept = 0
-        segment = prefix[len(f"{self.root}threads/") : -1]
-        yield from self.read_seal(segment)
+    def for_one_thread(self) -> _Collector:
+        """The collector of one thread's scan: the report, the run entries seen and the settings are shared with
+        every other thread's; what is queued for deletion, the objects that stay and the seal are its own. So
+        threads can be scanned :func:`.plans.side_by_side` (what one thread's scan decides never depends on
+        another's), and what a scan does with its own queue (flush it, or drop it when a headless namespace
+        turns out to have been committed meanwhile) touches only its thread."""
+        scan = copy.copy(self)
+        scan.pending = []
+        scan.thread_kept = 0
+        scan.old_seal, scan.new_seal = {}, {}
+        return scan
+
+    def thread(self, prefix: str, segment: str, sealed: bool) -> Plan[None]:
+        """Scan one thread (``sealed``: the listing of seals shows one for it); run on :meth:`for_one_thread`."""
+        if sealed:
+            yield from self.read_seal(segment)
         namespaces = yield from self.namespaces(prefix)
         yield from self.run_entries(prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
@@ -443,15 +478,10 @@ class _Collector:
 
     # -- seals (seals.py) ------------------------------------------------------------------------------
     def read_seal(self, segment: str) -> Plan[None]:
-        """The thread's seal, if the listing of seals shows one; seals of threads passed without one go."""
-        found, passed = yield from self.seal_cursor.upto(segment)
-        yield from self.remove_seals(passed)
-        self.new_seal = {}
-        self.old_seal = {}
-        if found:
-            key = seals.key_of(self.root, segment)
-            obj = yield from one(Get(key))
-            self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
+        """The thread's seal, which the listing of seals shows."""
+        key = seals.key_of(self.root, segment)
+        obj = yield from one(Get(key))
+        self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
 
     def remove_seals(self, keys: list[str]) -> Plan[None]:
         """Delete the seals of threads that are gone (nothing depends on a seal: it only saves reads)."""

@@ -23,15 +23,17 @@ from .codec import Codec, Record
 from .keys import COPIED, KeyKind, Layout, classify, escape, filed_checkpoint_id, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
+    SIDE_BY_SIDE,
     all_of,
     all_pages,
     any_under,
     chunks,
-    collect_emitted,
+    for_each_group,
     id_behind,
     mark,
     one,
     own_folders_under,
+    side_by_side,
 )
 from .repair import repair_needed
 from .requests import (
@@ -165,14 +167,16 @@ def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
 
 
 def all_thread_stats(layout: Layout) -> OpsPlan[None]:
-    """Emit :class:`ThreadStats` for every thread."""
-    ids: list[str] = []
-    yield from collect_emitted(thread_ids(layout), ids)
-    for thread_id in ids:
-        stats = yield from thread_stats(layout, thread_id)
-        # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".
-        if stats.objects:
-            yield Emit(stats)
+    """Emit :class:`ThreadStats` for every thread, in key order; :data:`.plans.SIDE_BY_SIDE` threads are listed at
+    once."""
+
+    def group_stats(thread_ids_: list[str]) -> OpsPlan[None]:
+        for stats in (yield from side_by_side([thread_stats(layout, t) for t in thread_ids_])):
+            # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".
+            if stats.objects:
+                yield Emit(stats)
+
+    yield from for_each_group(thread_ids(layout), SIDE_BY_SIDE, group_stats)
 
 
 # ------------------------------------------------------------------------------------------------

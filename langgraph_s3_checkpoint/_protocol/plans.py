@@ -40,6 +40,8 @@ MAX_PAGE = 1000
 """Keys per LIST request (the S3 maximum)."""
 READ_BATCH = 32
 """Objects read in parallel by one batch of a streaming walk."""
+SIDE_BY_SIDE = 32
+"""Threads a scan over every thread works on at once (:func:`side_by_side`)."""
 
 
 def one(request: Request[R]) -> Plan[R]:
@@ -179,6 +181,58 @@ def collect_emitted(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
             reply = None
         else:
             reply = yield step
+
+
+def side_by_side(subplans: Sequence[Plan[R]]) -> Plan[list[R]]:
+    """Run plans that do not depend on each other together, returning their results in order.
+
+    Each round trip carries the next batch of every plan still running, so a scan that asks the same few
+    questions of each of many threads costs round trips per group of threads rather than per thread: at a
+    region's 20 ms, 100,000 threads one after another are 100,000 round trips per question (half an hour),
+    side by side 32 at a time, about 3,000. What each plan sends and decides is unchanged; only when its
+    requests leave changes, which no plan may depend on across threads. The plans may not stream
+    (:class:`~.requests.Emit`): what they find is returned, and the caller emits it in order.
+    """
+    results: list[Any] = [None] * len(subplans)
+    waiting: dict[int, list[Request]] = {}
+
+    def advance(i: int, reply: Any) -> None:
+        try:
+            step = subplans[i].send(reply)
+        except StopIteration as done:
+            results[i] = done.value
+            return
+        if isinstance(step, Emit):
+            raise TypeError("side_by_side runs plans that return what they find, not streaming plans")
+        waiting[i] = step
+
+    for i in range(len(subplans)):
+        advance(i, None)
+    while waiting:
+        running, waiting = list(waiting.items()), {}
+        replies = yield [request for _, step in running for request in step]
+        start = 0
+        for i, step in running:
+            advance(i, replies[start : start + len(step)])
+            start += len(step)
+    return results
+
+
+def for_each_group(sub: Plan[Any], size: int, handle: Callable[[list[Any]], Plan[None]]) -> Plan[None]:
+    """Run a streaming sub-plan and the plan ``handle(group)`` for each ``size`` values it emits in turn (and for
+    the rest at its end): the values of one group can then be worked on :func:`side_by_side`."""
+    group: list[Any] = []
+
+    def take(value: Any) -> Plan[None]:
+        group.append(value)
+        if len(group) >= size:
+            full = group[:]
+            group.clear()
+            yield from handle(full)
+
+    yield from for_each_emitted(sub, take)
+    if group:
+        yield from handle(group)
 
 
 def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:

@@ -35,6 +35,7 @@ from .keys import (
 )
 from .plans import (
     READ_BATCH,
+    SIDE_BY_SIDE,
     all_of,
     any_under,
     chunks,
@@ -42,12 +43,14 @@ from .plans import (
     deletes,
     exists,
     for_each_emitted,
+    for_each_group,
     landed,
     list_all,
     mark,
     one,
     own_folders_under,
     pages,
+    side_by_side,
 )
 from .requests import (
     CREATE,
@@ -602,29 +605,15 @@ class Maintenance(Committing):
         judged idle keeps its heads and is left alone (:meth:`_delete_idle_heads`). Cost: one LIST of
         the thread index per 1,000 threads, and per thread one LIST of its namespaces and one LIST per
         namespace (returning just its head), then, for an idle one, one GET and one conditional delete
-        per head, and ``delete_thread``.
+        per head, and ``delete_thread``. Threads are judged :data:`.plans.SIDE_BY_SIDE` at a time (their
+        listings share round trips); the idle ones of a group are then deleted one after another, in order.
         """
         root = self.layout.threads_root
 
-        def expire_page(page: Page) -> Plan[None]:
-            for prefix in page.prefixes:
-                if not is_own_segment(self.layout.segment_after(prefix, root)):
-                    continue  # a folder no thread id escapes to
-                ns_prefixes = yield from own_folders_under(f"{prefix}ns/")
-                # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
-                # every longer key it starts, a foreign "head-notes" included); only that key is taken.
-                pages_ = yield from all_of([ListKeys(Layout.head_in(p), max_keys=1) for p in ns_prefixes])
-                heads = [
-                    (key, etag, modified)
-                    for p, page in zip(ns_prefixes, pages_, strict=True)
-                    for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False)
-                    if key == Layout.head_in(p)
-                ]
-                newest = max((modified for _, _, modified in heads), default=None)
-                # No head at all: not a live thread (an emptied folder some servers keep listing, or a
-                # leftover that gc collects), so nothing to expire.
-                served = max((page.served for page in pages_ if page.served is not None), default=None)
-                if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
+        def expire_group(prefixes: list[str]) -> Plan[None]:
+            judged = yield from side_by_side([self._idle_heads(prefix, older_than) for prefix in prefixes])
+            for prefix, heads in zip(prefixes, judged, strict=True):
+                if heads is None:
                     continue
                 thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
                 if thread_id is None:
@@ -636,7 +625,33 @@ class Maintenance(Committing):
                     yield from self._finish_delete(thread_id, unmark)
                 yield Emit(thread_id)
 
-        yield from for_each_emitted(pages(root, delimiter="/"), expire_page)
+        def own_thread_folders(page: Page) -> Plan[None]:
+            for prefix in page.prefixes:
+                if is_own_segment(self.layout.segment_after(prefix, root)):  # else a folder no thread id escapes to
+                    yield Emit(prefix)
+
+        thread_folders = for_each_emitted(pages(root, delimiter="/"), own_thread_folders)
+        yield from for_each_group(thread_folders, SIDE_BY_SIDE, expire_group)
+
+    def _idle_heads(self, prefix: str, older_than: timedelta) -> Plan[list[tuple[str, str, datetime]] | None]:
+        """The heads (key, ETag, last modified) of the thread at ``prefix`` if none was written in the last
+        ``older_than`` by the server's clock, else ``None``; ``None`` too for a thread with no head at all (an
+        emptied folder some servers keep listing, or a leftover that gc collects): nothing to expire."""
+        ns_prefixes = yield from own_folders_under(f"{prefix}ns/")
+        # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
+        # every longer key it starts, a foreign "head-notes" included); only that key is taken.
+        pages_ = yield from all_of([ListKeys(Layout.head_in(p), max_keys=1) for p in ns_prefixes])
+        heads = [
+            (key, etag, modified)
+            for p, page in zip(ns_prefixes, pages_, strict=True)
+            for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False)
+            if key == Layout.head_in(p)
+        ]
+        newest = max((modified for _, _, modified in heads), default=None)
+        served = max((page.served for page in pages_ if page.served is not None), default=None)
+        if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
+            return None
+        return heads
 
     def _delete_idle_heads(self, thread_id: str, heads: list[tuple[str, str, datetime]]) -> Plan[DeleteIfMatch | None]:
         """Mark the thread as being deleted and delete its heads if none changed since they were listed

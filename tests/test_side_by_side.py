@@ -1,0 +1,157 @@
+"""Scans over every thread share round trips (``plans.side_by_side``).
+
+``expire_threads``, ``langgraph-s3 threads`` and gc ask each thread the same few questions. One thread after another,
+100,000 threads at a region's 20 ms are 100,000 round trips per question; judged ``SIDE_BY_SIDE`` at a time, each
+round trip carries every thread's next request. These tests pin the round trips (batches), that the requests are
+the same as one thread at a time, and that what the scans find and do is unchanged and in thread order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from helpers import send
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol import operator_plans
+from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
+from langgraph_s3_checkpoint._protocol.plans import SIDE_BY_SIDE, side_by_side
+from langgraph_s3_checkpoint._protocol.requests import Emit, Get
+from langgraph_s3_checkpoint.memory import MemoryBucket
+
+THREADS = 2 * SIDE_BY_SIDE + 6
+"""Two full groups and part of a third."""
+GROUPS = math.ceil(THREADS / SIDE_BY_SIDE)
+
+
+def _asks(name: str, questions: int) -> Generator[Any, Any, tuple[str, list[Any]]]:
+    heard = []
+    for i in range(questions):
+        (reply,) = yield [Get(f"{name}/{i}")]
+        heard.append(reply)
+    return name, heard
+
+
+def _answer_with_keys(plan: Any) -> tuple[Any, list[list[str]]]:
+    """Run a plan answering each GET with its key; the result and the keys of each batch."""
+    batches: list[list[str]] = []
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            return done.value, batches
+        batches.append([request.key for request in step])
+        reply = [request.key for request in step]
+
+
+def test_side_by_side_sends_the_next_request_of_every_running_plan_in_one_batch() -> None:
+    result, batches = _answer_with_keys(side_by_side([_asks("a", 1), _asks("b", 3), _asks("c", 0), _asks("d", 2)]))
+    assert batches == [["a/0", "b/0", "d/0"], ["b/1", "d/1"], ["b/2"]]
+    # Each plan heard its own replies, and the results come back in the plans' order.
+    assert result == [("a", ["a/0"]), ("b", ["b/0", "b/1", "b/2"]), ("c", []), ("d", ["d/0", "d/1"])]
+
+
+def test_side_by_side_of_no_plans_sends_nothing() -> None:
+    assert _answer_with_keys(side_by_side([])) == ([], [])
+
+
+def test_side_by_side_refuses_a_streaming_plan() -> None:
+    def streams() -> Generator[Any, Any, None]:
+        yield Emit("found")
+
+    with pytest.raises(TypeError, match="streaming"):
+        _answer_with_keys(side_by_side([_asks("a", 1), streams()]))
+
+
+def _saver_with_threads() -> tuple[S3Saver, list[str]]:
+    saver = S3Saver(bucket="b", client=MemoryBucket())
+    threads = [f"thread-{i:03d}" for i in range(THREADS)]
+    for thread in threads:
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        saver.put(config, empty_checkpoint(), {"step": 0}, {})
+    # One thread with a subgraph: two namespaces, two heads to judge.
+    config = {"configurable": {"thread_id": threads[1], "checkpoint_ns": "sub:1"}}
+    saver.put(config, empty_checkpoint(), {"step": 0}, {})
+    return saver, threads
+
+
+def _run_counting(saver: S3Saver, plan: Any) -> tuple[list[Any], list[int]]:
+    """Run a streaming plan through the saver's I/O; what it emitted and the size of each batch it sent."""
+    emitted: list[Any] = []
+    sizes: list[int] = []
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration:
+            return emitted, sizes
+        if isinstance(step, Emit):
+            emitted.append(step.value)
+            reply = None
+        else:
+            sizes.append(len(step))
+            reply = send(saver, step)
+
+
+def test_expire_threads_judges_a_group_of_threads_per_round_trip() -> None:
+    saver, _ = _saver_with_threads()
+    plan = saver.plans.expire_threads(timedelta(days=30), dry_run=False)
+    expired, sizes = _run_counting(saver, plan)
+    assert expired == []
+    # The thread index; then, per group, a LIST of each thread's namespaces and a LIST of each namespace's head.
+    assert len(sizes) == 1 + 2 * GROUPS
+    # The same requests as one thread at a time: 1 + 2 per thread, and one more for the second namespace.
+    assert sum(sizes) == 1 + 2 * THREADS + 1
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_expire_threads_side_by_side_expires_every_idle_thread_in_order(dry_run: bool) -> None:
+    saver, threads = _saver_with_threads()
+    expired = saver.expire_threads(timedelta(0), dry_run=dry_run)
+    assert expired == threads
+    left = [t for t in threads if saver.get_tuple({"configurable": {"thread_id": t, "checkpoint_ns": ""}})]
+    assert left == ([] if not dry_run else threads)
+
+
+def test_thread_statistics_list_a_group_of_threads_per_round_trip() -> None:
+    saver, threads = _saver_with_threads()
+    stats, sizes = _run_counting(saver, operator_plans.all_thread_stats(saver.plans.layout))
+    assert [s.thread_id for s in stats] == threads
+    assert [s.namespaces for s in stats] == [1, 2] + [1] * (THREADS - 2)
+    assert len(sizes) == 1 + GROUPS  # the thread index, then one LIST of each thread per group
+    assert sum(sizes) == 1 + THREADS
+
+
+def _gc_counts(threads: int) -> tuple[int, int]:
+    """Round trips and requests of a gc over ``threads`` threads of one checkpoint each, nothing to delete."""
+    saver = S3Saver(bucket="b", client=MemoryBucket())
+    for i in range(threads):
+        config: Any = {"configurable": {"thread_id": f"thread-{i:03d}", "checkpoint_ns": ""}}
+        saver.put(config, empty_checkpoint(), {"step": 0}, {})
+    plan = gc_plan(saver.plans, 3600, False)
+    reply: Any = None
+    sizes: list[int] = []
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            assert done.value.total == 0
+            return len(sizes), sum(sizes)
+        sizes.append(len(step))
+        reply = send(saver, step)
+
+
+def test_gc_scans_a_group_of_threads_per_round_trip() -> None:
+    one_trips, one_requests = _gc_counts(1)
+    many_trips, many_requests = _gc_counts(THREADS)
+    per_thread = (many_requests - one_requests) // (THREADS - 1)
+    assert (per_thread, one_requests - per_thread) == (6, 4)  # the same requests as before: 6 per thread, 4 listings
+    # Each group of threads takes as many round trips as one thread; the prefix's own listings come on top.
+    assert one_trips == one_requests
+    assert many_trips == (one_trips - per_thread) + GROUPS * per_thread
