@@ -553,10 +553,11 @@ def report(meta: dict[str, Any], tp: dict[str, Any] | None, rows: list[dict[str,
             f"| {r['threads']:,} | {r['load']['seconds']} | {r['load']['threads_per_second']} | "
             f"{r['store_load']['items']:,} | {r['store_load']['seconds']} |"
         )
-    header = "| operation | " + " | ".join(f"{s:,}: requests, s" for s in sizes) + " | growth (requests, time) |"
+    columns = " | ".join(f"{s:,}: requests, round trips, s" for s in sizes)
+    header = f"| operation | {columns} | growth (requests, time) |"
     lines += ["", "## Operations", "", header, "|---|" + "---:|" * (len(sizes) + 1)]
     for op, label in OPERATIONS:
-        cells = [f"{total(r, op):,}, {r[op]['seconds']:.2f}" for r in rows]
+        cells = [f"{total(r, op):,}, {r[op]['requests'].get('waves', 0):,}, {r[op]['seconds']:.2f}" for r in rows]
         growth = f"N^{exponent(rows, op, 'requests')}, N^{exponent(rows, op, 'seconds')}"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {growth} |")
     lines += [
@@ -565,7 +566,9 @@ def report(meta: dict[str, Any], tp: dict[str, Any] | None, rows: list[dict[str,
         + ", ".join(f"{r['list_none']['rss_growth_mb']:.1f} MB at {r['threads']:,}" for r in rows)
         + f" (from {rows[0]['list_none']['rss_start_mb']:.0f} MB at start; sampled every 500 checkpoints).",
         "",
-        "Growth is the exponent k of N^k between the two largest sizes (1: proportional to the bucket, 0: flat).",
+        "Growth is the exponent k of N^k between the two largest sizes (1: proportional to the bucket, 0: flat)."
+        " Round trips are the waves of requests the operation waited for one after another (requests sent"
+        " together count once).",
         "",
         "![scale](scale.png)",
     ]
