@@ -1,7 +1,7 @@
 """Maintenance and listing at scale: what grows with the work and what grows with the bucket.
 
     python benchmarks/scale.py --sizes 1000,10000             # develop: a few minutes
-    python benchmarks/scale.py --sizes 1000,10000,100000      # the full run (about an hour on 2 cores)
+    python benchmarks/scale.py --sizes 1000,10000,100000      # the full run (about 75 minutes on 2 cores)
 
 On a throwaway local SeaweedFS (``local.start_seaweedfs``), for each size N on a fresh prefix:
 
