@@ -23,18 +23,23 @@ from helpers import (
     crash_at,
     crash_before_head,
     deletes_records,
+    drive,
+    head_put_of,
     ids,
     latest_id,
     put,
+    put_plan,
     saver_factory,
+    send,
     ver,
 )
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
 from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
+from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Get
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
 
@@ -260,3 +265,55 @@ def test_a_late_step_of_a_run_after_another_process_rolled_it_back_is_rolled_bac
     operator.delete_for_runs(["run-a"])
     assert latest_id(make_saver(), "t") is None
     assert ids(make_saver().list(cfg("t"))) == []
+
+
+def test_a_rollback_of_a_running_run_refuses_its_step_in_flight_and_its_later_steps(
+    make_saver: Callable[[], S3Saver],
+) -> None:
+    """The Agent Server rolls back a run that is still running (a new run with ``multitask_strategy="rollback"``, or a
+    cancel with ``action="rollback"``), and the run's put may be on its way: its record stored, its head PUT not yet
+    applied. Deleting the run's records alone let that head PUT land after the rollback returned, and the thread
+    showed the step of a run that no longer existed. The rollback now rewrites the head (the same checkpoint, so a new
+    ETag, naming the run as rolled back): the late head PUT is refused, the put withdraws its record and raises, and a
+    step of the run that reads the head only afterwards is refused too. Another run goes on as usual."""
+    worker, operator = make_saver(), make_saver()
+    put(worker, "t", cid(1), run="run-a")
+    is_head = head_put_of(worker, "t")
+    late: list[Any] = []
+
+    def on_batch(step: list[Any]) -> list[Any] | None:
+        if not any(is_head(r) for r in step):
+            return None
+        others = iter(send(worker, [r for r in step if not is_head(r)]))  # the record lands
+        operator.delete_for_runs(["run-b"])  # while the head PUT is on its way
+        late.extend(send(worker, [r for r in step if is_head(r)]))
+        heads = iter(late)
+        return [next(heads) if is_head(r) else next(others) for r in step]
+
+    with pytest.raises(CheckpointConflictError, match="rolled back"):
+        drive(worker, put_plan(worker, "t", cid(2), cid(1), run="run-b"), on_batch)
+    assert late == [PRECONDITION_FAILED]
+    assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+
+    straggler = make_saver()
+    with pytest.raises(CheckpointConflictError, match="rolled back"):
+        put(straggler, "t", cid(3), cid(1), run="run-b")
+    assert ids(make_saver().list(cfg("t"))) == [cid(1)]
+    put(straggler, "t", cid(4), cid(1), run="run-c")
+    assert ids(make_saver().list(cfg("t"))) == [cid(4), cid(1)]
+
+
+def test_a_rollback_of_a_run_others_continued_leaves_their_head_as_it_is(make_saver: Callable[[], S3Saver]) -> None:
+    """Only a run that may still move the head has it rewritten: one whose checkpoints another run continued cannot,
+    so the head keeps its ETag and the worker holding it continues without a conflict or a second read."""
+    worker, operator = make_saver(), make_saver()
+    put(worker, "t", cid(1), run="run-a")
+    put(worker, "t", cid(2), cid(1), run="run-b")
+    put(worker, "t", cid(3), cid(2), run="run-c")
+    head_key = worker.plans.layout.head("t", "")
+    before = send(operator, [Get(head_key)])[0]
+    operator.delete_for_runs(["run-b"])
+    after = send(operator, [Get(head_key)])[0]
+    assert after.etag == before.etag
+    put(worker, "t", cid(4), cid(3), run="run-c")
+    assert latest_id(make_saver(), "t") == cid(4)

@@ -58,7 +58,7 @@ from langgraph_s3_checkpoint import (
 )
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.repair import repair_plan
-from langgraph_s3_checkpoint._protocol.requests import Put
+from langgraph_s3_checkpoint._protocol.requests import ListKeys, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 COMMIT = "another worker's commit"
@@ -367,6 +367,14 @@ def _with_leftover(w: World) -> dict[str, Any]:
     return ctx
 
 
+def _run_on_its_way(w: World) -> dict[str, Any]:
+    """r1: c10, c20; run r2's first step c30 on its way: its entries and record landed, its head PUT not yet (here it
+    never will: the process died). A rollback of r2 rewrites the head to fence it."""
+    ctx = history(w, runs=("r1", "r1"))
+    w.crash_before_head(w.saver(), w.spec("t", ctx["head"], big=True, run="r2"))
+    return ctx
+
+
 def _old_and_new(w: World) -> dict[str, Any]:
     long_ago = datetime.now(timezone.utc) - timedelta(days=30)
     w.bucket.now = lambda: long_ago
@@ -379,39 +387,35 @@ def _copy_exists(w: World, saver: S3Saver, ctx: dict[str, Any]) -> None:
     run_plan(saver, saver.plans.delete_thread("u"))
 
 
+def _rollback(name: str, setup: Callable[[World], dict[str, Any]], run: str, **options: Any) -> Scenario:
+    """A maintenance scenario of ``delete_for_runs([run])``."""
+    return _maintenance(
+        name, setup, lambda s, ctx: s.plans.delete_for_runs([run]), lambda o, ctx: o.delete_for_runs([run]), **options
+    )
+
+
 MAINTENANCE_SCENARIOS = [
-    _maintenance(
+    _rollback(
         "delete_for_runs of the latest run (head moves back)",
         _two_runs,
-        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
-        lambda o, ctx: o.delete_for_runs(["r2"]),
+        "r2",
         betweens=(None, COMMIT),
         variants=("404", "412"),
     ),
-    _maintenance(
-        "delete_for_runs of an older run (head stays)",
-        _two_runs,
-        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
-        lambda o, ctx: o.delete_for_runs(["r1"]),
-    ),
-    _maintenance(
+    _rollback("delete_for_runs of an older run (head stays)", _two_runs, "r1"),
+    _rollback(
         "delete_for_runs of the thread's only run (head deleted If-Match)",
         lambda w: history(w, runs=("r1", "r1")),
-        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
-        lambda o, ctx: o.delete_for_runs(["r1"]),
+        "r1",
         variants=("404", "412"),
     ),
-    _maintenance(
-        "delete_for_runs across two namespaces",
-        _two_ns,
-        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
-        lambda o, ctx: o.delete_for_runs(["r2"]),
-    ),
-    _maintenance(
-        "delete_for_runs with an uncommitted leftover below the head",
-        _with_leftover,
-        lambda s, ctx: s.plans.delete_for_runs(["r2"]),
-        lambda o, ctx: o.delete_for_runs(["r2"]),
+    _rollback("delete_for_runs across two namespaces", _two_ns, "r2"),
+    _rollback("delete_for_runs with an uncommitted leftover below the head", _with_leftover, "r2"),
+    _rollback(
+        "delete_for_runs of a run whose step is on its way (the head is rewritten to fence it)",
+        _run_on_its_way,
+        "r2",
+        betweens=(None, COMMIT),
     ),
     _maintenance(
         "prune keep_latest",
@@ -789,6 +793,8 @@ class Interleaving:
 
     setup: Setup
     build: Build
+    also: Callable[[World, list[Actor]], list[str]] | None = None
+    """A rule beyond "the bucket reads as one order of the operations", judged before the survivors carry on."""
 
 
 def _interleave(name: str, interleaving: Interleaving, light: bool = False) -> tuple[int, list[str]]:
@@ -804,7 +810,8 @@ def _interleave(name: str, interleaving: Interleaving, light: bool = False) -> t
 
     def judge(ctx: Any, ops: list[Op], schedule: str) -> list[str]:
         w, base, actors, exactly_one = ctx
-        return _judge(w, base, actors, exactly_one, light)
+        also = [] if interleaving.also is None else interleaving.also(w, actors)
+        return also + _judge(w, base, actors, exactly_one, light)
 
     runs, failures = interleavings(make, judge)
     _count("interleavings", runs)
@@ -854,6 +861,60 @@ def _put_and(operation: str, run: str = "r2") -> Interleaving:
     return Interleaving(_three_checkpoints, build)
 
 
+def _a_step_of_the_run_in_flight(*, resumed: bool, read: bool) -> Interleaving:
+    """Run r3's first step on the head (r2's c30) while ``delete_for_runs(["r3"])`` runs: the Agent Server rolls back a
+    run that is still running, and its put may be anywhere between its run-index entries and its head PUT.
+    ``resumed``: r3 first wrote to c30 (a run resuming it), so its entry names the head itself; ``read``: the run read
+    c30 as the latest (its put continues that version of the head), or did not (it continues its own last step)."""
+
+    def build(w: World, ctx: dict[str, Any]) -> tuple[list[Actor], bool]:
+        if resumed:
+            w.put_writes(w.saver(), "t", 30, [("x", "r3 resumed")], "resume", run="r3")
+        s = w.saver()
+        if read:
+            w.latest(s, "t")
+        spec = w.spec("t", 30, big=True, run="r3")
+        m = w.saver()
+        rollback = Op("delete_for_runs", m, m.plans.delete_for_runs(["r3"]))
+        return [
+            Actor(w.put_op(s, spec), spec=spec, may_conflict=True),
+            Actor(rollback, effect=lambda o: o.delete_for_runs(["r3"])),
+        ], False
+
+    def also(w: World, actors: list[Actor]) -> list[str]:
+        return _nothing_of_the_run_after_its_rollback(w, actors, run_began_first=read or resumed)
+
+    return Interleaving(_three_checkpoints, build, also=also)
+
+
+def _nothing_of_the_run_after_its_rollback(w: World, actors: list[Actor], *, run_began_first: bool) -> list[str]:
+    """Once ``delete_for_runs`` has found the run in the index, no checkpoint of a put that overlapped it shows after
+    the rollback returns: not one whose put was in flight, nor one whose run read the head or resumed it before the
+    rollback (``run_began_first``). One order of the operations is not enough here: "the put after the rollback" is
+    such an order, and it is what the Agent Server got when the head PUT of a run it had rolled back landed after the
+    rollback returned (design.md, the conflict table). A put that begins after the rollback ended, on a head it reads
+    then, is a new step as far as the bucket can tell, as it is for PostgresSaver: it is not judged here."""
+    putter, rollback = actors
+    index = rollback.op.saver.plans.layout.run_index("r3")
+    found = any(
+        isinstance(request, ListKeys) and request.prefix == index and reply.keys
+        for request, reply in rollback.op.applied
+    )
+    position = {id(entry): i for i, entry in enumerate(w.bucket.log or [])}
+    began = run_began_first or (
+        bool(putter.op.applied)
+        and position[id(putter.op.applied[0])] < max(position[id(entry)] for entry in rollback.op.applied)
+    )
+    if rollback.op.status != "returned" or not found or not began:
+        return []
+    left = [cname(t.checkpoint["id"]) for t in w.saver().list(cfg("t")) if t.metadata.get("run_id") == "r3"]
+    return (
+        [f"after delete_for_runs([r3]) returned, r3's {left} still show ({putter.op.label}: {putter.op.status})"]
+        if left
+        else []
+    )
+
+
 def _writes_and(operation: str) -> Interleaving:
     def build(w: World, ctx: dict[str, Any]) -> tuple[list[Actor], bool]:
         s = w.saver()
@@ -890,6 +951,12 @@ INTERLEAVINGS: dict[str, Interleaving] = {
     "put/put, two new processes join one head (loop steps)": _fenced_pair(big=True, joining=True),
     "put (run r2, the doomed run) / delete_for_runs([r2])": _put_and("delete_for_runs", "r2"),
     "put (run r3, on top of r2) / delete_for_runs([r2])": _put_and("delete_for_runs", "r3"),
+    **{
+        f"put (run r3's first step{', after resuming c30' if resumed else ''}, {'read' if read else 'unread'} head) / "
+        "delete_for_runs([r3])": _a_step_of_the_run_in_flight(resumed=resumed, read=read)
+        for resumed in (False, True)
+        for read in (True, False)
+    },
     "put / prune": _put_and("prune"),
     "put / copy_thread": _put_and("copy_thread"),
     "put / gc (grace 1 h)": _put_and("gc"),
@@ -1192,20 +1259,18 @@ def _resumed(w: World, *, commits: bool = True) -> dict[str, Any]:
 
 
 ROLLBACK_WRITES_SCENARIOS = [
-    _maintenance(
+    _rollback(
         "delete_for_runs of a run that resumed an interrupt and committed (its writes on the resumed checkpoint go)",
         _resumed,
-        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
-        lambda o, ctx: o.delete_for_runs(["r1"]),
+        "r1",
         betweens=(None, COMMIT),
         variants=("404", "412"),
         writes_per_task=True,
     ),
-    _maintenance(
+    _rollback(
         "delete_for_runs of a run that only wrote (resumed, never committed)",
         lambda w: _resumed(w, commits=False),
-        lambda s, ctx: s.plans.delete_for_runs(["r1"]),
-        lambda o, ctx: o.delete_for_runs(["r1"]),
+        "r1",
         betweens=(None, COMMIT),
         variants=("404", "412"),
         writes_per_task=True,

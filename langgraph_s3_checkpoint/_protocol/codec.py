@@ -16,6 +16,7 @@ newer format version fails with a clear error instead of guessing.
 
 from __future__ import annotations
 
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ MAGIC = b"LGS3"
 FORMAT_VERSION = 1
 _PLAIN = 0
 _ZLIB = 1
+ROLLED_BACK_NAMED = 16
+"""How many runs a head names as rolled back while it was the head (:meth:`Codec.rolled_back_on`), newest last."""
 
 
 def corrupt(key: str, reason: str) -> CorruptObjectError:
@@ -223,6 +226,22 @@ class Codec:
         if not isinstance(frame, dict) or "id" not in frame:
             raise CorruptObjectError(key, "record has no checkpoint id")
         return self._frame({**frame, "previous_head": previous_head, "detached": False})
+
+    def rolled_back_on(self, key: str, data: bytes, run_id: str) -> bytes:
+        """The same head in new bytes, so under a new ETag (a conditional write on the old one is then refused),
+        naming ``run_id`` among the runs rolled back while it was the head (the last :data:`ROLLED_BACK_NAMED`).
+        Readers ignore both fields; a put of a run named there is refused (``committing._settle``)."""
+        frame = self._record_frame(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise corrupt(key, "record has no checkpoint id")
+        runs = [*(run for run in self.rolled_back_runs(key, data) if run != run_id), run_id][-ROLLED_BACK_NAMED:]
+        return self._frame({**frame, "rolled_back": runs, "rewritten": uuid.uuid4().hex})
+
+    def rolled_back_runs(self, key: str, data: bytes) -> list[str]:
+        """The runs rolled back while this head was the head (:meth:`rolled_back_on`); none for any other."""
+        frame = self._record_frame(key, data)
+        runs = frame.get("rolled_back") if isinstance(frame, dict) else None
+        return [run for run in runs if isinstance(run, str)] if isinstance(runs, list) else []
 
     def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
         """``previous_head`` and ``detached`` of a record: its place in the commit chain."""

@@ -96,8 +96,9 @@ class Committing(Reading):
         3. *Outcome* of a refused head PUT: the saver reads the head and settles the rule again on what it holds
            (:func:`~.fencing.settle`): this checkpoint or one on top of it means an earlier attempt was applied
            and only its answer was lost (committed); a fork commits on the new head; otherwise the record is
-           deleted (provably never committed) and the put raises the refusal's error. Each attempt's step, and
-           this outcome, is a row of :data:`~.fencing.COMMIT_TABLE`.
+           deleted (provably never committed) and the put raises the refusal's error. A head that names the put's
+           run as rolled back (``delete_for_runs`` of a run still running) refuses it whatever its rule. Each
+           attempt's step, and this outcome, is a row of :data:`~.fencing.COMMIT_TABLE`.
         """
         t = parse_config(config)
         thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
@@ -110,7 +111,7 @@ class Committing(Reading):
             raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
         head_key = self.layout.head(thread_id, ns)
         record_key = self.layout.record(thread_id, ns, checkpoint_id)
-        c = _Commit(thread_id, ns, checkpoint_id, parent_id, rule, head_key, record_key)
+        c = _Commit(thread_id, ns, checkpoint_id, parent_id, run_id, rule, head_key, record_key)
         basis = yield from self._basis(c, read_etag)
         if basis.parent is not None and parent_id is not None and checkpoint_id <= parent_id:
             # It would continue the head with an id that sorts before it, where no reader looks for the latest.
@@ -128,6 +129,8 @@ class Committing(Reading):
             replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if basis.unread else [])]
             if basis.unread:
                 basis = _Basis(head=replies[-1])
+                if self._run_rolled_back(c, basis.head):
+                    self._refuse(c, Refusal.RUN_ROLLED_BACK)
 
         def record(previous_head: str | None, detached: bool) -> bytes:
             return self.codec.encode_record(
@@ -192,7 +195,7 @@ class Committing(Reading):
         if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD):
             self._refuse(c, Refusal.MOVED)
         head = yield from one(Get(c.head_key))
-        holding = self._holding(c, head, read_etag)
+        holding = None if self._run_rolled_back(c, head) else self._holding(c, head, read_etag)
         if holding is not None:
             step = settle(c.rule, HeadNow.PARENT)
         else:
@@ -219,6 +222,8 @@ class Committing(Reading):
         as committed when it is on the head's chain: the attempt was applied and its answer lost."""
         if head is None:
             return settle(c.rule, HeadNow.NONE)
+        if self._run_rolled_back(c, head):
+            return Step(refused=Refusal.RUN_ROLLED_BACK)
         if self.codec.peek_head_id(c.head_key, head.body) == c.checkpoint_id:
             return settle(c.rule, HeadNow.THIS)
         if mine is not None:
@@ -232,6 +237,14 @@ class Committing(Reading):
                 return settle(c.rule, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT)
             step = settle(c.rule, HeadNow.OTHER, parent_committed=standing is Standing.COMMITTED)
         return step
+
+    def _run_rolled_back(self, c: _Commit, head: StoredObject | None) -> bool:
+        """Whether the head names the put's run as rolled back while it was the head: the run's step must not commit,
+        whatever its rule (a rollback of a run that is still running, as the Agent Server does on a new run's
+        ``multitask_strategy="rollback"``)."""
+        return (
+            head is not None and c.run_id is not None and c.run_id in self.codec.rolled_back_runs(c.head_key, head.body)
+        )
 
     def _parent_standing(self, c: _Commit, head: StoredObject) -> Plan[tuple[Standing, bool]]:
         """Whether the parent is a committed checkpoint, and whether it is a detached one (a fork committed beside
@@ -537,6 +550,10 @@ def refusal_error(refusal: Refusal, thread_id: str, ns: str, parent_id: str | No
     if refusal is Refusal.PARENT_NOT_COMMITTED:
         assert parent_id is not None
         return ParentNotCommittedError(thread_id, ns, parent_id)
+    if refusal is Refusal.RUN_ROLLED_BACK:
+        return CheckpointConflictError(
+            thread_id, ns, " (its run was rolled back by delete_for_runs while it ran; start a new run)"
+        )
     if refusal is Refusal.CREATED:
         return CheckpointConflictError(thread_id, ns, " (it had no checkpoint when this caller read it)")
     detail = "" if parent_id is None else f" (this checkpoint's parent {parent_id!r} is no longer the latest)"
@@ -551,6 +568,7 @@ class _Commit:
     ns: str
     checkpoint_id: str
     parent_id: str | None
+    run_id: str | None
     rule: Rule
     head_key: str
     record_key: str

@@ -160,6 +160,9 @@ class Refusal(Enum):
     MOVED = "another writer moved the head past the parent"
     CREATED = "another writer created the namespace"
     PARENT_NOT_COMMITTED = "the parent is not a committed checkpoint"
+    RUN_ROLLED_BACK = "the put's run was rolled back while it ran"
+    """The head names the put's run as rolled back (``delete_for_runs`` rewrote it so): whatever the rule, a step of a
+    run that was rolled back must not become the thread's state (``thread_edits._fence_in_flight``)."""
 
 
 @dataclass(frozen=True)

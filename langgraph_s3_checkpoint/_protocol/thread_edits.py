@@ -421,6 +421,8 @@ class Maintenance(Committing):
         found = self._below_head(head_key, head, run_id, first_id)
         head_is_run = found.wants_survivor
         yield from self._find_run_records(self.layout.records(thread_id, ns), found)
+        if not (yield from self._fence_in_flight(head_key, head, found)):
+            return False  # the head moved meanwhile (maybe the run's own put landing): start over
         # Before anything of the run goes: the checkpoints it started from are found through its own (their
         # parents), so a rollback that dies after deleting those can still be finished by running it again.
         yield from self._take_out_writes(run_id, thread_id, ns, found.started_from(), found.listed_writes)
@@ -462,6 +464,29 @@ class Maintenance(Committing):
         if found.wants_survivor and head_parent is not None:
             found.parents.add(head_parent)
         return found
+
+    def _fence_in_flight(self, head_key: str, head: StoredObject | None, found: _RunRecords) -> Plan[bool]:
+        """When a put of the run may still move the head (:meth:`_RunRecords.may_commit_later`), rewrite the head
+        with the same checkpoint and new bytes (so a new ETag), ``If-Match`` the ETag read: False if the head moved
+        meanwhile.
+
+        A put of the run still on its way (its record stored, its head PUT not yet applied; or only its run-index
+        entries stored) holds ``If-Match`` on the ETag of the head it continues, this one. Deleting the run's
+        records alone would not stop it: its head PUT would land after the rollback returned, and the thread would
+        show the step of a run that was rolled back, holding a head whose record is gone. With the ETag changed,
+        that head PUT is refused, and the put, reading a head rewritten under it, is refused too
+        (``committing._settle``: a head rewritten while holding the parent counts as moved) and withdraws its
+        record. The head also names the run as rolled back (:meth:`~.codec.Codec.rolled_back_on`; readers ignore
+        it), so that a put of the run that reads the head only now, never having seen the old ETag, is refused as
+        well. A put landing before this PUT makes it fail, and the rollback starts over on the run's head.
+        """
+        if head is None or not found.may_commit_later():
+            return True
+        if found.run_id in self.codec.rolled_back_runs(head_key, head.body):
+            return True  # fenced already (a rollback of this run that died, or whose rewrite's answer was lost)
+        body = self.codec.rolled_back_on(head_key, head.body, found.run_id)
+        reply = yield from one(Put(head_key, body, mode=Update(head.etag)))
+        return reply is not PRECONDITION_FAILED
 
     def _rolled_back(self, found: _RunRecords, headless: bool, head_is_run: bool, marker: str) -> Plan[list[str]]:
         """The keys a rollback deletes: the run's records and writes and, when the namespace is left without
@@ -802,6 +827,17 @@ class _RunRecords:
         parents of its own (where it started, below that range when it forked from an older checkpoint).
         Its writes on its own checkpoints go with them."""
         return (self.others | self.parents | {self.first_id}) - self.doomed_ids - {""}
+
+    def may_commit_later(self) -> bool:
+        """Whether a put of the run may still move the head, which is not the run's: the run has a record newer than
+        the head (a put whose head PUT has not landed, or one that died), or its entry names the head or a newer
+        checkpoint (its first put here may be between its entries and its commit, or it resumed the head and
+        its next step is on its way). A run whose checkpoints all lie below the head has been continued by
+        others, and nothing of it can move the head any more."""
+        if self.wants_survivor or self.chain.head_id is None or self.chain.head_damaged:
+            return False
+        head_id = self.chain.head_id
+        return self.first_id >= head_id or any(self.chain.pending(cid) for cid in self.doomed_ids)
 
     def take_keys(self, parsed: Sequence[tuple[str, CheckpointKey | None]], *, complete: bool) -> None:
         """Sort a page's keys (records and writes) by their checkpoint's verdict, and keep the writes keys of
