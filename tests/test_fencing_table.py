@@ -74,6 +74,7 @@ class Row:
             "parent": HeadNow.PARENT,
             "this": HeadNow.THIS,
             "other (parent a detached fork)": HeadNow.OTHER_BESIDE_A_DETACHED_PARENT,
+            ROLLED_BACK: HeadNow.NAMES_THIS_RUN_ROLLED_BACK,
         }.get(self.head, HeadNow.OTHER)
 
     @property
@@ -85,7 +86,11 @@ class Row:
         return settle(rule, self.head_now, parent_committed=self.head != "other (parent not committed)")
 
 
+ROLLED_BACK = "naming the put's run as rolled back"
+"""The head (the parent, or with no parent another writer's first checkpoint) after ``delete_for_runs`` of the put's
+run, which had written to it and so might still move it: the put under test is a step of that run."""
 HEAD_STATES = (
+    ROLLED_BACK,
     "none",
     "parent",
     "this",
@@ -122,6 +127,13 @@ class World:
         config = cfg("t", "", cid(parent) if parent else None)
         return contextvars.Context().run(self.saver.put, config, checkpoint(n), meta, {})
 
+    def roll_back_a_run_that_wrote_to(self, n: int) -> None:
+        """Run ``r-new`` writes to checkpoint ``n`` (it resumed it), then another call rolls it back."""
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(n)}}
+        config["metadata"] = {"run_id": "r-new"}
+        contextvars.Context().run(self.saver.put_writes, config, [("x", 1)], "resumed-task")
+        contextvars.Context().run(self.saver.delete_for_runs, ["r-new"])
+
     def as_caller(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.caller.run(fn, *args)
 
@@ -150,6 +162,9 @@ def set_up(row: Row) -> World:
             w.put(None, NEW)
         elif row.head == "other (parent committed)":
             w.put(None, OTHER, "input")
+        elif row.head == ROLLED_BACK:
+            w.put(None, OTHER, "input", run="r-other")
+            w.roll_back_a_run_that_wrote_to(OTHER)
         return w
     w.put(None, OLD, "input", run="r-old")
     if row.head == "other (parent a detached fork)":
@@ -173,6 +188,8 @@ def set_up(row: Row) -> World:
         w.put(PARENT, OTHER, "loop")
     elif row.head == "other (parent not committed)":
         w.saver.delete_for_runs(["r-parent"])  # the head holds OLD again; the parent is gone
+    elif row.head == ROLLED_BACK:
+        w.roll_back_a_run_that_wrote_to(PARENT)
     return w
 
 
@@ -188,19 +205,25 @@ def test_each_row_does_what_the_tables_say(row: Row) -> None:
     source = row.metadata_source
     parent = cfg("t", "", cid(PARENT)) if row.has_parent else cfg("t")
     put = w.saver.put
+    metadata: dict[str, Any] = {"source": source, "step": NEW} | (
+        {"run_id": "r-new"} if row.head == ROLLED_BACK else {}
+    )
     if step.refused is not None:
         expected_error = {
             Refusal.MOVED: CheckpointConflictError,
             Refusal.CREATED: CheckpointConflictError,
             Refusal.PARENT_NOT_COMMITTED: ParentNotCommittedError,
+            Refusal.RUN_ROLLED_BACK: CheckpointConflictError,
         }[step.refused]
-        with pytest.raises(expected_error) as refused:
-            w.as_caller(put, parent, checkpoint(NEW), {"source": source, "step": NEW}, {})
+        with pytest.raises(
+            expected_error, match="rolled back" if step.refused is Refusal.RUN_ROLLED_BACK else None
+        ) as refused:
+            w.as_caller(put, parent, checkpoint(NEW), metadata, {})
         if step.refused is not Refusal.PARENT_NOT_COMMITTED:
             assert not isinstance(refused.value, ParentNotCommittedError), refused.value
         assert w.head_id() == head_before, "a refused put changed the head"
         return
-    w.as_caller(put, parent, checkpoint(NEW), {"source": source, "step": NEW}, {})
+    w.as_caller(put, parent, checkpoint(NEW), metadata, {})
     assert w.head_id() == cid(NEW)
     if step.done:
         return

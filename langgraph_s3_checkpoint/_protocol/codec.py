@@ -64,6 +64,9 @@ class Record:
     """Id of the head this checkpoint replaced when it was committed: the commit chain."""
     detached: bool = False
     """Committed by its record alone (older than the head when written), so outside the chain."""
+    rolled_back: tuple[str, ...] = ()
+    """Runs rolled back while this was the head, which it names so that their steps are refused (a head's only:
+    :meth:`Codec.rolled_back_on`)."""
     undecodable: bool = False
     """A stand-in for a record whose body could not be decoded (``list(skip_damaged=True)``): only its id, from its
     key, is known; the commit chain never shows it (:class:`~.chain.Standing`)."""
@@ -204,6 +207,7 @@ class Codec:
                 blobs=dict(frame["blobs"]),
                 previous_head=frame.get("previous_head"),
                 detached=bool(frame.get("detached", False)),
+                rolled_back=_run_names(frame.get("rolled_back")),
             )
         except (KeyError, TypeError, IndexError) as exc:
             raise corrupt(key, f"record is missing a field ({exc})") from exc
@@ -240,8 +244,7 @@ class Codec:
     def rolled_back_runs(self, key: str, data: bytes) -> list[str]:
         """The runs rolled back while this head was the head (:meth:`rolled_back_on`); none for any other."""
         frame = self._record_frame(key, data)
-        runs = frame.get("rolled_back") if isinstance(frame, dict) else None
-        return [run for run in runs if isinstance(run, str)] if isinstance(runs, list) else []
+        return list(_run_names(frame.get("rolled_back") if isinstance(frame, dict) else None))
 
     def peek_link(self, key: str, data: bytes) -> tuple[str | None, bool]:
         """``previous_head`` and ``detached`` of a record: its place in the commit chain."""
@@ -325,6 +328,11 @@ class Codec:
 
     def decode_blob(self, key: str, data: bytes) -> Any:
         return self.load(key, self._unframe(key, data))
+
+
+def _run_names(stored: Any) -> tuple[str, ...]:
+    """A head's ``rolled_back`` field as written by :meth:`Codec.rolled_back_on` (anything else names no run)."""
+    return tuple(run for run in stored if isinstance(run, str)) if isinstance(stored, list) else ()
 
 
 def _run(stored: Any) -> str | None:

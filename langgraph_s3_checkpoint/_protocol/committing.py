@@ -130,7 +130,7 @@ class Committing(Reading):
             if basis.unread:
                 basis = _Basis(head=replies[-1])
                 if self._run_rolled_back(c, basis.head):
-                    self._refuse(c, Refusal.RUN_ROLLED_BACK)
+                    self._refuse_rolled_back(c)
 
         def record(previous_head: str | None, detached: bool) -> bytes:
             return self.codec.encode_record(
@@ -190,6 +190,8 @@ class Committing(Reading):
         known = self.recall.head(c.thread_id, c.ns, c.parent_id)
         if known is not None and read_etag is not None and not same_etag(known.etag, read_etag):
             known = None  # the caller read another version of this head than the one remembered: look
+        if known is not None and c.run_id is not None and c.run_id in known.rolled_back:
+            self._refuse_rolled_back(c)  # read by another caller of this process: the same head, the same refusal
         if known is not None and known.etag != SUPERSEDED:
             return _Basis(parent=known)
         if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD):
@@ -223,7 +225,7 @@ class Committing(Reading):
         if head is None:
             return settle(c.rule, HeadNow.NONE)
         if self._run_rolled_back(c, head):
-            return Step(refused=Refusal.RUN_ROLLED_BACK)
+            return settle(c.rule, HeadNow.NAMES_THIS_RUN_ROLLED_BACK)
         if self.codec.peek_head_id(c.head_key, head.body) == c.checkpoint_id:
             return settle(c.rule, HeadNow.THIS)
         if mine is not None:
@@ -245,6 +247,11 @@ class Committing(Reading):
         return (
             head is not None and c.run_id is not None and c.run_id in self.codec.rolled_back_runs(c.head_key, head.body)
         )
+
+    def _refuse_rolled_back(self, c: _Commit) -> NoReturn:
+        step = settle(c.rule, HeadNow.NAMES_THIS_RUN_ROLLED_BACK)
+        assert step.refused is not None
+        self._refuse(c, step.refused)
 
     def _parent_standing(self, c: _Commit, head: StoredObject) -> Plan[tuple[Standing, bool]]:
         """Whether the parent is a committed checkpoint, and whether it is a detached one (a fork committed beside

@@ -152,6 +152,9 @@ class HeadNow(Enum):
     the head (``committing._commit``). Nothing has continued it, so the thread did not move past it: a run's step on
     top of its own fork (a replay whose fork lost the race for the head to a concurrent step) is the branch going
     on, as on InMemorySaver, not a straggler. Told apart from :attr:`OTHER` only where a rule would refuse."""
+    NAMES_THIS_RUN_ROLLED_BACK = "a head that names the put's run as rolled back"
+    """``delete_for_runs`` rewrote the head while the run could still move it (``thread_edits._fence_in_flight``): a
+    step of that run must not become the thread's state, whatever the rule and whatever checkpoint the head holds."""
 
 
 class Refusal(Enum):
@@ -161,8 +164,6 @@ class Refusal(Enum):
     CREATED = "another writer created the namespace"
     PARENT_NOT_COMMITTED = "the parent is not a committed checkpoint"
     RUN_ROLLED_BACK = "the put's run was rolled back while it ran"
-    """The head names the put's run as rolled back (``delete_for_runs`` rewrote it so): whatever the rule, a step of a
-    run that was rolled back must not become the thread's state (``thread_edits._fence_in_flight``)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,12 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.FORK, HeadNow.OTHER): JOIN,
     (Rule.FORK, HeadNow.NONE): JOIN,
     (Rule.FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,
+    # a step of a run rolled back while it ran, under any rule
+    (Rule.CREATE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
+    (Rule.CONTINUE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
+    (Rule.CONTINUE_UNREAD, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
+    (Rule.CONTINUE_OR_FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
+    (Rule.FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
 }
 """(rule, what the head holds now) -> what the put does. A ``JOIN`` on a head that holds another checkpoint commits
 on top of it (the record names that head as ``previous_head``), or, for an id older than the head's, as a detached
@@ -434,6 +441,9 @@ class HeadSeen:
     inline: Mapping[str, list[Any]] | None = None
     """The head's inline values as stored, for a put to carry over the values whose version did not move;
     ``None`` when they were too large to remember (:data:`REMEMBERED_VALUES_BYTES`)."""
+    rolled_back: tuple[str, ...] = ()
+    """The runs the head names as rolled back while it was the head: a put of one of them is refused
+    (:attr:`HeadNow.NAMES_THIS_RUN_ROLLED_BACK`), also when it continues this head without reading it."""
 
     def size(self) -> int:
         """Bytes this entry keeps alive, roughly: its values, ids and the containers' overhead."""
@@ -463,6 +473,7 @@ def head_seen(
     run_id: str | None,
     versions: Mapping[str, Any],
     inline: Mapping[str, list[Any]],
+    rolled_back: tuple[str, ...] = (),
 ) -> HeadSeen:
     """What to remember of a head just written or read."""
     size = sum(len(b) for typed in inline.values() if (b := _bytes_of(typed)) is not None)
@@ -473,6 +484,7 @@ def head_seen(
         run_id,
         {channel: str(version) for channel, version in versions.items()},
         dict(inline) if size <= REMEMBERED_VALUES_BYTES else None,
+        rolled_back,
     )
 
 

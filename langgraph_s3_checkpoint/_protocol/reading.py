@@ -853,7 +853,9 @@ def seen_in(head: StoredObject, record: Record) -> HeadSeen:
     """What a saver remembers of a head it read (``record`` is the head's body decoded)."""
     run_id = None if record.metadata.get("run_id") is None else str(record.metadata["run_id"])
     versions = record.checkpoint["channel_versions"]
-    return head_seen(record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded)
+    return head_seen(
+        record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded, record.rolled_back
+    )
 
 
 def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
