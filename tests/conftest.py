@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "test_eight_processes_hammering_one_thread_keep_history_linear",
     "test_random_operations_through_two_savers_read_as_in_memory_saver",
     "test_notebook_runs_without_errors",
+    "test_the_scale_benchmark_measures_every_operation_at_toy_sizes",
     "test_sigkill_between_any_two_requests_then_resume",
     "test_s3_cache_passes_langgraphs_node_cache_tests_on_moto",
     "test_hundred_graph_runs_at_ten_percent_faults_match_fault_free_runs",
@@ -43,6 +44,7 @@ LONGEST_FIRST = (
     "test_a_checkpoint_and_its_writes_stored_at_once_both_survive",
     "test_sigkill_inside_maintenance_operations",
     "test_every_interleaving_of_two_parties",
+    "test_interleavings",
 )
 """Test functions that take 10 s to a few minutes each (``--durations`` of a full run), longest first.
 
