@@ -129,8 +129,10 @@ class World:
 
     def roll_back_a_run_that_wrote_to(self, n: int) -> None:
         """Run ``r-new`` writes to checkpoint ``n`` (it resumed it), then another call rolls it back."""
-        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(n)}}
-        config["metadata"] = {"run_id": "r-new"}
+        config = {
+            "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(n)},
+            "metadata": {"run_id": "r-new"},
+        }
         contextvars.Context().run(self.saver.put_writes, config, [("x", 1)], "resumed-task")
         contextvars.Context().run(self.saver.delete_for_runs, ["r-new"])
 

@@ -238,7 +238,7 @@ class Codec:
         frame = self._record_frame(key, data)
         if not isinstance(frame, dict) or "id" not in frame:
             raise corrupt(key, "record has no checkpoint id")
-        runs = [*(run for run in self.rolled_back_runs(key, data) if run != run_id), run_id][-ROLLED_BACK_NAMED:]
+        runs = [*(run for run in _run_names(frame.get("rolled_back")) if run != run_id), run_id][-ROLLED_BACK_NAMED:]
         return self._frame({**frame, "rolled_back": runs, "rewritten": uuid.uuid4().hex})
 
     def rolled_back_runs(self, key: str, data: bytes) -> list[str]:

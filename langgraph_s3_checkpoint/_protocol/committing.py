@@ -197,7 +197,9 @@ class Committing(Reading):
         if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD):
             self._refuse(c, Refusal.MOVED)
         head = yield from one(Get(c.head_key))
-        holding = None if self._run_rolled_back(c, head) else self._holding(c, head, read_etag)
+        if self._run_rolled_back(c, head):
+            self._refuse_rolled_back(c)
+        holding = self._holding(c, head, read_etag)
         if holding is not None:
             step = settle(c.rule, HeadNow.PARENT)
         else:
