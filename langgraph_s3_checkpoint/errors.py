@@ -43,21 +43,22 @@ class InvalidArgumentTypeError(InvalidConfigError, TypeError):
 
 
 class CheckpointConflictError(S3CheckpointError):
-    """Another writer moved the thread's head since the caller read the checkpoint this put continues.
+    """The thread moved on under a write that must not commit on top of whatever it is now.
 
-    Raised by ``put`` when the head of ``(thread_id, checkpoint_ns)`` no longer holds the checkpoint the caller
-    read as the latest (a second worker, or a straggler that woke up late, is writing the same thread), or when
-    two callers that both found the namespace empty create it. The winner's checkpoint is intact; this writer's
-    checkpoint was not committed. docs/safety.md has the whole fencing table.
+    Raised by ``put`` when the head of ``(thread_id, checkpoint_ns)`` no longer holds the checkpoint the put's run
+    read as the latest or committed last (a second worker, or a straggler that woke up late, is writing the same
+    thread), when two runs that both found the namespace empty create it, or when the put's run was rolled back while
+    it ran; and by maintenance calls whose objects kept changing under them. The message says which. What committed
+    meanwhile is intact; the refused checkpoint was not committed. docs/safety.md has the whole fencing table.
     """
 
     def __init__(self, thread_id: str, checkpoint_ns: str, detail: str = "") -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         super().__init__(
-            f"Another writer committed to {_where(thread_id, checkpoint_ns)} since this caller read it{detail}. "
-            "This checkpoint was not committed. Reload the thread (invoke with only thread_id in the "
-            "config to continue from the latest checkpoint) and retry, or give up this run."
+            f"The {_where(thread_id, checkpoint_ns)} changed{detail}. "
+            "Reload the thread (invoke with only thread_id in the config to continue from the latest checkpoint) and "
+            "retry, or give up this run."
         )
 
 

@@ -20,6 +20,7 @@ from unittest import mock
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.requests import Delete, Put
@@ -96,6 +97,19 @@ class RequestCounter:
         """Stop counting; the counts stay readable.  Safe to call more than once."""
         for event, _handler, unique_id in self._hooks:
             self._events.unregister(event, unique_id=unique_id)
+
+
+class Run:
+    """A LangGraph run as the saver sees it: the ``Runtime`` object its loop passes with every checkpointer call
+    (``config["configurable"]["__pregel_runtime"]``). Calls made with :meth:`of` are one run's, fenced by what that
+    run read first and committed (``_protocol/fencing.py``); calls made without are outside any run."""
+
+    def __init__(self) -> None:
+        self.runtime = Runtime()
+
+    def of(self, config: Any) -> dict[str, Any]:
+        """``config`` as a call of this run makes it."""
+        return {**config, "configurable": {**config["configurable"], "__pregel_runtime": self.runtime}}
 
 
 def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -265,8 +279,10 @@ def put(
     new: dict[str, str] | None = None,
     source: str = "loop",
     run: str | None = None,
+    in_run: Run | None = None,
 ) -> Any:
-    """Put one checkpoint: ``values``/``versions`` (default: a small ``n``), ``new`` the changed versions."""
+    """Put one checkpoint: ``values``/``versions`` (default: a small ``n``), ``new`` the changed versions;
+    ``run`` is the run id of its metadata, ``in_run`` the LangGraph run that makes the call (none: a direct call)."""
     values = {"n": checkpoint_id} if values is None else values
     versions = {ch: ver(1, checkpoint_id) for ch in values} if versions is None else versions
     checkpoint = empty_checkpoint()
@@ -276,7 +292,10 @@ def put(
     metadata: dict[str, Any] = {"source": source, "step": 0}
     if run is not None:
         metadata["run_id"] = run
-    return saver.put(cfg(thread, ns, parent), checkpoint, metadata, dict(versions if new is None else new))
+    config = cfg(thread, ns, parent)
+    if in_run is not None:
+        config = in_run.of(config)
+    return saver.put(config, checkpoint, metadata, dict(versions if new is None else new))
 
 
 def ids(tuples: Any) -> list[str]:

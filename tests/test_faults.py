@@ -248,12 +248,13 @@ def test_a_real_conflict_behind_a_lost_answer_is_still_a_conflict(
     """Recognising one's own lost commit must not swallow a genuine conflict."""
     faulty, direct = savers
     base = direct.put(cfg("contested"), empty_checkpoint(), {"step": 0}, {})
-    faulty.get_tuple(cfg("contested"))
+    read = faulty.get_tuple(cfg("contested"))
+    assert read is not None
     direct.get_tuple(cfg("contested"))
     winner = direct.put(base, empty_checkpoint(), {"step": 1}, {})
     proxy.inject("lost_500", method="PUT", key_suffix="/head")
     with pytest.raises(CheckpointConflictError):
-        faulty.put(base, empty_checkpoint(), {"step": 1}, {})
+        faulty.put(read.config, empty_checkpoint(), {"step": 1}, {})
     assert direct.get_tuple(cfg("contested")).config == winner  # type: ignore[union-attr]
     assert [t.config for t in direct.list(cfg("contested"))] == [winner, base]
 

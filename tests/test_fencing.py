@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cfg, cid, ids, put, saver_factory
+from helpers import Run, cfg, cid, ids, put, saver_factory
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import fence_graph, finish, release, spawn, worker_env
@@ -165,14 +165,28 @@ def test_straggler_put_after_another_saver_committed(make_saver: Any) -> None:
 
 
 def test_two_writers_creating_the_same_new_thread_exactly_one_wins(make_saver: Any) -> None:
+    """Two runs (each a LangGraph run: its runtime travels with its calls) both find a new thread empty and put its
+    first checkpoint: one commits, the other raises."""
+    a, b = make_saver(), make_saver()
+    run_a, run_b = Run(), Run()
+    assert a.get_tuple(run_a.of(cfg("fresh"))) is None
+    assert b.get_tuple(run_b.of(cfg("fresh"))) is None
+    won = a.put(run_a.of(cfg("fresh")), empty_checkpoint(), {"step": -1, "writer": "a"}, {})
+    with pytest.raises(CheckpointConflictError, match="read as empty"):
+        b.put(run_b.of(cfg("fresh")), empty_checkpoint(), {"step": -1, "writer": "b"}, {})
+    listed = list(make_saver().list(cfg("fresh")))
+    assert [t.config for t in listed] == [won] and listed[0].metadata["writer"] == "a"
+
+
+def test_a_direct_parentless_put_on_a_thread_in_use_is_a_new_root(make_saver: Any) -> None:
+    """Outside a run, nothing that travels with a parentless put says its caller found the thread empty (``get_tuple``
+    returned nothing to pass on): the put is stored as a new root on top of the head, as InMemorySaver stores it."""
     a, b = make_saver(), make_saver()
     assert a.get_tuple(cfg("fresh")) is None
     assert b.get_tuple(cfg("fresh")) is None
-    won = a.put(cfg("fresh"), empty_checkpoint(), {"step": -1, "writer": "a"}, {})
-    with pytest.raises(CheckpointConflictError):
-        b.put(cfg("fresh"), empty_checkpoint(), {"step": -1, "writer": "b"}, {})
-    listed = list(make_saver().list(cfg("fresh")))
-    assert [t.config for t in listed] == [won] and listed[0].metadata["writer"] == "a"
+    first = a.put(cfg("fresh"), empty_checkpoint(), {"step": -1, "writer": "a"}, {})
+    second = b.put(cfg("fresh"), empty_checkpoint(), {"step": -1, "writer": "b"}, {})
+    assert [t.config for t in make_saver().list(cfg("fresh"))] == [second, first]
 
 
 def test_racing_first_runs_on_a_new_thread_commit_exactly_one(make_saver: Any) -> None:
@@ -439,8 +453,14 @@ def test_the_one_checkpoint_below_a_bound_is_still_a_fork_point(make_saver: Any)
     saver = make_saver()
     base = saver.put(cfg("replayed"), empty_checkpoint(), {"source": "input", "step": -1}, {})
     head = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
-    assert [t.config for t in saver.list(cfg("replayed"), before=head, limit=1)] == [base]
-    forked = saver.put(base, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    replay = Run()
+    assert [t.config for t in saver.list(replay.of(cfg("replayed")), before=head, limit=1)] == [base]
+    forked = saver.put(
+        replay.of(cfg("replayed", "", base["configurable"]["checkpoint_id"])),
+        empty_checkpoint(),
+        {"source": "loop", "step": 0},
+        {},
+    )
     latest = make_saver().get_tuple(cfg("replayed"))
     assert latest is not None and latest.config == forked and latest.parent_config == base
 

@@ -1,20 +1,19 @@
-"""Fencing decided by how *the caller* read the parent, never by what else the process read.
+"""Fencing decided by what travels with a put (its run, the ids it was returned), never by what else the process read.
 
-One process serves several runs of a thread while a UI reads its history. Each test gives every party its own
-call chain (a :class:`contextvars.Context`, as a thread, an asyncio task or a request handler has): the parties
-share one saver, and so one memory, as in one Agent Server process. Each test failed on d54071b, where reads
+One process serves several runs of a thread while a UI reads its history. Each run here is a :class:`helpers.Run`
+(the ``Runtime`` LangGraph passes with every call of a run); a UI or a direct caller makes calls without one. The
+parties share one saver, and so one memory, as in one Agent Server process. Each test failed on d54071b, where reads
 made anywhere in the process marked fork points and the remembered head decided fences.
 """
 
 from __future__ import annotations
 
-import contextvars
 import threading
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import pytest
-from helpers import cfg
+from helpers import Run, cfg
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
@@ -27,16 +26,6 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 T = TypeVar("T")
-
-
-class Caller:
-    """One call chain of its own (a run, a UI request): what it reads decides only its own puts."""
-
-    def __init__(self) -> None:
-        self.context = contextvars.Context()
-
-    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return self.context.run(fn, *args, **kwargs)
 
 
 @pytest.fixture
@@ -60,21 +49,22 @@ def put(saver: S3Saver, parent: RunnableConfig, n: int, source: str = "loop") ->
 
 
 def latest_id(saver: S3Saver, thread_id: str) -> str | None:
-    tup = Caller()(saver.get_tuple, cfg(thread_id))
+    tup = saver.get_tuple(cfg(thread_id))
     return None if tup is None else tup.checkpoint["id"]
 
 
 def history(saver: S3Saver, thread_id: str) -> list[str]:
-    return [t.checkpoint["id"] for t in Caller()(lambda: list(saver.list(cfg(thread_id))))]
+    return [t.checkpoint["id"] for t in saver.list(cfg(thread_id))]
 
 
 # -- a: what others read never turns a straggler into a fork ----------------------------------------------------
-READS_OF_THE_PARENT: dict[str, Callable[[S3Saver, RunnableConfig], Any]] = {
-    "delta history of the parent": lambda s, h: s.get_delta_channel_history(config=h, channels=["messages"]),
-    "the parent by id": lambda s, h: s.get_tuple(h),
-    "a page of history": lambda s, h: list(s.list(cfg(h["configurable"]["thread_id"]), limit=2)),
-    "the one checkpoint below the head": lambda s, h: list(
-        s.list(cfg(h["configurable"]["thread_id"]), before=latest_config(s, h), limit=1)
+Wrap = Callable[[RunnableConfig], RunnableConfig]
+READS_OF_THE_PARENT: dict[str, Callable[[S3Saver, RunnableConfig, Wrap], Any]] = {
+    "delta history of the parent": lambda s, h, of: s.get_delta_channel_history(config=of(h), channels=["messages"]),
+    "the parent by id": lambda s, h, of: s.get_tuple(of(h)),
+    "a page of history": lambda s, h, of: list(s.list(of(cfg(h["configurable"]["thread_id"])), limit=2)),
+    "the one checkpoint below the head": lambda s, h, of: list(
+        s.list(of(cfg(h["configurable"]["thread_id"])), before=latest_config(s, h), limit=1)
     ),
 }
 
@@ -87,27 +77,23 @@ def latest_config(saver: S3Saver, config: RunnableConfig) -> RunnableConfig:
 
 @pytest.mark.parametrize(
     ("reader", "read"),
-    [("a UI", read) for read in READS_OF_THE_PARENT]
-    + [("the slow run itself", read) for read in ("delta history of the parent", "a page of history")],
+    [("a UI", read) for read in READS_OF_THE_PARENT] + [("the slow run itself", read) for read in READS_OF_THE_PARENT],
 )
 def test_a_a_read_of_the_parent_after_the_other_run_committed_leaves_the_straggler_fenced(
     bucket: MemoryBucket, read: str, reader: str
 ) -> None:
-    """Two runs of one saver read head H as the latest; the fast one commits on H. Whatever another caller reads
-    afterwards (a UI showing history, LangGraph's replay lookup of its own), and whatever the slow run reads for
-    itself (its DeltaChannel rebuild, a page of history), the slow run's put on H loses instead of committing a
-    second child of H. (Only the slow run asking for H by id itself would make its put a fork: that is how
-    LangGraph starts one.)"""
+    """Two runs of one saver read head H as the latest; the fast one commits on H. Whatever a UI reads afterwards,
+    and whatever the slow run reads again (its DeltaChannel rebuild, a page of history, H by id: only its first read
+    of the namespace says how it set out), the slow run's put on H loses instead of committing a second child of H."""
     saver = saver_on(bucket)
     head = put(saver, cfg("t"), 1, "input")
-    slow, fast, ui = Caller(), Caller(), Caller()
-    assert slow(saver.get_tuple, cfg("t")) is not None
-    assert fast(saver.get_tuple, cfg("t")) is not None
-    won = fast(put, saver, head, 2)
-    party = slow if reader == "the slow run itself" else ui
-    party(READS_OF_THE_PARENT[read], saver, head)
+    slow, fast = Run(), Run()
+    assert saver.get_tuple(slow.of(cfg("t"))) is not None
+    assert saver.get_tuple(fast.of(cfg("t"))) is not None
+    won = saver.put(fast.of(head), checkpoint(2), {"source": "loop", "step": 2}, {})
+    READS_OF_THE_PARENT[read](saver, head, slow.of if reader == "the slow run itself" else (lambda c: c))
     with pytest.raises(CheckpointConflictError) as refused:
-        slow(put, saver, head, 3)
+        saver.put(slow.of(head), checkpoint(3), {"source": "loop", "step": 3}, {})
     assert not isinstance(refused.value, ParentNotCommittedError)
     assert latest_id(saver_on(bucket), "t") == won["configurable"]["checkpoint_id"]
     assert history(saver_on(bucket), "t") == [
@@ -197,9 +183,9 @@ def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(buc
     assert a.get_tuple(cfg("t")) is not None  # A's last view: H is the head
     b.get_tuple(cfg("t"))
     moved = put(b, head, 2)
-    old = a.get_tuple(head)  # A asks for H by id: a fork point for A's next put
+    old = a.get_tuple(head)  # A asks for H by id: what it returns is a fork point for a put on it
     assert old is not None
-    forked = a.put(head, checkpoint(3), {"source": "update", "step": 2}, {})
+    forked = a.put(old.config, checkpoint(3), {"source": "update", "step": 2}, {})
     assert latest_id(saver_on(bucket), "t") == forked["configurable"]["checkpoint_id"]
     ids = history(saver_on(bucket), "t")
     assert ids == [
@@ -264,20 +250,23 @@ def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
 
 
 def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: MemoryBucket) -> None:
-    """A checkpoint rolled back by ``delete_for_runs``: read by id first (``update_state`` does), a put on it
-    stores a new branch; not read, a run's step on it is refused naming the missing parent, no other writer."""
+    """A checkpoint rolled back by ``delete_for_runs``: a step of the rolled-back run is refused as such; a step of
+    another run on it is refused naming the missing parent, no other writer; read by id first with the config the put
+    returned (``update_state`` does), a put on it stores a new branch."""
     saver = saver_on(bucket)
     base = saver.put(cfg("t"), checkpoint(1), {"source": "input", "step": 0, "run_id": "r0"}, {})
     doomed = saver.put(base, checkpoint(2), {"source": "loop", "step": 1, "run_id": "r1"}, {})
     saver.delete_for_runs(["r1"])
     assert latest_id(saver, "t") == base["configurable"]["checkpoint_id"]
+    on_doomed = cfg("t", "", doomed["configurable"]["checkpoint_id"])
+    with pytest.raises(CheckpointConflictError, match="run was rolled back"):
+        saver.put(on_doomed, checkpoint(3), {"source": "loop", "step": 2, "run_id": "r1"}, {})
     with pytest.raises(ParentNotCommittedError, match="rolled back") as refused:
-        Caller()(saver.put, doomed, checkpoint(3), {"source": "loop", "step": 2, "run_id": "r1"}, {})
+        saver.put(on_doomed, checkpoint(3), {"source": "loop", "step": 2, "run_id": "r2"}, {})
     assert doomed["configurable"]["checkpoint_id"] in str(refused.value)
     assert "Another writer" not in str(refused.value)
-    editor = Caller()
-    assert editor(saver.get_tuple, doomed) is None
-    updated = editor(saver.put, doomed, checkpoint(4), {"source": "update", "step": 2}, {})
+    assert saver.get_tuple(doomed) is None
+    updated = saver.put(doomed, checkpoint(4), {"source": "update", "step": 2}, {})
     assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
 
 
@@ -285,16 +274,17 @@ def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_fo
     bucket: MemoryBucket,
 ) -> None:
     """A put with no parent on a namespace that has a head: InMemorySaver stores it, and so does the saver, as a
-    new root that becomes the latest. Only a caller that itself found the namespace empty and then lost the race
+    new root that becomes the latest. Only a run that itself found the namespace empty and then lost the race
     to create it is refused, and told so."""
     saver = saver_on(bucket)
-    first = Caller()
-    assert first(saver.get_tuple, cfg("t")) is None  # this caller found the thread empty
+    first = Run()
+    assert saver.get_tuple(first.of(cfg("t"))) is None  # this run found the thread empty
     other = put(saver_on(bucket), cfg("t"), 1, "input")
-    root = Caller()(saver.put, cfg("t"), checkpoint(2), {"source": "input", "step": -1}, {})
+    root = saver.put(cfg("t"), checkpoint(2), {"source": "input", "step": -1}, {})
     assert latest_id(saver_on(bucket), "t") == root["configurable"]["checkpoint_id"]
-    with pytest.raises(CheckpointConflictError, match="had no checkpoint when this caller read it"):
-        first(saver.put, cfg("t"), checkpoint(3), {"source": "input", "step": -1}, {})
+    with pytest.raises(CheckpointConflictError, match="since it was read as empty") as refused:
+        saver.put(first.of(cfg("t")), checkpoint(3), {"source": "input", "step": -1}, {})
+    assert "Another writer" not in str(refused.value)
     assert history(saver_on(bucket), "t") == [
         root["configurable"]["checkpoint_id"],
         other["configurable"]["checkpoint_id"],
@@ -308,10 +298,12 @@ def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: Mem
     saver = saver_on(bucket)
     base = put(saver, cfg("t"), 1, "input")
     put(saver, base, 2)
-    updated = Caller()(saver.put, base, checkpoint(3), {"source": "update", "step": 1}, {})
+    updated = saver.put(
+        cfg("t", "", base["configurable"]["checkpoint_id"]), checkpoint(3), {"source": "update", "step": 1}, {}
+    )
     assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
     with pytest.raises(CheckpointConflictError, match=base["configurable"]["checkpoint_id"]) as refused:
-        Caller()(saver.put, base, checkpoint(4), {"source": "loop", "step": 1}, {})
+        saver.put(cfg("t", "", base["configurable"]["checkpoint_id"]), checkpoint(4), {"source": "loop", "step": 1}, {})
     assert not isinstance(refused.value, ParentNotCommittedError)
 
 
@@ -322,9 +314,8 @@ def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(buc
     put(saver, cfg("t"), 1, "input")
     phantom = cfg("t", "", "1f000000-0000-6000-8000-000000000bad")
     with pytest.raises(ParentNotCommittedError):
-        Caller()(saver.put, phantom, checkpoint(2), {"source": "loop", "step": 1}, {})
-    stored = Caller()(
-        saver.put,
+        saver.put(phantom, checkpoint(2), {"source": "loop", "step": 1}, {})
+    stored = saver.put(
         cfg("empty", "", "1f000000-0000-6000-8000-000000000bad"),
         checkpoint(3),
         {"source": "loop", "step": 1},
@@ -337,10 +328,10 @@ def test_two_runs_of_one_saver_that_both_found_the_thread_empty_commit_exactly_o
     """Two runs through one saver instance both find a new thread empty and both put a first checkpoint: one
     commits, the other raises (before, one saver's second first put joined the first's head: both succeeded)."""
     saver = saver_on(bucket)
-    first, second = Caller(), Caller()
-    assert first(saver.get_tuple, cfg("new")) is None
-    assert second(saver.get_tuple, cfg("new")) is None
-    won = first(saver.put, cfg("new"), checkpoint(1), {"source": "input", "step": -1}, {})
+    first, second = Run(), Run()
+    assert saver.get_tuple(first.of(cfg("new"))) is None
+    assert saver.get_tuple(second.of(cfg("new"))) is None
+    won = saver.put(first.of(cfg("new")), checkpoint(1), {"source": "input", "step": -1}, {})
     with pytest.raises(CheckpointConflictError):
-        second(saver.put, cfg("new"), checkpoint(2), {"source": "input", "step": -1}, {})
+        saver.put(second.of(cfg("new")), checkpoint(2), {"source": "input", "step": -1}, {})
     assert history(saver_on(bucket), "new") == [won["configurable"]["checkpoint_id"]]

@@ -1,32 +1,33 @@
-"""The fencing table, row by row: every (parent, how the caller read it, source) against every state of the head.
+"""The fencing table, row by row: every (parent, how the put's run read it, source) against every state of the head.
 
 :data:`~langgraph_s3_checkpoint._protocol.fencing.FENCING_TABLE` picks a rule from what a put says and how its
-caller read the parent; :data:`~langgraph_s3_checkpoint._protocol.fencing.SETTLE_TABLE`
+run read the parent; :data:`~langgraph_s3_checkpoint._protocol.fencing.SETTLE_TABLE`
 says what the rule does on the head as it is.
-Here each row is set up for real on an in-memory bucket (the caller's read made by the saver itself, in a call
-chain of its own) and the put's observable outcome is compared with what the two tables say: committed on top of
-the head, already committed (a lost answer), or refused with the error the refusal names.
+Here each row is set up for real on an in-memory bucket (the run's read made by the saver itself, with the run's
+``Runtime`` in the config as LangGraph passes it; UNREAD rows put without a run, as a direct call does) and the put's
+observable outcome is compared with what the two tables say: committed on top of the head, already committed (a lost
+answer), or refused with the error the refusal names.
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from helpers import cfg
+from helpers import Run, cfg
 from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
 from langgraph_s3_checkpoint._protocol.fencing import (
+    ABSENT,
     FENCING_TABLE,
     SETTLE_TABLE,
     HeadNow,
     ParentRead,
     Refusal,
     Rule,
+    Seen,
     Source,
     rule_for,
     settle,
@@ -49,7 +50,11 @@ def checkpoint(n: int) -> Checkpoint:
 
 
 def test_the_tables_are_complete() -> None:
-    assert set(FENCING_TABLE) == {(p, r, s) for p in (False, True) for r in ParentRead for s in Source}
+    assert set(FENCING_TABLE) == {(p, r, s) for p in (False, True) for r in ParentRead for s in Source} - {
+        # a run's own commit has an id: a put with no parent cannot continue it
+        (False, ParentRead.OWN, s)
+        for s in Source
+    }
     assert set(SETTLE_TABLE) == {(rule, head) for rule in Rule for head in HeadNow} - {
         # a put with no parent has no parent for the head to hold, nor one to be a detached fork
         (Rule.CREATE, HeadNow.PARENT),
@@ -108,24 +113,29 @@ def rows() -> list[Row]:
                 continue  # nothing to hold or to be committed
             if head == "other (parent a detached fork)" and read is ParentRead.LATEST:
                 continue  # a detached record is never the head, so never read as the latest
+            if head == "other (parent not committed)" and read is ParentRead.OWN:
+                continue  # the run's own parent rolled back: the head names the run (row ROLLED_BACK)
             out.append(Row(has_parent, read, source, head))
     return out
 
 
 class World:
-    """A bucket, a saver shared by every caller (one process), and the caller whose put is under test."""
+    """A bucket, a saver shared by every run and caller (one process), and the run whose put is under test."""
 
     def __init__(self) -> None:
         self.bucket = MemoryBucket()
         self.saver = S3Saver(bucket="b", client=self.bucket)
-        self.caller = contextvars.Context()
+        self.run = Run()
 
-    def put(self, parent: int | None, n: int, source: str = "loop", run: str | None = None) -> Any:
+    def put(
+        self, parent: int | None, n: int, source: str = "loop", run: str | None = None, *, own: bool = False
+    ) -> Any:
+        """A put by another party (``own``: by the run under test, which then knows it as its own commit)."""
         meta: dict[str, Any] = {"source": source, "step": n}
         if run:
             meta["run_id"] = run
         config = cfg("t", "", cid(parent) if parent else None)
-        return contextvars.Context().run(self.saver.put, config, checkpoint(n), meta, {})
+        return self.saver.put(self.run.of(config) if own else config, checkpoint(n), meta, {})
 
     def roll_back_a_run_that_wrote_to(self, n: int) -> None:
         """Run ``r-new`` writes to checkpoint ``n`` (it resumed it), then another call rolls it back."""
@@ -133,14 +143,16 @@ class World:
             "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(n)},
             "metadata": {"run_id": "r-new"},
         }
-        contextvars.Context().run(self.saver.put_writes, config, [("x", 1)], "resumed-task")
-        contextvars.Context().run(self.saver.delete_for_runs, ["r-new"])
+        self.saver.put_writes(config, [("x", 1)], "resumed-task")
+        self.saver.delete_for_runs(["r-new"])
 
-    def as_caller(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self.caller.run(fn, *args)
+    def run_read_by_id(self, n: int | None) -> None:
+        """The run under test read checkpoint ``n`` by id while it was not the head (``None``: LangGraph's replay lookup
+        found nothing below its point)."""
+        self.saver.plans.recall.runs.read(self.run.runtime, "t", "", Seen(ParentRead.BY_ID, cid(n) if n else ABSENT))
 
     def head_id(self) -> str | None:
-        tup = contextvars.Context().run(self.saver.get_tuple, cfg("t"))
+        tup = self.saver.get_tuple(cfg("t"))
         return None if tup is None else tup.checkpoint["id"]
 
     def record_previous(self, n: int) -> str | None:
@@ -152,14 +164,13 @@ class World:
 
 
 def set_up(row: Row) -> World:
-    """The bucket and the caller's read of the row, the parent (when there is one) written first as the head."""
+    """The bucket and the run's read of the row, the parent (when there is one) written first as the head."""
     w = World()
-    callers = w.saver.plans.recall.callers
     if not row.has_parent:
         if row.read is ParentRead.LATEST:
-            assert w.as_caller(w.saver.get_tuple, cfg("t")) is None
+            assert w.saver.get_tuple(w.run.of(cfg("t"))) is None
         elif row.read is ParentRead.BY_ID:
-            w.as_caller(callers.read_by_id, "t", "", None)  # the replay lookup found nothing below its point
+            w.run_read_by_id(None)
         if row.head == "this":
             w.put(None, NEW)
         elif row.head == "other (parent committed)":
@@ -172,16 +183,16 @@ def set_up(row: Row) -> World:
     if row.head == "other (parent a detached fork)":
         # a replay's fork from OLD whose id lost the race for the head to a newer step: committed beside it
         w.put(OLD, OTHER, "loop")
-        w.put(OLD, PARENT, "fork")
+        w.put(OLD, PARENT, "fork", own=row.read is ParentRead.OWN)
         assert w.head_id() == cid(OTHER)
         if row.read is ParentRead.BY_ID:
-            w.as_caller(callers.read_by_id, "t", "", cid(PARENT))
+            w.run_read_by_id(PARENT)
         return w
-    w.put(OLD, PARENT, "loop", run="r-parent")
+    w.put(OLD, PARENT, "loop", run="r-parent", own=row.read is ParentRead.OWN)
     if row.read is ParentRead.LATEST:
-        assert w.as_caller(w.saver.get_tuple, cfg("t")) is not None
+        assert w.saver.get_tuple(w.run.of(cfg("t"))) is not None
     elif row.read is ParentRead.BY_ID:
-        w.as_caller(callers.read_by_id, "t", "", cid(PARENT))  # as a read by id of it, below the head, records
+        w.run_read_by_id(PARENT)  # as a read by id of it, below the head, records
     if row.head == "none":
         w.saver.delete_thread("t")
     elif row.head == "this":
@@ -206,6 +217,8 @@ def test_each_row_does_what_the_tables_say(row: Row) -> None:
     step = row.expected()
     source = row.metadata_source
     parent = cfg("t", "", cid(PARENT)) if row.has_parent else cfg("t")
+    if row.read is not ParentRead.UNREAD:
+        parent = w.run.of(parent)
     put = w.saver.put
     metadata: dict[str, Any] = {"source": source, "step": NEW} | (
         {"run_id": "r-new"} if row.head == ROLLED_BACK else {}
@@ -220,12 +233,12 @@ def test_each_row_does_what_the_tables_say(row: Row) -> None:
         with pytest.raises(
             expected_error, match="rolled back" if step.refused is Refusal.RUN_ROLLED_BACK else None
         ) as refused:
-            w.as_caller(put, parent, checkpoint(NEW), metadata, {})
+            put(parent, checkpoint(NEW), metadata, {})
         if step.refused is not Refusal.PARENT_NOT_COMMITTED:
             assert not isinstance(refused.value, ParentNotCommittedError), refused.value
         assert w.head_id() == head_before, "a refused put changed the head"
         return
-    w.as_caller(put, parent, checkpoint(NEW), metadata, {})
+    put(parent, checkpoint(NEW), metadata, {})
     assert w.head_id() == cid(NEW)
     if step.done:
         return

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
-from helpers import RequestCounter
+from helpers import RequestCounter, Run
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
@@ -69,8 +69,8 @@ def test_put_writes_only_changed_channels(counted: Counted) -> None:
     saver, counter = counted
     thread = f"t-{uuid4().hex}"
     big = "x" * 20_000  # above the inline threshold: stored as a blob
-    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    saver.get_tuple(config)  # observe the (absent) head, as LangGraph does before its first put
+    config: dict[str, Any] = Run().of({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+    saver.get_tuple(config)  # observe the (absent) head, as LangGraph's run does before its first put
     versions = {f"c{i}": saver.get_next_version(None, None) for i in range(10)}
     cp = empty_checkpoint()
     cp["channel_versions"] = dict(versions)

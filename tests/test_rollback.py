@@ -18,6 +18,7 @@ import pytest
 from helpers import (
     BIG,
     Crash,
+    Run,
     cfg,
     cid,
     crash_at,
@@ -196,13 +197,14 @@ def test_run_ids_that_are_not_str_match_as_text(make_saver: Callable[[], S3Saver
 
 def test_a_saver_forgets_the_run_index_entries_its_own_rollback_deleted(make_saver: Callable[[], S3Saver]) -> None:
     """After its own delete_for_runs a saver must not believe the run's index entries still exist: a late commit of the
-    cancelled run writes them again, so a second delete_for_runs finds it; a later put on the survivor commits and reads
-    back."""
+    cancelled run is refused (the head it moved back names the run), and a second delete_for_runs finds nothing of it;
+    a later put on the survivor commits and reads back."""
     saver = make_saver()
     put(saver, "t", cid(1), run="run-a", values={"big": "1" * BIG}, versions={"big": ver(1)})
     put(saver, "t", cid(2), cid(1), run="run-b", values={"big": "2" * BIG}, versions={"big": ver(2)})
     saver.delete_for_runs(["run-b"])
-    put(saver, "t", cid(3), cid(1), run="run-b", values={"big": "3" * BIG}, versions={"big": ver(2, "late")})
+    with pytest.raises(CheckpointConflictError, match="rolled back"):
+        put(saver, "t", cid(3), cid(1), run="run-b", values={"big": "3" * BIG}, versions={"big": ver(2, "late")})
     saver.delete_for_runs(["run-b"])
     reader = make_saver()
     assert ids(reader.list(cfg("t"))) == [cid(1)]
@@ -303,17 +305,24 @@ def test_a_rollback_of_a_running_run_refuses_its_step_in_flight_and_its_later_st
     assert ids(make_saver().list(cfg("t"))) == [cid(4), cid(1)]
 
 
-def test_a_rollback_of_a_run_others_continued_leaves_their_head_as_it_is(make_saver: Callable[[], S3Saver]) -> None:
-    """Only a run that may still move the head has it rewritten: one whose checkpoints another run continued cannot,
-    so the head keeps its ETag and the worker holding it continues without a conflict or a second read."""
+def test_a_rollback_of_a_run_others_continued_leaves_their_head_holding_its_checkpoint(
+    make_saver: Callable[[], S3Saver],
+) -> None:
+    """A run whose checkpoints another run continued cannot move the head: the head is not fenced against it (it names
+    no run), only rewritten to name the link the rollback deletes below it (chain.py, "Deleted links"), and the worker
+    holding it continues without a conflict (its put, refused on the old ETag, finds the head holding its parent)."""
     worker, operator = make_saver(), make_saver()
+    run_c = Run()
     put(worker, "t", cid(1), run="run-a")
     put(worker, "t", cid(2), cid(1), run="run-b")
-    put(worker, "t", cid(3), cid(2), run="run-c")
+    put(worker, "t", cid(3), cid(2), run="run-c", in_run=run_c)
     head_key = worker.plans.layout.head("t", "")
-    before = send(operator, [Get(head_key)])[0]
     operator.delete_for_runs(["run-b"])
     after = send(operator, [Get(head_key)])[0]
-    assert after.etag == before.etag
-    put(worker, "t", cid(4), cid(3), run="run-c")
+    codec = operator.plans.codec
+    assert codec.peek_head_id(head_key, after.body) == cid(3)
+    assert codec.rolled_back_runs(head_key, after.body) == []
+    assert codec.peek_chain(head_key, after.body)[2] == {cid(2): cid(1)}
+    put(worker, "t", cid(4), cid(3), run="run-c", in_run=run_c)
     assert latest_id(make_saver(), "t") == cid(4)
+    assert ids(make_saver().list(cfg("t"))) == [cid(4), cid(3), cid(1)]

@@ -24,11 +24,17 @@ its body cannot be decoded             UNDECODABLE  never shown (``list(skip_dam
                                                     link stays: the records below are judged as below
                                                     a missing link
 id equal to the head's                 COMMITTED    the head is a copy of it
+id the head names as deleted           ORPHAN       a committed record a rollback or ``prune``
+                                                    deleted: a copy of it landing later (a request
+                                                    held in the network) never comes back
 ``detached``                           COMMITTED    an older id committed by its record alone
 id equal to the next link              COMMITTED    on the chain; the link moves to its previous_head
+                                                    (or, when the head names that link as deleted,
+                                                    where the deleter said the chain goes on)
 id between two links                   ORPHAN       its head never landed and never can
-id below a link that is missing        COMMITTED    the link was deleted (``delete_for_runs`` of an
-                                                    older run, ``prune``): the chain resumes here
+id below a link that is missing and    COMMITTED    a gap no deleter recorded (one that an earlier
+the head does not name as deleted                   release's rollback or prune left): the chain
+                                                    resumes here; *resumed*, not linked
 no link left (the chain's first)       ORPHAN       older than the thread's first commit
 =====================================  ===========  ================================================
 
@@ -42,10 +48,19 @@ keep (:meth:`Chain.unkept`) is PRUNABLE at or below the head, PENDING above it.
 An ORPHAN can never become committed: its head PUT was conditioned on a head that the thread has left
 (the head only moves forward), so it is garbage at once. A PENDING record may still commit, so only
 its age (by the server's clock) makes it garbage. A PRUNABLE record is committed history that ``prune`` chose not
-to keep (it keeps the head and what the head needs): it goes whatever its age. The "missing link" row is safe
-because whoever deletes committed records (``delete_for_runs``, ``prune``) first deletes the orphans in the range
-it opens up, so the first record below a gap is the next committed one; ``prune`` deletes records oldest first, so
-an interrupted prune leaves the chain contiguous from the head down to where it stopped.
+to keep (it keeps the head and what the head needs): it goes whatever its age.
+
+**Deleted links.** Whoever deletes committed records that a later one links to (``delete_for_runs`` of a run below
+another run's checkpoints, ``prune``) first rewrites the head (``If-Match``) naming them in its ``deleted`` field:
+each deleted link with the link the chain goes on at (``None``: nothing below is committed). Every commit carries
+the head's field into its record, so the head always has it. Why not rely on the gap alone, as the last row does:
+a record that lands *in* a gap after the deletion (a put whose record PUT was held in the network while others
+committed and rolled back; a late copy of the deleted record itself) would be the first record below the gap and be
+judged committed, showing a checkpoint that was never a head, or one that was rolled back. Named, the gap is
+bridged: such a record is between two links (or is the deleted one), so an ORPHAN. The head is the one object
+whose write is conditional, so no late request can undo the naming; the records are not. A verdict reached through
+an unnamed gap is :attr:`Chain.resumed`: readers show it (history an earlier release left), but a put whose head PUT
+was refused never takes it for its own commit (``committing._settle``).
 
 The first row is why ``repair_thread`` (:mod:`langgraph_s3_checkpoint._protocol.repair`), the one tool that writes a
 head from records, never rebuilds a missing head from what the protocol itself leaves headless: a first
@@ -54,7 +69,8 @@ put that died before its head, or a delete that died after the heads (it marks t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -70,6 +86,11 @@ class Standing(Enum):
     """Its body cannot be decoded: never shown, and the chain's link does not move past it."""
 
 
+DELETED_NAMED = 256
+"""How many deleted links a head names at most (:attr:`Chain.deleted`): the newest are kept. A gap whose naming was
+dropped is judged as an unnamed one, which matters only while a request held in the network can still land in it."""
+
+
 @dataclass
 class Chain:
     """Walks one namespace's commit chain while its records are met newest first."""
@@ -79,10 +100,17 @@ class Chain:
     """The next older committed id expected on the chain (``None``: the chain has ended)."""
     head_damaged: bool = False
     """The head could not be decoded: ``head_id`` and ``link`` are unknown."""
+    deleted: Mapping[str, str | None] = field(default_factory=dict)
+    """Committed records deleted from the chain, as the head names them: each with the link the chain goes on at."""
+    resumed: bool = False
+    """The walk passed a gap the head does not name (the last row of the table): what it judged committed below it
+    is committed by that rule, not by links written as links."""
 
     @classmethod
-    def from_head(cls, head_id: str | None, head_previous: str | None) -> Chain:
-        return cls(head_id, head_previous)
+    def from_head(
+        cls, head_id: str | None, head_previous: str | None, deleted: Mapping[str, str | None] | None = None
+    ) -> Chain:
+        return cls(head_id, head_previous, deleted=dict(deleted or {}))
 
     @classmethod
     def without_head(cls) -> Chain:
@@ -94,10 +122,15 @@ class Chain:
         """A namespace whose head cannot be decoded (see the table)."""
         return cls(None, None, head_damaged=True)
 
-    @classmethod
-    def below(cls, head_id: str | None, record_previous: str | None) -> Chain:
-        """The chain as it continues below a committed record (a ``before=`` bound)."""
-        return cls(head_id, record_previous)
+    def below(self, record_previous: str | None) -> Chain:
+        """The chain as it continues below a committed record of it (a ``before=`` bound)."""
+        return Chain(self.head_id, record_previous, deleted=self.deleted, resumed=self.resumed)
+
+    def _bridge(self, checkpoint_id: str) -> None:
+        """Move the link past deleted links at or above ``checkpoint_id`` (a record met next, or the one a walk
+        starts below), to where their deleter said the chain goes on."""
+        while self.link is not None and self.link in self.deleted and checkpoint_id <= self.link:
+            self.link = self.deleted[self.link]
 
     def pending(self, checkpoint_id: str) -> bool:
         """Whether ``checkpoint_id`` is newer than the head, or there is no head: a put in flight (or one that died),
@@ -115,11 +148,17 @@ class Chain:
             return Standing.PENDING
         if undecodable:
             return Standing.UNDECODABLE
-        if checkpoint_id == self.head_id or detached:
+        if checkpoint_id == self.head_id:
+            return Standing.COMMITTED
+        self._bridge(checkpoint_id)
+        if checkpoint_id in self.deleted:
+            return Standing.ORPHAN
+        if detached:
             return Standing.COMMITTED
         if self.link is None or checkpoint_id > self.link:
             return Standing.ORPHAN
-        # checkpoint_id == link, or the link was deleted and this is the next committed record.
+        if checkpoint_id < self.link:
+            self.resumed = True  # the link was deleted and no deleter named it: the chain resumes here
         self.link = previous_head
         return Standing.COMMITTED
 
@@ -129,7 +168,12 @@ class Chain:
             return Standing.COMMITTED
         if self.pending(checkpoint_id):
             return Standing.PENDING
-        if checkpoint_id == self.head_id or checkpoint_id == self.link:
+        if checkpoint_id == self.head_id:
+            return Standing.COMMITTED
+        self._bridge(checkpoint_id)
+        if checkpoint_id in self.deleted:
+            return Standing.ORPHAN
+        if checkpoint_id == self.link:
             return Standing.COMMITTED
         if self.link is None or checkpoint_id > self.link:
             return Standing.ORPHAN

@@ -11,7 +11,7 @@ of which records are committed, :mod:`.chain`'s (docs/design.md, "Read this firs
 from __future__ import annotations
 
 from .committing import Committing, refusal_error
-from .fencing import FENCING_TABLE, SETTLE_TABLE, CallerReads, HeadSeen, ParentRead, Recall, Rule, settle
+from .fencing import FENCING_TABLE, SETTLE_TABLE, HeadSeen, ParentRead, ReadId, Recall, Rule, RunReads, settle
 from .reading import CheckpointAddress, PlansState, Reading, checkpoint_config, matches, merge_writes, parse_config
 from .thread_edits import Maintenance
 
@@ -25,7 +25,6 @@ class CheckpointPlans(Maintenance):
 __all__ = [
     "FENCING_TABLE",
     "SETTLE_TABLE",
-    "CallerReads",
     "CheckpointAddress",
     "CheckpointPlans",
     "Committing",
@@ -33,9 +32,11 @@ __all__ = [
     "Maintenance",
     "ParentRead",
     "PlansState",
+    "ReadId",
     "Reading",
     "Recall",
     "Rule",
+    "RunReads",
     "checkpoint_config",
     "matches",
     "merge_writes",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import CorruptObjectError, DamagedHeadError, DecryptionError, NewerFormatError, SerializationError
+from .chain import DELETED_NAMED
 from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
 from .writes import StoredWrite, TaskWrites, restored
 
@@ -64,6 +66,9 @@ class Record:
     """Id of the head this checkpoint replaced when it was committed: the commit chain."""
     detached: bool = False
     """Committed by its record alone (older than the head when written), so outside the chain."""
+    deleted: dict[str, str | None] = field(default_factory=dict)
+    """Committed records deleted below it, each with the link the chain goes on at (:mod:`.chain`, "Deleted links"):
+    written into the head by the deleter, carried into each record committed on top of it."""
     rolled_back: tuple[str, ...] = ()
     """Runs rolled back while this was the head, which it names so that their steps are refused (a head's only:
     :meth:`Codec.rolled_back_on`)."""
@@ -160,21 +165,23 @@ class Codec:
         *,
         previous_head: str | None = None,
         detached: bool = False,
+        deleted: Mapping[str, str | None] | None = None,
     ) -> bytes:
         """Frame a record from already-encoded inline values (see :meth:`encode_value`)."""
         stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        return self._frame(
-            {
-                "id": checkpoint["id"],
-                "checkpoint": self.dump("the checkpoint", stripped),
-                "metadata": self.dump("checkpoint metadata", metadata),
-                "parent": parent_id,
-                "inline": inline,
-                "blobs": blobs,
-                "previous_head": previous_head,
-                "detached": detached,
-            }
-        )
+        frame: dict[str, Any] = {
+            "id": checkpoint["id"],
+            "checkpoint": self.dump("the checkpoint", stripped),
+            "metadata": self.dump("checkpoint metadata", metadata),
+            "parent": parent_id,
+            "inline": inline,
+            "blobs": blobs,
+            "previous_head": previous_head,
+            "detached": detached,
+        }
+        if deleted:
+            frame["deleted"] = dict(deleted)
+        return self._frame(frame)
 
     def _record_frame(self, key: str, data: bytes) -> Any:
         """A record's or head's frame; a record must hold the checkpoint its key names.
@@ -207,6 +214,7 @@ class Codec:
                 blobs=dict(frame["blobs"]),
                 previous_head=frame.get("previous_head"),
                 detached=bool(frame.get("detached", False)),
+                deleted=_deleted_links(frame.get("deleted")),
                 rolled_back=_run_names(frame.get("rolled_back")),
             )
         except (KeyError, TypeError, IndexError) as exc:
@@ -216,13 +224,24 @@ class Codec:
         """The checkpoint id of a record or head, without decoding anything else."""
         return self.peek_chain(key, data)[0]
 
-    def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None]:
-        """Checkpoint id and ``previous_head`` of a record or head, without decoding anything else."""
+    def peek_chain(self, key: str, data: bytes) -> tuple[str, str | None, dict[str, str | None]]:
+        """Checkpoint id, ``previous_head`` and deleted links (:mod:`.chain`) of a record or head, without decoding
+        anything else."""
         frame = self._record_frame(key, data)
         try:
-            return str(frame["id"]), frame.get("previous_head")
-        except (KeyError, TypeError) as exc:
+            return str(frame["id"]), frame.get("previous_head"), _deleted_links(frame.get("deleted"))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise corrupt(key, f"record has no checkpoint id ({exc})") from exc
+
+    def with_deleted(self, key: str, data: bytes, links: Mapping[str, str | None], *, replace: bool = False) -> bytes:
+        """The same head naming more deleted links (``replace``: only these), keeping the newest
+        :data:`~.chain.DELETED_NAMED`."""
+        frame = self._record_frame(key, data)
+        if not isinstance(frame, dict) or "id" not in frame:
+            raise corrupt(key, "record has no checkpoint id")
+        merged = dict(links) if replace else {**_deleted_links(frame.get("deleted")), **links}
+        kept = dict(sorted(merged.items())[-DELETED_NAMED:])
+        return self._frame({**frame, "deleted": kept})
 
     def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
         """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
@@ -328,6 +347,13 @@ class Codec:
 
     def decode_blob(self, key: str, data: bytes) -> Any:
         return self.load(key, self._unframe(key, data))
+
+
+def _deleted_links(stored: Any) -> dict[str, str | None]:
+    """A record's ``deleted`` field (absent: none)."""
+    if stored is None:
+        return {}
+    return {str(k): None if v is None else str(v) for k, v in stored.items()}
 
 
 def _run_names(stored: Any) -> tuple[str, ...]:

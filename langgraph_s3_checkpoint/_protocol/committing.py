@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 from ..errors import (
     CheckpointConflictError,
     ClockSkewError,
+    CorruptObjectError,
     InvalidConfigError,
     ParentNotCommittedError,
 )
@@ -39,6 +40,7 @@ from .fencing import (
     Rule,
     Step,
     Swap,
+    Travelling,
     Withdraw,
     attempt_meets,
     head_seen,
@@ -101,11 +103,13 @@ class Committing(Reading):
            attempt's step, and this outcome, is a row of :data:`~.fencing.COMMIT_TABLE`.
         """
         t = parse_config(config)
-        thread_id, ns, parent_id = t.thread_id, t.checkpoint_ns, t.checkpoint_id
+        thread_id, ns = t.thread_id, t.checkpoint_ns
+        parent_id = None if t.checkpoint_id is None else str(t.checkpoint_id)
         checkpoint_id = _checked_id(checkpoint["id"])
         stored_metadata = get_checkpoint_metadata(config, metadata)
         run_id = run_of(stored_metadata)
-        read, read_etag = self.recall.callers.of(thread_id, ns, parent_id)
+        travelling = Travelling.with_put(config, self.recall, thread_id, ns)
+        read, read_etag = travelling.parent_read(self.recall, thread_id, ns, parent_id)
         rule = rule_for(parent_id, read, stored_metadata.get("source"))
         if parent_id is not None and checkpoint_id <= parent_id and _carries_time(checkpoint_id, parent_id):
             raise ClockSkewError(thread_id, ns, checkpoint_id, parent_id, "its parent")
@@ -132,7 +136,7 @@ class Committing(Reading):
                 if self._run_rolled_back(c, basis.head):
                     self._refuse_rolled_back(c)
 
-        def record(previous_head: str | None, detached: bool) -> bytes:
+        def record(previous_head: str | None, detached: bool, deleted: Mapping[str, str | None]) -> bytes:
             return self.codec.encode_record(
                 checkpoint,
                 stored_metadata,
@@ -141,6 +145,7 @@ class Committing(Reading):
                 values.blobs,
                 previous_head=previous_head,
                 detached=detached,
+                deleted=deleted,
             )
 
         def unsent() -> list[Put]:
@@ -159,7 +164,7 @@ class Committing(Reading):
             entries = [] if run_id is None or run_entries else self._index_entries(run_id, thread_id, ns, checkpoint_id)
             return [*blobs, *entries]
 
-        committed_etag = yield from self._commit(c, basis, record, unsent)
+        committed_etag, deleted = yield from self._commit(c, basis, record, unsent)
         if names:
             # Offered again once committed: gc may have deleted a name it found alone (a thread or namespace left
             # with nothing else) after the first offer was refused as existing, and before the commit. gc puts
@@ -168,10 +173,14 @@ class Committing(Reading):
             yield [*names]
         if committed_etag is not None:
             versions = checkpoint["channel_versions"]
-            seen = head_seen(checkpoint_id, committed_etag, values.blobs, run_id, versions, values.inline)
+            seen = head_seen(
+                checkpoint_id, committed_etag, values.blobs, run_id, versions, values.inline, deleted=deleted
+            )
             self.recall.saw_head(thread_id, ns, seen)
         self.recall.wrote_blobs(thread_id, ns, values.renewed, now)
-        return checkpoint_config(thread_id, ns, checkpoint_id)
+        own_etag = None if committed_etag == SUPERSEDED else committed_etag
+        returned = travelling.committed(self.recall, thread_id, ns, checkpoint_id, own_etag)
+        return checkpoint_config(thread_id, ns, returned)
 
     def _basis(self, c: _Commit, read_etag: str | None) -> Plan[_Basis]:
         """What the first commit attempt stands on, read only when nothing known settles it.
@@ -194,44 +203,53 @@ class Committing(Reading):
             self._refuse_rolled_back(c)  # read by another caller of this process: the same head, the same refusal
         if known is not None and known.etag != SUPERSEDED:
             return _Basis(parent=known)
-        if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD):
+        if known is not None and c.rule in (Rule.CONTINUE, Rule.CONTINUE_UNREAD, Rule.CONTINUE_OWN):
             self._refuse(c, Refusal.MOVED)
         head = yield from one(Get(c.head_key))
         if self._run_rolled_back(c, head):
             self._refuse_rolled_back(c)
-        holding = self._holding(c, head, read_etag)
+        holding = self._holding(c, head)
         if holding is not None:
             step = settle(c.rule, HeadNow.PARENT)
         else:
             step = yield from self._settle(c, head)
         if step.refused is not None:
-            self._refuse(c, step.refused)
+            self._refuse(c, step.refused, head)
         return _Basis(parent=holding) if step.on_parent else _Basis(head=head)
 
-    def _holding(self, c: _Commit, head: StoredObject | None, read_etag: str | None) -> HeadSeen | None:
-        """The head as a :class:`HeadSeen`, if it holds the parent (in the version the caller read, if it read
-        the parent as the latest)."""
+    def _holding(self, c: _Commit, head: StoredObject | None) -> HeadSeen | None:
+        """The head as a :class:`HeadSeen`, if it holds the parent.
+
+        In whatever bytes: a head rewritten while holding the parent (a rollback of another run naming that run, or
+        recording a gap it opened below; a rollback that moved the head back here) still holds the state the put
+        continues, and nothing moved past it. A rollback of the put's own run names the run in the head it leaves
+        (:meth:`_run_rolled_back`, checked first), which is what keeps a rolled-back step from committing again."""
         if head is None or c.parent_id is None or self.codec.peek_head_id(c.head_key, head.body) != c.parent_id:
             return None
-        if read_etag is not None and not same_etag(head.etag, read_etag):
-            return None  # rewritten since the caller read it (a rollback, a repair): not what it continues
         seen = seen_in(head, self.codec.decode_record(c.head_key, head.body))
         self.recall.saw_head(c.thread_id, c.ns, seen)
         return seen
 
     def _settle(self, c: _Commit, head: StoredObject | None, mine: bytes | None = None) -> Plan[Step]:
-        """:func:`~.fencing.settle` on a head that does not hold the parent as the put knows it (``_holding``): a
-        head rewritten while holding it (a rollback, a repair; after a refused attempt, maybe a rollback of this
-        very put) counts as moved. After a refused attempt (``mine``: the record it sent) this checkpoint counts
-        as committed when it is on the head's chain: the attempt was applied and its answer lost."""
+        """:func:`~.fencing.settle` on the head as read: before the first attempt, a head that does not hold the parent
+        (``_holding``); after a refused attempt (``mine``: the record it sent), any. A head naming the put's run as
+        rolled back refuses it first. After a refused attempt this checkpoint counts as committed when it is on the
+        head's chain (the attempt was applied and its answer lost), and a head that holds the parent, whatever its
+        bytes, is committed on again: the attempt was not applied (had it been and been rolled back, the rollback
+        would have named the run)."""
         if head is None:
             return settle(c.rule, HeadNow.NONE)
         if self._run_rolled_back(c, head):
             return settle(c.rule, HeadNow.NAMES_THIS_RUN_ROLLED_BACK)
-        if self.codec.peek_head_id(c.head_key, head.body) == c.checkpoint_id:
+        head_id = self.codec.peek_head_id(c.head_key, head.body)
+        if head_id == c.checkpoint_id:
             return settle(c.rule, HeadNow.THIS)
+        if c.parent_id is not None and head_id == c.parent_id:
+            return settle(c.rule, HeadNow.PARENT)
         if mine is not None:
-            ours = yield from self._standing(c.thread_id, c.ns, self.codec.decode_record(c.record_key, mine), head)
+            # On the head's chain by links written as links: a gap no deleter named is no proof this put landed.
+            mine_decoded = self.codec.decode_record(c.record_key, mine)
+            ours = yield from self._standing(c.thread_id, c.ns, mine_decoded, head, by_links=True)
             if ours is Standing.COMMITTED:
                 return settle(c.rule, HeadNow.THIS)
         step = settle(c.rule, HeadNow.OTHER)
@@ -265,50 +283,70 @@ class Committing(Reading):
         parent = self.codec.decode_record(self.layout.record(c.thread_id, c.ns, c.parent_id), stored.body)
         return (yield from self._standing(c.thread_id, c.ns, parent, head)), parent.detached
 
-    def _refuse(self, c: _Commit, refusal: Refusal) -> NoReturn:
+    def _refuse(self, c: _Commit, refusal: Refusal, head: StoredObject | None = None) -> NoReturn:
         self.recall.forget_namespace(c.thread_id, c.ns)
-        raise refusal_error(refusal, c.thread_id, c.ns, c.parent_id)
+        raise refusal_error(refusal, c.thread_id, c.ns, c.parent_id, self._head_id(c, head))
+
+    def _head_id(self, c: _Commit, head: StoredObject | None) -> str | None:
+        """The checkpoint a head holds, for an error message (``None`` if there is none or it cannot be read)."""
+        try:
+            return None if head is None else self.codec.peek_head_id(c.head_key, head.body)
+        except CorruptObjectError:
+            return None
 
     def _commit(
         self,
         c: _Commit,
         basis: _Basis,
-        record: Callable[[str | None, bool], bytes],
+        record: Callable[[str | None, bool, Mapping[str, str | None]], bytes],
         unsent: Callable[[], list[Put]],
-    ) -> Plan[str | None]:
+    ) -> Plan[tuple[str | None, Mapping[str, str | None]]]:
         """Send the record and the head until the head PUT lands or :data:`~.fencing.COMMIT_TABLE` says otherwise; the
         committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
-        already continued it)."""
+        already continued it) and the deleted links it names."""
         for _ in range(JOIN_ATTEMPTS):
             head_id = None if basis.head is None else self.codec.peek_head_id(c.head_key, basis.head.body)
             match COMMIT_TABLE[attempt_meets(basis.parent is not None, head_id, c.checkpoint_id, c.parent_id)]:
                 case Committed():  # this very put already committed (a retry through a new saver)
                     assert basis.head is not None
-                    return basis.head.etag
+                    return basis.head.etag, self._deleted_of(c, basis)
                 case ClockBehindHead():
                     assert head_id is not None
                     raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
                 case CommitDetached():
-                    yield [Put(c.record_key, record(None, True))]
-                    return None
+                    yield [Put(c.record_key, record(None, True, {}))]
+                    return None, {}
                 case MoveHead(swap):
-                    body = record(c.parent_id if swap is Swap.ON_PARENT else head_id, False)
+                    # The record carries the deleted links the head it replaces names (chain.py): as the next
+                    # head, it must name them too.
+                    deleted = self._deleted_of(c, basis)
+                    body = record(c.parent_id if swap is Swap.ON_PARENT else head_id, False, deleted)
                     reply = yield from self._move_head(c, basis, swap, head_id, body)
                     if isinstance(reply, Written):
-                        return reply.etag
+                        return reply.etag, deleted
             outcome, head_now, refusal = yield from self._after_refused_head(c, body)
             match outcome:
                 case Committed(superseded):
                     assert head_now is not None
-                    return SUPERSEDED if superseded else head_now.etag
+                    return (SUPERSEDED if superseded else head_now.etag), deleted
                 case Withdraw():
                     assert refusal is not None
-                    yield from self._withdraw(c, refusal_error(refusal, c.thread_id, c.ns, c.parent_id))
+                    error = refusal_error(refusal, c.thread_id, c.ns, c.parent_id, self._head_id(c, head_now))
+                    yield from self._withdraw(c, error)
                 case JoinAgain():
                     basis = yield from self._join_again(basis, head_now, unsent)
         # Meets.ATTEMPTS_SPENT
-        detail = f" ({JOIN_ATTEMPTS} attempts to join the moving head)"
+        detail = (
+            f" under each of {JOIN_ATTEMPTS} attempts to commit on top of its latest checkpoint. This checkpoint was "
+            "not committed"
+        )
         return (yield from self._withdraw(c, CheckpointConflictError(c.thread_id, c.ns, detail)))
+
+    def _deleted_of(self, c: _Commit, basis: _Basis) -> Mapping[str, str | None]:
+        """The deleted links the head an attempt stands on names (none when there is no head)."""
+        if basis.parent is not None:
+            return basis.parent.deleted
+        return {} if basis.head is None else self.codec.peek_chain(c.head_key, basis.head.body)[2]
 
     def _move_head(
         self, c: _Commit, basis: _Basis, swap: Swap, head_id: str | None, body: bytes
@@ -554,19 +592,32 @@ def _carries_time(*checkpoint_ids: str) -> bool:
     return all(len(i) == 36 and i[14] == "6" and i.count("-") == 4 for i in checkpoint_ids)
 
 
-def refusal_error(refusal: Refusal, thread_id: str, ns: str, parent_id: str | None) -> CheckpointConflictError:
-    """The error a refused put raises: it says what happened, and never blames a writer that does not exist."""
+def refusal_error(
+    refusal: Refusal, thread_id: str, ns: str, parent_id: str | None, head_id: str | None = None
+) -> CheckpointConflictError:
+    """The error a refused put raises (``head_id``: the checkpoint the head holds now, when known): it says what
+    happened, and never blames a writer that may not exist (the thread may have moved by another run of the same
+    process, or the same caller's earlier put)."""
+    not_committed = ". This checkpoint was not committed"
+    now = "" if head_id is None else f" (the latest is now {head_id!r})"
     if refusal is Refusal.PARENT_NOT_COMMITTED:
         assert parent_id is not None
         return ParentNotCommittedError(thread_id, ns, parent_id)
     if refusal is Refusal.RUN_ROLLED_BACK:
         return CheckpointConflictError(
-            thread_id, ns, " (its run was rolled back by delete_for_runs while it ran; start a new run)"
+            thread_id,
+            ns,
+            f": this put's run was rolled back by delete_for_runs while it ran{not_committed}; start a new run",
         )
     if refusal is Refusal.CREATED:
-        return CheckpointConflictError(thread_id, ns, " (it had no checkpoint when this caller read it)")
-    detail = "" if parent_id is None else f" (this checkpoint's parent {parent_id!r} is no longer the latest)"
-    return CheckpointConflictError(thread_id, ns, detail)
+        return CheckpointConflictError(thread_id, ns, f" since it was read as empty{now}{not_committed}")
+    if parent_id is None:
+        return CheckpointConflictError(thread_id, ns, f"{now}{not_committed}")
+    return CheckpointConflictError(
+        thread_id,
+        ns,
+        f": checkpoint {parent_id!r}, which this put continues, is no longer the latest{now}{not_committed}",
+    )
 
 
 @dataclass(frozen=True)

@@ -1,42 +1,51 @@
-"""How a ``put`` commits: one table (:data:`FENCING_TABLE`) decides it from what the put says and how *its caller*
-read the parent; what a saver keeps between calls only saves requests, never changes that decision.
+"""How a ``put`` commits, decided from what travels with the put: its parent, its ``source``, and what its own run
+(or read chain) read and committed before it, against the head as it is in the bucket. What a saver keeps between
+calls only saves requests, never changes that decision.
 
-Why the caller's reads, and not the process's. One process serves several runs of a thread while a UI reads its
-history. A run that read checkpoint P as the thread's latest and then puts a child of P *continues* the thread:
-if anyone moved the head meanwhile it must lose, or the thread forks silently and the latest state drops the
-other run's step. A run that asked for P by id (a replay, ``update_state`` or ``Command`` addressed at an older
-checkpoint) *forks* from P and must never lose. The two puts look alike (same parent, often the same ``source``);
-what tells them apart is how the caller read P. A record of reads kept for the whole process let one caller's
-read decide another caller's put: a UI paging through history, or a run's own ``get_delta_channel_history``
-(which reads P by id), turned a straggling run's put into a fork. So reads are recorded per *call chain*, in a
-:class:`contextvars.ContextVar` (:class:`CallerReads`): LangGraph makes a run's reads and its puts in one chain
-(its puts run on a thread pool or in asyncio tasks with a copy of the run's context), and every other caller
-(another run, a UI request, another thread) has a chain of its own. Reads the saver makes for itself (its
-look-ups while committing, rolling back or repairing; the DeltaChannel walk; pages of history) record nothing.
+Why not just the parent. One process serves several runs of a thread while a UI reads its history. A run that read
+checkpoint P as the thread's latest and then puts a child of P *continues* the thread: if anyone moved the head
+meanwhile it must lose, or the thread forks silently and the latest state drops the other run's step. A run that
+asked for P by id (``Command`` addressed at an older checkpoint, a replay) *forks* from P and must never lose. The
+two puts look alike (same parent, often the same ``source``); what tells them apart is how *that run* read P.
+
+Whose reads. Only the run's own, carried by something that travels with the run's calls and with nothing else:
+
+* a LangGraph run: the ``Runtime`` object its loop passes in ``config["configurable"]["__pregel_runtime"]`` with
+  every ``get_tuple``, ``list``, ``put`` and ``put_writes`` it makes (one per ``stream``/``invoke``; a subgraph's
+  loop has its own). :class:`RunReads` keeps, per run and namespace, its first read and then its own commits.
+  ``get_state``, ``get_state_history`` and ``update_state`` carry no runtime, and a node calling ``get_state``
+  carries its task's copy of it (another object): none of them is the run.
+* anything else (``update_state``, a direct call): the checkpoint id it puts on, when it is one this saver returned.
+  ``get_tuple`` and ``put`` return their id as a :class:`ReadId` (a ``str`` equal to the plain id) holding a
+  :class:`ReadChain`: how it was read, then the commits made on it. ``update_state`` puts on the config it read, so
+  its read travels with its put; a direct caller gets the same by passing on the configs it was returned.
+
+Rejected (each was tried): reads recorded per call chain in a :class:`contextvars.ContextVar` (a stream consumer's
+loop body runs in the generator's context, which LangGraph copies for the run's puts, and a pool worker reuses one
+context for every request, so a UI's read by id turned a straggler's step into a silent fork); marking fork points
+process-wide on every read by id (any reader could exempt a straggler); fencing on the head the process last saw (a
+fork from a checkpoint the process had seen as the head raised); tagging the returned config with an extra key
+(LangGraph copies ``saved.config`` into ``get_state().config``, which users and LangGraph's tests compare: a
+:class:`ReadId` compares equal to the plain id). Nothing that travels says "this read was by a stream consumer", so
+identity, not intent, is what the saver can know.
 
 The decision, as data (``tests/test_fencing_table.py`` and ``tests/test_commit_table.py`` walk every row;
 docs/safety.md shows the tables):
 
-1. :data:`FENCING_TABLE`: (has a parent, how the caller read it, does the put continue a run) -> :class:`Rule`.
-2. :func:`settle`: a rule and the head as it is now -> :class:`Step` (what to send, or why the put is refused).
+1. :data:`FENCING_TABLE`: (has a parent, how the run read it, the put's source) -> :class:`Rule`.
+2. :data:`SETTLE_TABLE` through :func:`settle`: a rule and the head as it is now -> :class:`Step` (what to send, or
+   why the put is refused).
 3. :data:`COMMIT_TABLE`: what one commit attempt meets (the head it stands on; after a refused head PUT, what
    :func:`settle` made of the head then) -> :data:`CommitOutcome` (move the head, commit detached, done, withdraw
    the record, join again).
-
-Rejected alternatives, kept here because each was tried: marking fork points process-wide on every read by id
-(any reader could exempt a straggler from the straggler rule); fencing on the head the process last saw (a fork
-from a checkpoint the process had seen as the head raised); tagging the returned config with a read token
-(LangGraph copies ``saved.config`` into ``get_state().config``, which users and LangGraph's tests compare).
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -64,14 +73,17 @@ def written_here(modified: datetime | None, served: datetime | None, now: dateti
 
 # -- the decision ----------------------------------------------------------------------------------------------
 class ParentRead(Enum):
-    """How the caller of a ``put`` last read its parent (:class:`CallerReads`)."""
+    """How the run (or read chain) of a ``put`` knows its parent: what travels with the put (:class:`RunReads`,
+    :class:`ReadChain`)."""
 
     LATEST = "read as the latest"
     """``get_tuple`` without a checkpoint id (or by id while it was the head): the caller continues the thread."""
     BY_ID = "read by id"
     """``get_tuple`` by id while it was not the head, or the one checkpoint ``list(before=..., limit=1)``
     returned (LangGraph's replay lookup): the caller forks from it."""
-    UNREAD = "not read by this caller"
+    OWN = "committed by the same run"
+    """The run's (or chain's) own last commit in the namespace: its next step continues it."""
+    UNREAD = "not read by this run"
 
 
 class Rule(Enum):
@@ -83,9 +95,13 @@ class Rule(Enum):
     """Commit only if the head still holds the parent as the caller read it (``If-Match`` that ETag); otherwise
     refused, also when the namespace has no head any more (the parent was rolled back or deleted)."""
     CONTINUE_UNREAD = "continue, or create"
-    """A run's step on a parent its caller did not read (its own previous checkpoint, or a direct call): commit
-    only if the head holds the parent; refused if the thread moved past it or the parent is not committed; on a
-    namespace without a head, created (InMemorySaver stores a put whose parent it never saw)."""
+    """A step on a parent nothing that travels with the put says it read (a direct call, or a run that forgot):
+    commit only if the head holds the parent; refused if the thread moved past it or the parent is not committed;
+    on a namespace without a head, created (InMemorySaver stores a put whose parent it never saw)."""
+    CONTINUE_OWN = "continue its own"
+    """A run's step on its own last commit: commit only if the head still holds it; refused if the thread moved past
+    it, or if the namespace has no head any more (``delete_thread``, ``expire_threads``: a deletion is final). A
+    detached commit of its own (a fork older than the head it met) goes on as a branch."""
     CONTINUE_OR_FORK = "continue, else fork"
     """Commit on the parent if the head still holds it; otherwise fork."""
     FORK = "fork"
@@ -128,13 +144,19 @@ FENCING_TABLE: Mapping[tuple[bool, ParentRead, Source], Rule] = {
     (True, ParentRead.BY_ID, Source.STEP): Rule.FORK,  # Command(resume=...) addressed at an older checkpoint
     (True, ParentRead.BY_ID, Source.UPDATE): Rule.FORK,  # update_state on an older checkpoint
     (True, ParentRead.BY_ID, Source.FORK): Rule.FORK,  # a replay from an older checkpoint
-    (True, ParentRead.UNREAD, Source.STEP): Rule.CONTINUE_UNREAD,  # a run's next step on its own previous checkpoint
+    (True, ParentRead.OWN, Source.STEP): Rule.CONTINUE_OWN,  # a run's next step: a straggler loses, and after a
+    (True, ParentRead.OWN, Source.UPDATE): Rule.CONTINUE_OWN,  # delete the thread stays deleted
+    (True, ParentRead.OWN, Source.FORK): Rule.FORK,
+    (True, ParentRead.UNREAD, Source.STEP): Rule.CONTINUE_UNREAD,  # a direct step: refused if the thread moved past
     (True, ParentRead.UNREAD, Source.UPDATE): Rule.CONTINUE_OR_FORK,  # a direct put: InMemorySaver stores it
     (True, ParentRead.UNREAD, Source.FORK): Rule.FORK,  # __copy__ puts on the parent of what it read
 }
+"""Every (has a parent, how it was read, source) that can occur: a put with no parent cannot be a run's own commit."""
 
 
 def rule_for(parent_id: str | None, read: ParentRead, source: Any) -> Rule:
+    if parent_id is None and read is ParentRead.OWN:
+        read = ParentRead.UNREAD  # cannot happen (a commit has an id): a parentless put read nothing
     return FENCING_TABLE[(parent_id is not None, read, source_of(source))]
 
 
@@ -197,6 +219,11 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.CONTINUE_UNREAD, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
     (Rule.CONTINUE_UNREAD, HeadNow.NONE): JOIN,
     (Rule.CONTINUE_UNREAD, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,  # a branch's next step: it forks on
+    (Rule.CONTINUE_OWN, HeadNow.PARENT): COMMIT_ON_PARENT,
+    (Rule.CONTINUE_OWN, HeadNow.THIS): DONE,
+    (Rule.CONTINUE_OWN, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
+    (Rule.CONTINUE_OWN, HeadNow.NONE): Step(refused=Refusal.PARENT_NOT_COMMITTED),  # deleted under the run
+    (Rule.CONTINUE_OWN, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,  # its own fork, older than the head: on
     (Rule.CONTINUE_OR_FORK, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_OR_FORK, HeadNow.THIS): DONE,
     (Rule.CONTINUE_OR_FORK, HeadNow.OTHER): JOIN,
@@ -211,6 +238,7 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.CREATE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.CONTINUE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.CONTINUE_UNREAD, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
+    (Rule.CONTINUE_OWN, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.CONTINUE_OR_FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
 }
@@ -345,84 +373,208 @@ def refused_write_meets(step: Step, head_is_this: bool) -> Meets:
     return Meets.RULE_JOINS
 
 
-# -- what the caller read ----------------------------------------------------------------------------------
+# -- what travels with a run -----------------------------------------------------------------------------
+RUNTIME_KEY = "__pregel_runtime"
+"""Where LangGraph puts the run's ``Runtime`` in the config of every call its loop makes to the checkpointer."""
+
+
+def run_of_config(config: Mapping[str, Any] | None) -> object | None:
+    """The run a call belongs to: the ``Runtime`` object LangGraph's loop passes with every ``get_tuple``, ``list``,
+    ``put`` and ``put_writes`` it makes for one run (``stream``/``invoke`` makes a new one per run, and a subgraph's
+    loop its own), or ``None`` for a call made outside a run (``get_state``, ``update_state``, a direct call)."""
+    configurable = (config or {}).get("configurable") or {}
+    return configurable.get(RUNTIME_KEY)
+
+
 @dataclass(frozen=True)
-class _NamespaceReads:
-    latest: tuple[str, str | None] | None = None
-    """(checkpoint id or ABSENT, its head's ETag) of the caller's newest latest read."""
-    by_id: tuple[str, ...] = ()
-    """Checkpoints the caller read by id (fork points), newest last."""
+class Seen:
+    """One namespace as a run (or a read chain) knows it: how it read a checkpoint first, or which checkpoint it
+    committed last, with the head's ETag then."""
+
+    read: ParentRead
+    checkpoint_id: str
+    """The checkpoint id, or :data:`ABSENT` (read as the latest: the namespace had no head; read by id: a replay
+    lookup found nothing below its point)."""
+    etag: str | None = None
+
+    def of(self, parent_id: str | None) -> tuple[ParentRead, str | None]:
+        """How this knowledge makes a put on ``parent_id`` read its parent."""
+        if self.checkpoint_id == (parent_id or ABSENT):
+            return self.read, self.etag
+        return ParentRead.UNREAD, None
 
 
-class CallerReads:
-    """How each call chain read the checkpoints of each namespace: the input of :data:`FENCING_TABLE`.
+class RunReads:
+    """What each run read first, and committed last, in each namespace: the input of :data:`FENCING_TABLE` for the
+    puts of LangGraph runs.
 
-    One :class:`contextvars.ContextVar` holds, per saver's recall, an immutable mapping that every record
-    replaces (copy on write): a chain that copies the context (a put sent to the thread pool, an asyncio task)
-    sees what was read before the copy and adds nothing to its parent's. Bounded: the newest
-    :data:`NAMESPACES_PER_CALLER` namespaces per saver, :data:`FORK_POINTS_PER_NAMESPACE` fork points each, and
-    the :data:`SAVERS_PER_CALLER` savers a chain used last.
+    Keyed by the run's ``Runtime`` (:func:`run_of_config`): it travels with every call of the run's loop and with
+    nothing else. A stream consumer reading between the run's steps, a UI's ``get_state``, a pool worker's next
+    request or a node of the run calling ``get_state`` itself (its task's config carries a copy of the runtime,
+    another object) are other keys, so no read they make can change how the run's puts are fenced.
+
+    Only the *first* read of a namespace counts: LangGraph's loop reads its checkpoint once, when it starts (the
+    latest, the one addressed by id, or a replay's lookup below the replay point); later reads with the run's
+    runtime (the check that an addressed checkpoint is superseded, which reads the latest) do not change what the
+    run set out from. After that the run's own commits are its knowledge of the namespace.
+
+    The entry holds the runtime itself, so that no other object can take its ``id`` while the entry lives (a
+    ``Runtime`` has ``__slots__`` and no weak references). Bounded: the :data:`RUNS` runs that called last, each
+    with the :data:`NAMESPACES_PER_RUN` namespaces it used last. A run forgotten this way puts as one that read
+    nothing (a step is still refused if the thread moved past its parent; see :data:`FENCING_TABLE`).
     """
 
-    NAMESPACES_PER_CALLER = 64
-    FORK_POINTS_PER_NAMESPACE = 8
-    SAVERS_PER_CALLER = 8
-    _var: ContextVar[Mapping[int, Mapping[tuple[str, str], _NamespaceReads]] | None] = ContextVar(
-        "langgraph_s3_checkpoint_caller_reads", default=None
-    )
-    _serials = itertools.count()
+    RUNS = 1024
+    NAMESPACES_PER_RUN = 64
 
     def __init__(self) -> None:
-        self._serial = next(self._serials)
+        self._lock = threading.Lock()
+        self._runs: OrderedDict[int, tuple[object, dict[tuple[str, str], Seen]]] = OrderedDict()
 
-    def _get(self) -> Mapping[tuple[str, str], _NamespaceReads]:
-        return (self._var.get() or {}).get(self._serial, {})
+    def _namespaces(self, run: object) -> dict[tuple[str, str], Seen]:
+        entry = self._runs.get(id(run))
+        if entry is None or entry[0] is not run:
+            entry = (run, {})
+            self._runs[id(run)] = entry
+            while len(self._runs) > self.RUNS:
+                self._runs.popitem(last=False)
+        self._runs.move_to_end(id(run))
+        return entry[1]
 
-    def _set(self, thread_id: str, ns: str, reads: _NamespaceReads) -> None:
-        savers = dict(self._var.get() or {})
-        mine = dict(savers.pop(self._serial, {}))
-        mine.pop((thread_id, ns), None)
-        mine[(thread_id, ns)] = reads  # newest last
-        while len(mine) > self.NAMESPACES_PER_CALLER:
-            del mine[next(iter(mine))]
-        savers[self._serial] = mine
-        while len(savers) > self.SAVERS_PER_CALLER:
-            del savers[next(iter(savers))]
-        self._var.set(savers)
+    def _set(self, namespaces: dict[tuple[str, str], Seen], thread_id: str, ns: str, seen: Seen) -> None:
+        namespaces.pop((thread_id, ns), None)
+        namespaces[(thread_id, ns)] = seen
+        while len(namespaces) > self.NAMESPACES_PER_RUN:
+            del namespaces[next(iter(namespaces))]
 
-    def read_latest(self, thread_id: str, ns: str, checkpoint_id: str | None, etag: str | None) -> None:
-        """The caller read the namespace's latest checkpoint (``None``: found no head)."""
-        found = checkpoint_id or ABSENT
-        previous = self._get().get((thread_id, ns), _NamespaceReads())
-        self._set(thread_id, ns, _NamespaceReads((found, etag), tuple(c for c in previous.by_id if c != found)))
+    def read(self, run: object, thread_id: str, ns: str, seen: Seen) -> None:
+        """The run read the namespace: recorded if it is the run's first read there."""
+        with self._lock:
+            namespaces = self._namespaces(run)
+            if (thread_id, ns) not in namespaces:
+                self._set(namespaces, thread_id, ns, seen)
 
-    def read_by_id(self, thread_id: str, ns: str, checkpoint_id: str | None) -> None:
-        """The caller read a checkpoint by id that was not the head (``None``: found nothing below a bound)."""
-        point = checkpoint_id or ABSENT
-        previous = self._get().get((thread_id, ns), _NamespaceReads())
-        latest = None if previous.latest is not None and previous.latest[0] == point else previous.latest
-        by_id = (*(c for c in previous.by_id if c != point), point)[-self.FORK_POINTS_PER_NAMESPACE :]
-        self._set(thread_id, ns, _NamespaceReads(latest, by_id))
+    def committed(self, run: object, thread_id: str, ns: str, checkpoint_id: str, etag: str | None) -> None:
+        """The run committed ``checkpoint_id`` (``etag``: the head's ETag; ``None`` for a detached commit)."""
+        with self._lock:
+            self._set(self._namespaces(run), thread_id, ns, Seen(ParentRead.OWN, checkpoint_id, etag))
 
-    def saw_a_head(self, thread_id: str, ns: str) -> None:
-        """The caller saw that the namespace has a head (reading another checkpoint by id): it is no longer one
-        that found the namespace empty."""
-        reads = self._get().get((thread_id, ns))
-        if reads is not None and reads.latest is not None and reads.latest[0] == ABSENT:
-            self._set(thread_id, ns, _NamespaceReads(None, reads.by_id))
+    def of(self, run: object, thread_id: str, ns: str, parent_id: str | None) -> tuple[ParentRead, str | None]:
+        """How the run read ``parent_id`` (``None``: a namespace without a head), and the ETag it knows it by."""
+        with self._lock:
+            entry = self._runs.get(id(run))
+            seen = entry[1].get((thread_id, ns)) if entry is not None and entry[0] is run else None
+        return (ParentRead.UNREAD, None) if seen is None else seen.of(parent_id)
 
-    def of(self, thread_id: str, ns: str, parent_id: str | None) -> tuple[ParentRead, str | None]:
-        """How the caller last read ``parent_id`` (``None``: the namespace without a head), with the head's ETag
-        it saw when it read it as the latest."""
-        reads = self._get().get((thread_id, ns))
-        point = parent_id or ABSENT
-        if reads is None:
-            return ParentRead.UNREAD, None
-        if point in reads.by_id:
-            return ParentRead.BY_ID, None
-        if reads.latest is not None and reads.latest[0] == point:
-            return ParentRead.LATEST, reads.latest[1]
-        return ParentRead.UNREAD, None
+
+class ReadChain:
+    """What a caller outside a run knows of one namespace through the ids this saver returned it: the input of
+    :data:`FENCING_TABLE` for ``update_state`` and direct calls.
+
+    ``get_tuple`` and ``put`` return their checkpoint id as a :class:`ReadId` holding a chain whose newest knowledge
+    is that call's: how it read the checkpoint (the latest, with the head's ETag, or by id), or that it committed it.
+    A ``put`` whose parent id is such a :class:`ReadId` is fenced by the chain, and a ``get_tuple`` or ``put`` given
+    one adds its own read or commit to the same chain. So what travels is the value the caller passes on
+    (``update_state`` puts on the config it just read; a direct caller puts on the config ``get_tuple`` or ``put``
+    returned it), never what else was read in the same thread or task. A LangGraph run never consults a chain (its
+    puts are fenced by :class:`RunReads`), so a stream consumer or a UI reading with a config the run returned cannot
+    change how the run's puts are fenced.
+    """
+
+    def __init__(self, recall: object, thread_id: str, ns: str, seen: Seen) -> None:
+        self._recall = recall
+        self._lock = threading.Lock()
+        self._where = (thread_id, ns)
+        self._seen = seen
+
+    def belongs_to(self, recall: object, thread_id: str, ns: str) -> bool:
+        """Whether this chain speaks of this saver's namespace (a chain is about one namespace of one saver)."""
+        return self._recall is recall and self._where == (thread_id, ns)
+
+    def of(self, parent_id: str | None) -> tuple[ParentRead, str | None]:
+        with self._lock:
+            return self._seen.of(parent_id)
+
+    def note(self, seen: Seen) -> None:
+        """The newest read or commit made with an id of this chain."""
+        with self._lock:
+            self._seen = seen
+
+
+class ReadId(str):
+    """A checkpoint id as this saver returned it: equal to the plain id in every way (``==``, hash, JSON, msgpack,
+    ``repr``), and carrying the :class:`ReadChain` it was returned with. Copies keep the chain; a pickle holds the
+    plain id (a chain lives in one process)."""
+
+    chain: ReadChain
+
+    def __new__(cls, checkpoint_id: str, chain: ReadChain) -> ReadId:
+        made = super().__new__(cls, checkpoint_id)
+        made.chain = chain
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (str(self),))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and type(other) is not str and not isinstance(other, ReadId):
+            # Another str subclass with an equality of its own (a test's "any string") decides, as it would against
+            # a plain str, which gives a subclass's reflected comparison the first word.
+            return NotImplemented
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = str.__hash__
+
+    def __copy__(self) -> ReadId:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> ReadId:
+        return self
+
+
+def chain_of(config: Mapping[str, Any] | None, recall: object, thread_id: str, ns: str) -> ReadChain | None:
+    """The read chain the config's checkpoint id carries for this saver's namespace, if any."""
+    checkpoint_id = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    if isinstance(checkpoint_id, ReadId) and checkpoint_id.chain.belongs_to(recall, thread_id, ns):
+        return checkpoint_id.chain
+    return None
+
+
+@dataclass
+class Travelling:
+    """What travels with one put and says how it knows its parent: its run, else the read chain of its parent's id."""
+
+    run: object | None
+    chain: ReadChain | None
+
+    @classmethod
+    def with_put(cls, config: Mapping[str, Any], recall: Recall, thread_id: str, ns: str) -> Travelling:
+        run = run_of_config(config)
+        return cls(run, None if run is not None else chain_of(config, recall, thread_id, ns))
+
+    def parent_read(
+        self, recall: Recall, thread_id: str, ns: str, parent_id: str | None
+    ) -> tuple[ParentRead, str | None]:
+        """How the put's run (or chain) read ``parent_id``, and the head's ETag it knows it by."""
+        if self.run is not None:
+            return recall.runs.of(self.run, thread_id, ns, parent_id)
+        return (ParentRead.UNREAD, None) if self.chain is None else self.chain.of(parent_id)
+
+    def committed(self, recall: Recall, thread_id: str, ns: str, checkpoint_id: str, etag: str | None) -> ReadId:
+        """Record the put's commit as its run's (or chain's) newest knowledge of the namespace: the next step
+        continues it. The id to return (``etag``: the head's, ``None`` for a detached or superseded commit)."""
+        if self.run is not None:
+            recall.runs.committed(self.run, thread_id, ns, checkpoint_id, etag)
+        own = Seen(ParentRead.OWN, checkpoint_id, etag)
+        if self.chain is None:
+            self.chain = ReadChain(recall, thread_id, ns, own)
+        else:
+            self.chain.note(own)
+        return ReadId(checkpoint_id, self.chain)
 
 
 # -- what the saver keeps between calls ---------------------------------------------------------------------
@@ -444,12 +596,15 @@ class HeadSeen:
     rolled_back: tuple[str, ...] = ()
     """The runs the head names as rolled back while it was the head: a put of one of them is refused
     (:attr:`HeadNow.NAMES_THIS_RUN_ROLLED_BACK`), also when it continues this head without reading it."""
+    deleted: Mapping[str, str | None] = field(default_factory=dict)
+    """The deleted links the head names (``chain.py``): a record committed on top of it carries them."""
 
     def size(self) -> int:
         """Bytes this entry keeps alive, roughly: its values, ids and the containers' overhead."""
         values = sum(len(typed[1]) for typed in (self.inline or {}).values() if _bytes_of(typed) is not None)
         strings = sum(len(k) + len(v) for k, v in (*self.blobs.items(), *self.versions.items()))
-        entries = len(self.blobs) + len(self.versions) + len(self.inline or {})
+        strings += sum(len(k) + len(v or "") for k, v in self.deleted.items())
+        entries = len(self.blobs) + len(self.versions) + len(self.inline or {}) + len(self.deleted)
         return ENTRY_OVERHEAD + values + strings + 200 * entries
 
 
@@ -474,6 +629,7 @@ def head_seen(
     versions: Mapping[str, Any],
     inline: Mapping[str, list[Any]],
     rolled_back: tuple[str, ...] = (),
+    deleted: Mapping[str, str | None] | None = None,
 ) -> HeadSeen:
     """What to remember of a head just written or read."""
     size = sum(len(b) for typed in inline.values() if (b := _bytes_of(typed)) is not None)
@@ -485,6 +641,7 @@ def head_seen(
         {channel: str(version) for channel, version in versions.items()},
         dict(inline) if size <= REMEMBERED_VALUES_BYTES else None,
         rolled_back,
+        dict(deleted or {}),
     )
 
 
@@ -493,7 +650,8 @@ class Recall:
     in each namespace (:class:`HeadSeen`: its ETag, so a put on it needs no GET, and its values, so a put carries
     over the ones whose version did not move), and, with a lifecycle TTL, when it last wrote large values.
 
-    None of it decides how a put commits (that is :data:`FENCING_TABLE` over :class:`CallerReads`): a remembered
+    None of it decides how a put commits (that is :data:`FENCING_TABLE` over what travels with the put: its run's
+    :class:`RunReads`, or the :class:`ReadChain` of its parent's id): a remembered
     head only spares the GET that would find the same head, and a put whose ``If-Match`` on a remembered ETag is
     refused reads the head and decides again. So forgetting costs requests, never correctness.
     """
@@ -502,7 +660,7 @@ class Recall:
         self._lock = threading.Lock()
         self.max_bytes = max_bytes
         self.track_blob_ages = track_blob_ages
-        self.callers = CallerReads()
+        self.runs = RunReads()
         self._entries: OrderedDict[tuple[str, str, str], tuple[Any, int]] = OrderedDict()
         """(table, thread, ns) -> (value, size): one LRU order for every table."""
         self._bytes = 0

@@ -663,7 +663,7 @@ class _Collector:
             yield from self.flush()
             return _Walk(prefix, Chain.without_head())
         try:
-            head_id, head_previous = self.codec.peek_chain(head_key, head.body)
+            head_id, head_previous, deleted = self.codec.peek_chain(head_key, head.body)
             metadata, _, refs = self.codec.peek_record(head_key, head.body)
         except CorruptObjectError:
             self.report.unreadable.append(head_key)
@@ -671,7 +671,7 @@ class _Collector:
             if segment in self.old_seal:
                 self.new_seal[segment] = self.old_seal[segment]
             return None
-        walk = _Walk(prefix, Chain.from_head(head_id, head_previous))
+        walk = _Walk(prefix, Chain.from_head(head_id, head_previous, deleted))
         self.references(walk, metadata, refs)
         walk.seal = self.seal_for(segment, walk)
         return walk

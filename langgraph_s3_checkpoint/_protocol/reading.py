@@ -25,7 +25,19 @@ from ..errors import (
 )
 from .chain import Chain, Standing
 from .codec import Codec, Record, WriteBatch
-from .fencing import HeadSeen, Recall, head_seen, written_here
+from .fencing import (
+    ABSENT,
+    HeadSeen,
+    ParentRead,
+    ReadChain,
+    ReadId,
+    Recall,
+    Seen,
+    chain_of,
+    head_seen,
+    run_of_config,
+    written_here,
+)
 from .keys import Layout
 from .plans import (
     MAX_PAGE,
@@ -92,6 +104,9 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
 @dataclass
 class _Budget:
     remaining: int | None
+    replay_of: object | None = None
+    """The run whose replay lookup this listing is (``list(before=..., limit=1)`` with a run's config: LangGraph
+    finding a subgraph's state below a replay point), which reads what it finds by id."""
     asked: int | None = field(init=False)
     """The ``limit`` the listing was given."""
 
@@ -228,29 +243,44 @@ class Reading(PlansState):
     """Plans that read a thread."""
 
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
-        """LangGraph's ``get_tuple``, as the caller's read: how it read the checkpoint (the latest, or by id) is what
-        a put of this caller on top of it is fenced by (:mod:`.fencing`)."""
-        return (yield from self._read_tuple(config, as_caller=True))
+        """LangGraph's ``get_tuple``, as a caller's read: how it read the checkpoint (the latest, or by id) is what a
+        put of the same run, or on the id it returns, is fenced by (:mod:`.fencing`)."""
+        return (yield from self._read_tuple(config, caller=config))
 
-    def _read_tuple(self, config: RunnableConfig, *, as_caller: bool) -> Plan[CheckpointTuple | None]:
-        """``get_tuple``; a read the saver makes for itself (``as_caller=False``) records nothing of the caller."""
+    def _read_tuple(self, config: RunnableConfig, *, caller: RunnableConfig | None) -> Plan[CheckpointTuple | None]:
+        """``get_tuple``; a read the saver makes for itself (``caller=None``) records nothing of anyone."""
         t = parse_config(config)
         if t.checkpoint_id is None:
-            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns, as_caller))
-        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id, as_caller))
+            return (yield from self._get_latest(t.thread_id, t.checkpoint_ns, caller))
+        return (yield from self._get_by_id(t.thread_id, t.checkpoint_ns, t.checkpoint_id, caller))
 
-    def _get_latest(self, thread_id: str, ns: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
+    def _caller_read(
+        self, caller: RunnableConfig | None, thread_id: str, ns: str, seen: Seen, tup: CheckpointTuple | None = None
+    ) -> None:
+        """What a caller's read leaves for its puts: the run's first read of the namespace (when the call is a run's),
+        and the read chain of the id it returns (the chain of the id it was given, or a new one: :class:`ReadChain`).
+        """
+        if caller is None:
+            return
+        if (run := run_of_config(caller)) is not None:
+            self.recall.runs.read(run, thread_id, ns, seen)
+        chain = chain_of(caller, self.recall, thread_id, ns)
+        if chain is not None:
+            chain.note(seen)
+        if tup is not None:
+            chain = chain or ReadChain(self.recall, thread_id, ns, seen)
+            configurable = tup.config["configurable"]
+            configurable["checkpoint_id"] = ReadId(configurable["checkpoint_id"], chain)
+
+    def _get_latest(self, thread_id: str, ns: str, caller: RunnableConfig | None) -> Plan[CheckpointTuple | None]:
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
         if head is None:
-            if as_caller:
-                self.recall.callers.read_latest(thread_id, ns, None, None)
+            self._caller_read(caller, thread_id, ns, Seen(ParentRead.LATEST, ABSENT))
             return None
         record = self.codec.decode_record(head_key, head.body)
         checkpoint_id = record.checkpoint["id"]
         self.recall.saw_head(thread_id, ns, seen_in(head, record))
-        if as_caller:
-            self.recall.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
         listing = yield from one(ListKeys(folder))
         key = self.layout.record(thread_id, ns, checkpoint_id)
@@ -259,9 +289,12 @@ class Reading(PlansState):
         repair = [] if key in listing.keys else [Put(key, head.body, mode=CREATE)]
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        self._caller_read(caller, thread_id, ns, Seen(ParentRead.LATEST, checkpoint_id, head.etag), tuples[0])
         return tuples[0]
 
-    def _get_by_id(self, thread_id: str, ns: str, checkpoint_id: str, as_caller: bool) -> Plan[CheckpointTuple | None]:
+    def _get_by_id(
+        self, thread_id: str, ns: str, checkpoint_id: str, caller: RunnableConfig | None
+    ) -> Plan[CheckpointTuple | None]:
         key = self.layout.record(thread_id, ns, checkpoint_id)
         head_key = self.layout.head(thread_id, ns)
         obj, listing, head = yield from three(
@@ -270,16 +303,19 @@ class Reading(PlansState):
             Get(head_key),
         )
         holds = head is not None and self._head_holds(head_key, head, checkpoint_id)
-        if as_caller and not holds:
-            # Asking for a checkpoint by id that is not the latest is how forks, replays and updates of an older
-            # checkpoint start: this caller's put on top of it forks. Also when it is not there at all:
-            # ``update_state`` on such an id stores a new branch, as InMemorySaver does.
-            self.recall.callers.read_by_id(thread_id, ns, checkpoint_id)
-            if head is not None:
-                self.recall.callers.saw_a_head(thread_id, ns)
+        # The latest, asked for by id (a UI showing the current state, a resume addressed at it), is read as the
+        # latest: a put on top of it continues the thread. Any other checkpoint asked for by id is where forks,
+        # replays and updates of an older checkpoint start: a put on top of it forks. Also when it is not there
+        # at all: ``update_state`` on such an id stores a new branch, as InMemorySaver does.
+        read = (
+            Seen(ParentRead.LATEST, checkpoint_id, head.etag)
+            if holds and head
+            else Seen(ParentRead.BY_ID, checkpoint_id)
+        )
         repair: list[Request] = []
         if obj is None:
             if not holds:
+                self._caller_read(caller, thread_id, ns, read)
                 return None
             assert head is not None
             # A head-only commit (see _get_latest): the head holds the record.
@@ -287,16 +323,14 @@ class Reading(PlansState):
             repair.append(Put(self.layout.record(thread_id, ns, checkpoint_id), head.body, mode=CREATE))
         record = self.codec.decode_record(key, obj.body)
         if (yield from self._standing(thread_id, ns, record, head)) is not Standing.COMMITTED:
+            self._caller_read(caller, thread_id, ns, read)
             return None  # a put that never committed (or has not yet): not part of the thread
         if holds:
             assert head is not None
-            # The latest, asked for by id (a UI showing the current state, a resume addressed at it): a put of
-            # this caller on top of it continues the thread, fenced as after a latest read.
             self.recall.saw_head(thread_id, ns, seen_in(head, record))
-            if as_caller:
-                self.recall.callers.read_latest(thread_id, ns, checkpoint_id, head.etag)
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
         tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        self._caller_read(caller, thread_id, ns, read, tuples[0])
         return tuples[0]
 
     def _head_holds(self, head_key: str, head: StoredObject, checkpoint_id: str) -> bool:
@@ -319,8 +353,19 @@ class Reading(PlansState):
                 reads.append(Get(key))
         return reads
 
-    def _standing(self, thread_id: str, ns: str, record: Record, head: StoredObject | None) -> Plan[Standing]:
-        """Whether ``record`` is committed, by :mod:`.chain`'s rule, walking down from ``head``."""
+    def _standing(
+        self, thread_id: str, ns: str, record: Record, head: StoredObject | None, *, by_links: bool = False
+    ) -> Plan[Standing]:
+        """Whether ``record`` is committed, by :mod:`.chain`'s rule, walking down from ``head``. ``by_links``: only by
+        links written as links (a verdict reached through a gap no deleter named counts as an orphan)."""
+        standing, chain = yield from self._standing_on(thread_id, ns, record, head)
+        if by_links and standing is Standing.COMMITTED and chain.resumed:
+            return Standing.ORPHAN
+        return standing
+
+    def _standing_on(
+        self, thread_id: str, ns: str, record: Record, head: StoredObject | None
+    ) -> Plan[tuple[Standing, Chain]]:
         try:
             chain = (
                 Chain.without_head()
@@ -331,11 +376,14 @@ class Reading(PlansState):
             chain = Chain.of_damaged_head()
         checkpoint_id = record.checkpoint["id"]
         if record.detached or record.undecodable:
-            return chain.standing(checkpoint_id, record.previous_head, record.detached, undecodable=record.undecodable)
+            standing = chain.standing(
+                checkpoint_id, record.previous_head, record.detached, undecodable=record.undecodable
+            )
+            return standing, chain
         if (known := chain.decided(checkpoint_id)) is not None:
-            return known
+            return known, chain
         assert chain.head_id is not None  # decided() settles every id without a head
-        return (yield from self._walk_down_to(thread_id, ns, chain, chain.head_id, record))
+        return (yield from self._walk_down_to(thread_id, ns, chain, chain.head_id, record)), chain
 
     def _walk_down_to(self, thread_id: str, ns: str, chain: Chain, head_id: str, record: Record) -> Plan[Standing]:
         """The standing of a record the head alone cannot place: the records between the head and it are
@@ -429,11 +477,11 @@ class Reading(PlansState):
         limit: int | None = None,
     ) -> Plan[None]:
         """Stream matching tuples newest first within each thread (threads in key order)."""
-        budget = _Budget(limit)
-        if budget.done:
-            return
         # An empty id bounds nothing, as in InMemorySaver (it tests the id for truth).
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id") or None
+        budget = _Budget(limit, run_of_config(config) if before_id is not None and limit == 1 else None)
+        if budget.done:
+            return
         if config is None:
             root = self.layout.threads_root
 
@@ -456,10 +504,10 @@ class Reading(PlansState):
             yield from self._list_one(t.thread_id, ns, t.checkpoint_id, filter, before_id, budget)
             return
         yield from self._list_thread(t.thread_id, ns, filter, before_id, budget)
-        if before_id is not None and budget.asked == 1 and not budget.done and ns is not None:
+        if budget.replay_of is not None and not budget.done and ns is not None:
             # LangGraph's replay lookup found nothing below the replay point: the subgraph starts over with a
             # parentless put, a new root beside what the namespace holds (a fork, not a second creator).
-            self.recall.callers.read_by_id(t.thread_id, ns, None)
+            self.recall.runs.read(budget.replay_of, t.thread_id, ns, Seen(ParentRead.BY_ID, ABSENT))
 
     def _list_one(
         self,
@@ -474,7 +522,7 @@ class Reading(PlansState):
         if before_id is not None and checkpoint_id >= before_id:
             return
         for name in [ns] if ns is not None else (yield from self._namespaces(thread_id)):
-            tup = yield from self._read_tuple(checkpoint_config(thread_id, name, checkpoint_id), as_caller=False)
+            tup = yield from self._read_tuple(checkpoint_config(thread_id, name, checkpoint_id), caller=None)
             if tup is not None and matches(tup.metadata, filter):
                 yield Emit(tup)
                 budget.take()
@@ -571,7 +619,7 @@ class Reading(PlansState):
             return False
         if (yield from self._standing(thread_id, cursor.checkpoint_ns, record, head)) is not Standing.COMMITTED:
             return False
-        cursor.chain = Chain.below(cursor.chain.head_id, record.previous_head)
+        cursor.chain = cursor.chain.below(record.previous_head)
         return True
 
     def _stream(
@@ -594,12 +642,14 @@ class Reading(PlansState):
             # One parallel round trip for the values and writes of every chosen record.
             tuples = yield from self._assemble(thread_id, [(c.checkpoint_ns, r, w) for c, r, w in chosen])
             for tup in tuples:
-                if before_id is not None and budget.asked == 1:
+                if budget.replay_of is not None:
                     # Reading the one checkpoint below a bound is how LangGraph finds a subgraph's state for a
-                    # replay (``_replay.py``): this caller's put on top of it forks. Pages of history (any other
-                    # limit) are not fork points.
+                    # replay (``_replay.py``): the run's put on top of it forks. Pages of history (any other limit,
+                    # or no run) are not fork points.
                     found_in = tup.config["configurable"]["checkpoint_ns"]
-                    self.recall.callers.read_by_id(thread_id, found_in, tup.checkpoint["id"])
+                    self.recall.runs.read(
+                        budget.replay_of, thread_id, found_in, Seen(ParentRead.BY_ID, tup.checkpoint["id"])
+                    )
                 yield Emit(tup)
                 budget.take()
 
@@ -854,7 +904,14 @@ def seen_in(head: StoredObject, record: Record) -> HeadSeen:
     run_id = None if record.metadata.get("run_id") is None else str(record.metadata["run_id"])
     versions = record.checkpoint["channel_versions"]
     return head_seen(
-        record.checkpoint["id"], head.etag, record.blobs, run_id, versions, record.encoded, record.rolled_back
+        record.checkpoint["id"],
+        head.etag,
+        record.blobs,
+        run_id,
+        versions,
+        record.encoded,
+        record.rolled_back,
+        record.deleted,
     )
 
 

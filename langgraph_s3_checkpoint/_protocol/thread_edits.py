@@ -254,6 +254,7 @@ class Maintenance(Committing):
 
     def _keep_latest(self, thread_id: str, ns: str) -> Plan[None]:
         scope = yield from self._prune_scope(thread_id, ns)
+        yield from self._name_pruned(thread_id, ns, scope)
         # Records (with their writes) oldest first: an interrupted prune then leaves the head's chain
         # contiguous down to where it stopped, never a gap with an orphan below it (see chain.py). That
         # needs the namespace's victim keys in memory (keys only, one namespace at a time).
@@ -286,6 +287,29 @@ class Maintenance(Committing):
         yield from for_each_emitted(pages(scope.blobs), prune_blobs)
         self.recall.forget_thread(thread_id)
 
+    def _name_pruned(self, thread_id: str, ns: str, scope: _PruneScope) -> Plan[None]:
+        """Before prune deletes the history below the head it kept, the head names the kept head's link as deleted
+        with nothing below it (:mod:`.chain`, "Deleted links"): a record landing below it later (a put held in the
+        network) is never judged committed. Names of links below that one are dropped (nothing is left there); the
+        head is rewritten ``If-Match``, read again when it moved (a put committed on top keeps the kept head on its
+        chain, so the same name holds)."""
+        if scope.head_previous is None:
+            return  # the kept head created the namespace: nothing below it was ever on its chain
+        floor = scope.head_previous
+        head_key = self.layout.head(thread_id, ns)
+        for _ in range(ROLLBACK_ATTEMPTS):
+            head = yield from one(Get(head_key))
+            if head is None:
+                return  # deleted meanwhile: nothing is committed here any more
+            named = self.codec.peek_chain(head_key, head.body)[2]
+            if named.get(floor, "") is None and all(link > floor for link in named if link != floor):
+                return
+            kept = {link: below for link, below in named.items() if link > floor}
+            body = self.codec.with_deleted(head_key, head.body, {**kept, floor: None}, replace=True)
+            if (yield from one(Put(head_key, body, mode=Update(head.etag)))) is not PRECONDITION_FAILED:
+                return
+        raise CheckpointConflictError(thread_id, ns, " while prune named what it deletes (the head kept moving)")
+
     def _prune_scope(self, thread_id: str, ns: str) -> Plan[_PruneScope]:
         """What ``prune(keep_latest)`` keeps in a namespace: the head, its record, writes and large values,
         and those of the ancestors its DeltaChannel values are rebuilt from."""
@@ -300,6 +324,7 @@ class Maintenance(Committing):
             return scope
         record = self.codec.decode_record(head_key, head.body)
         scope.head_id = record.checkpoint["id"]
+        scope.head_previous = record.previous_head
         for kept in [record, *(yield from self._delta_ancestors(thread_id, ns, record))]:
             cid = kept.checkpoint["id"]
             scope.keep.add(self.layout.record(thread_id, ns, cid))
@@ -412,16 +437,17 @@ class Maintenance(Committing):
         The records are walked newest first down to the run's first checkpoint and on to the next
         committed record below it, classified by the commit chain. The run's records all go, committed
         or not. If the head is the run's, it moves back to the newest committed record of another run
-        (the *survivor*: a record on the chain, never a leftover that was never committed). Orphans met
-        on the way are deleted first, so the gap the run leaves in the chain opens onto a committed
-        record (see :mod:`langgraph_s3_checkpoint._protocol.chain`).
+        (the *survivor*: a record on the chain, never a leftover that was never committed). The run's links of
+        the chain below the head it leaves are named as deleted in that head first, so no record landing in the gap
+        they leave is ever judged committed (see :mod:`langgraph_s3_checkpoint._protocol.chain`); orphans met on the
+        way are deleted too.
         """
         head_key = self.layout.head(thread_id, ns)
         head = yield from one(Get(head_key))
         found = self._below_head(head_key, head, run_id, first_id)
         head_is_run = found.wants_survivor
         yield from self._find_run_records(self.layout.records(thread_id, ns), found)
-        if not (yield from self._fence_in_flight(head_key, head, found)):
+        if not (yield from self._fence_and_name(head_key, head, found)):
             return False  # the head moved meanwhile (maybe the run's own put landing): start over
         # Before anything of the run goes: the checkpoints it started from are found through its own (their
         # parents), so a rollback that dies after deleting those can still be finished by running it again.
@@ -465,26 +491,36 @@ class Maintenance(Committing):
             found.parents.add(head_parent)
         return found
 
-    def _fence_in_flight(self, head_key: str, head: StoredObject | None, found: _RunRecords) -> Plan[bool]:
-        """When a put of the run may still move the head (:meth:`_RunRecords.may_commit_later`), rewrite the head
-        with the same checkpoint and new bytes (so a new ETag), ``If-Match`` the ETag read: False if the head moved
-        meanwhile.
+    def _fence_and_name(self, head_key: str, head: StoredObject | None, found: _RunRecords) -> Plan[bool]:
+        """Rewrite a head that stays (it is not the run's) ``If-Match`` the ETag read, when the run's put may still
+        move it or the rollback deletes links below it: False if the head moved meanwhile (start over).
 
-        A put of the run still on its way (its record stored, its head PUT not yet applied; or only its run-index
-        entries stored) holds ``If-Match`` on the ETag of the head it continues, this one. Deleting the run's
-        records alone would not stop it: its head PUT would land after the rollback returned, and the thread would
-        show the step of a run that was rolled back, holding a head whose record is gone. With the ETag changed,
-        that head PUT is refused, and the put, reading a head rewritten under it, is refused too
-        (``committing._settle``: a head rewritten while holding the parent counts as moved) and withdraws its
-        record. The head also names the run as rolled back (:meth:`~.codec.Codec.rolled_back_on`; readers ignore
-        it), so that a put of the run that reads the head only now, never having seen the old ETag, is refused as
-        well. A put landing before this PUT makes it fail, and the rollback starts over on the run's head.
+        *Fence.* When a put of the run may still move the head (:meth:`_RunRecords.may_commit_later`), the head is
+        rewritten with the same checkpoint in new bytes (so a new ETag) naming the run as rolled back
+        (:meth:`~.codec.Codec.rolled_back_on`; readers ignore it). A put of the run still on its way (its record
+        stored, its head PUT not yet applied; or only its run-index entries stored) holds ``If-Match`` on the ETag of
+        the head it continues, this one. Deleting the run's records alone would not stop it: its head PUT would land
+        after the rollback returned, and the thread would show the step of a run that was rolled back, holding a head
+        whose record is gone. With the ETag changed, that head PUT is refused, and the put, reading the head again,
+        finds it naming its run and is refused (``committing._settle``) and withdraws its record; so is a put of the
+        run that reads the head only now, never having seen the old ETag.
+
+        *Names.* The run's links below the head are named as deleted (:meth:`_RunRecords.deleted_links`), so that a
+        record landing in the gap they leave, after they are gone, is never judged committed (:mod:`.chain`).
+
+        A put landing before this PUT makes it fail, and the rollback starts over on the run's head.
         """
-        if head is None or not found.may_commit_later():
+        if head is None or found.wants_survivor:
             return True
-        if found.run_id in self.codec.rolled_back_runs(head_key, head.body):
-            return True  # fenced already (a rollback of this run that died, or whose rewrite's answer was lost)
-        body = self.codec.rolled_back_on(head_key, head.body, found.run_id)
+        body = head.body
+        if found.may_commit_later() and found.run_id not in self.codec.rolled_back_runs(head_key, body):
+            # (not named already: a rollback of this run that died, or whose rewrite's answer was lost)
+            body = self.codec.rolled_back_on(head_key, body, found.run_id)
+        names = found.deleted_links()
+        if names and not names.items() <= self.codec.peek_chain(head_key, body)[2].items():
+            body = self.codec.with_deleted(head_key, body, names)
+        if body is head.body:
+            return True
         reply = yield from one(Put(head_key, body, mode=Update(head.etag)))
         return reply is not PRECONDITION_FAILED
 
@@ -528,6 +564,8 @@ class Maintenance(Committing):
         except CorruptObjectError:
             return  # whose it is cannot be told: left alone (verify reports it), a missing link here
         standing = found.chain.standing(cid, previous, detached)
+        if standing is Standing.COMMITTED and not detached:
+            found.links.append((cid, previous, run_of == found.run_id))
         if run_of == found.run_id:
             found.doomed_ids.add(cid)
             if parent_id is not None:
@@ -544,6 +582,7 @@ class Maintenance(Committing):
                 found.survivor = (
                     obj if not detached else StoredObject(self.codec.relink(key, obj.body, found.chain.link), "")
                 )
+                found.survivor_id = cid
             # The run's entry names its first checkpoint here, or the checkpoint of another run it wrote to
             # first (the one it resumed): reaching that one is reaching below the run.
             found.reached_below = cid <= found.first_id
@@ -604,11 +643,18 @@ class Maintenance(Committing):
         committed records, delete it. False if the run itself committed again meanwhile (start over).
 
         Both are conditional on the head read before the walk: a writer that committed on top of the
-        run meanwhile must not lose its checkpoint to the rollback.
+        run meanwhile must not lose its checkpoint to the rollback. The survivor, as the head, names the run as
+        rolled back (:meth:`~.codec.Codec.rolled_back_on`): a put of the run whose head PUT was refused, or is still
+        on its way, reads a head holding its parent again and would otherwise commit on it once more.
         """
         reply: Written | PreconditionFailed | None
         if found.survivor is not None:
-            reply = yield from one(Put(head_key, found.survivor.body, mode=Update(head.etag)))
+            # The survivor's record names the deleted links it knew when it was committed; the head names those
+            # found since, and this rollback's own below the survivor (:meth:`_RunRecords.deleted_links`).
+            body = self.codec.rolled_back_on(head_key, found.survivor.body, run_id)
+            names = {**self.codec.peek_chain(head_key, head.body)[2], **found.deleted_links()}
+            body = self.codec.with_deleted(head_key, body, names)
+            reply = yield from one(Put(head_key, body, mode=Update(head.etag)))
         else:
             reply = yield from one(DeleteIfMatch(head_key, head.etag))
         if reply is not PRECONDITION_FAILED:
@@ -754,6 +800,8 @@ class _PruneScope:
     head_id: str | None
     keep: set[str]
     """Keys that stay."""
+    head_previous: str | None = None
+    """The kept head's link: from it down, the chain is deleted."""
     keep_prefixes: list[str] = field(default_factory=list)
     """Prefixes whose keys stay (the kept records' writes)."""
 
@@ -818,6 +866,9 @@ class _RunRecords:
     """Writes keys of a checkpoint whose folder may continue on the next page."""
     survivor: StoredObject | None = None
     """The newest committed record of another run: the head's new body."""
+    survivor_id: str | None = None
+    links: list[tuple[str, str | None, bool]] = field(default_factory=list)
+    """The links of the chain met, newest first: (checkpoint id, its previous head, whether it is the run's)."""
     reached_below: bool = False
     """Whether a committed record older than the run's first checkpoint was met (the walk ends there)."""
 
@@ -838,6 +889,25 @@ class _RunRecords:
             return False
         head_id = self.chain.head_id
         return self.first_id >= head_id or any(self.chain.pending(cid) for cid in self.doomed_ids)
+
+    def deleted_links(self) -> dict[str, str | None]:
+        """The links of the chain this rollback deletes below the head it leaves (the head, or the survivor), each
+        stretch of them named by its newest with the link below it (:mod:`.chain`, "Deleted links"): what the head
+        must name before they go. The run's links above the survivor need no name: above the head, they are
+        between two links once the thread goes on."""
+        top = self.survivor_id if self.wants_survivor else self.chain.head_id
+        names: dict[str, str | None] = {}
+        stretch: str | None = None
+        for cid, previous, doomed in self.links:
+            if top is None or cid >= top:
+                continue
+            if doomed and stretch is None:
+                stretch = cid
+            if doomed:
+                names[stretch or cid] = previous
+            else:
+                stretch = None
+        return names
 
     def take_keys(self, parsed: Sequence[tuple[str, CheckpointKey | None]], *, complete: bool) -> None:
         """Sort a page's keys (records and writes) by their checkpoint's verdict, and keep the writes keys of
