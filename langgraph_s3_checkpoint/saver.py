@@ -142,7 +142,8 @@ def make_client(
 
     Raises:
         InvalidConfigError: An unknown keyword argument (the message names the valid ones, or the component an
-            option belongs to), or a setting botocore refuses.
+            option belongs to), a setting botocore refuses, or ``AWS_PROFILE`` (``AWS_DEFAULT_PROFILE``) naming a
+            profile the AWS config files do not have (botocore's ``ProfileNotFound``; the message names it).
     """
     from botocore.config import Config
 
@@ -184,14 +185,43 @@ def make_client(
         request_checksum_calculation=request_checksum_calculation,
         response_checksum_validation=response_checksum_validation,
     )
+    from botocore.exceptions import BotoCoreError, ProfileNotFound
+
     try:
         client = _new_session().client(
             "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **client_kwargs
         )
+    except ProfileNotFound as exc:  # AWS_PROFILE (or AWS_DEFAULT_PROFILE) names a profile the files lack
+        raise InvalidConfigError(_missing_profile_message(str(exc.kwargs.get("profile", "")))) from None
     except ValueError as exc:  # botocore: an endpoint_url that is not a URL, a bad region name
         raise InvalidConfigError(f"cannot create the S3 client: {exc}") from None
+    except BotoCoreError as exc:  # botocore reads the AWS config files here (e.g. one it cannot parse); sends nothing
+        raise InvalidConfigError(
+            f"cannot create the S3 client: {exc}. Fix the AWS configuration it names (AWS_CONFIG_FILE, "
+            "AWS_SHARED_CREDENTIALS_FILE, the AWS_* environment variables)"
+        ) from None
     without_expect_continue(client)
     return client
+
+
+def _missing_profile_message(profile: str) -> str:
+    """What to do when the AWS profile botocore was told to use does not exist; names the profiles that do."""
+    import botocore.session
+
+    variable = next(
+        (name for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if os.environ.get(name) == profile), "the profile"
+    )
+    try:
+        known = sorted(botocore.session.Session(profile=None).full_config.get("profiles", {}))
+    except Exception:  # a config file botocore cannot read: the profiles it has stay unnamed
+        known = []
+    return (
+        f"{variable}={profile!r} names an AWS profile that does not exist in the AWS config and credentials files "
+        f"({os.environ.get('AWS_CONFIG_FILE', '~/.aws/config')}, "
+        f"{os.environ.get('AWS_SHARED_CREDENTIALS_FILE', '~/.aws/credentials')}; the profiles there: "
+        f"{', '.join(known) or 'none'}). Set {variable} to one of them, add the profile (aws configure --profile "
+        f"{profile}), or unset {variable} to use the rest of the credential chain."
+    )
 
 
 _shared_loader: Any = None

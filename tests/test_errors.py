@@ -35,8 +35,10 @@ from langgraph_s3_checkpoint import (
     AsyncS3Saver,
     AsyncS3Store,
     CorruptObjectError,
+    InvalidConfigError,
     NewerFormatError,
     S3AccessError,
+    S3Cache,
     S3CheckpointError,
     S3Saver,
     S3Store,
@@ -112,6 +114,52 @@ def test_no_credentials_is_an_access_error(
             saver.get_tuple(cfg("t"))
     # The error is the whole story: no note that transport='auto' fell back to boto3 ahead of it.
     assert [r.getMessage() for r in caplog.records] == []
+
+
+@pytest.fixture
+def unknown_aws_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> str:
+    """``AWS_PROFILE`` naming a profile the AWS config files do not have (they have ``[profile other]``)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    config = tmp_path / "config"
+    config.write_text("[profile other]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "lgs3-no-such-profile")
+    return "lgs3-no-such-profile"
+
+
+def test_an_aws_profile_that_does_not_exist_is_a_config_error_naming_it(unknown_aws_profile: str) -> None:
+    """botocore raises ProfileNotFound when the client is made; every way of opening the saver, store or cache (and
+    the CLI) says instead which profile is missing and what to do, as a package error, before anything is sent."""
+    url = "s3://lgs3-test/p?endpoint_url=http://127.0.0.1:9"
+    wanted = rf"AWS_PROFILE.*{unknown_aws_profile}.*does not exist.*other"
+
+    for opened in (
+        lambda: S3Saver.from_conn_string(url),
+        lambda: S3Store.from_conn_string(url),
+        lambda: S3Cache.from_conn_string(url),
+    ):
+        with pytest.raises(InvalidConfigError, match=wanted), opened():
+            pass
+    for cls in (S3Saver, AsyncS3Saver, S3Store, AsyncS3Store, S3Cache):
+        with pytest.raises(InvalidConfigError, match=wanted):
+            cls(bucket="lgs3-test", endpoint_url="http://127.0.0.1:9")
+
+    async def main() -> None:
+        for opened in (
+            lambda: AsyncS3Saver.from_conn_string(url),
+            lambda: AsyncS3Store.from_conn_string(url),
+            lambda: S3Cache.from_conn_string(url),
+        ):
+            with pytest.raises(InvalidConfigError, match=wanted):
+                async with opened():
+                    pass
+
+    asyncio.run(main())
+    line = assert_one_error_line(run_cli("--url", url, "threads", env=dict(os.environ)), 2)
+    assert unknown_aws_profile in line and "AWS_PROFILE" in line
 
 
 class _WebPage(http.server.BaseHTTPRequestHandler):
