@@ -321,17 +321,39 @@ def test_with_and_async_with_close_the_saver_or_store_at_the_block_end(
     opened.close()  # idempotent
 
 
-def test_a_closed_store_refuses_every_call_naming_it(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    with S3Store.from_conn_string(f"s3://{bucket}/{prefix}", **client_options(s3_server)) as store:
+@pytest.mark.parametrize("cls", [S3Store, AsyncS3Store], ids=lambda c: c.__name__)
+def test_a_closed_store_refuses_every_call_naming_it(
+    s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]
+) -> None:
+    """As the saver and the cache: the error names the method the user called (``get``, not the ``batch`` that
+    BaseStore's ``get`` runs), for every method of BaseStore and their async forms, on both store classes."""
+    from langgraph.store.base import GetOp
+
+    store = cls(bucket=bucket, prefix=prefix, client=s3_server.client())
+    with store:
         store.put(("ns",), "k", {"v": 1})
-    for name, call in (
-        ("batch", lambda: store.get(("ns",), "k")),
-        ("sweep_ttl", store.sweep_ttl),
-        ("setup", store.setup),
-        ("start_ttl_sweeper", store.start_ttl_sweeper),
-        ("abatch", lambda: asyncio.run(store.aget(("ns",), "k"))),
-    ):
-        with pytest.raises(SaverMisuseError, match=rf"{name}\(\) was called on a store that was closed"):
+    calls: dict[str, Callable[[], Any]] = {
+        "get": lambda: store.get(("ns",), "k"),
+        "put": lambda: store.put(("ns",), "k", {"v": 2}),
+        "delete": lambda: store.delete(("ns",), "k"),
+        "search": lambda: store.search(("ns",)),
+        "list_namespaces": lambda: store.list_namespaces(),
+        "batch": lambda: store.batch([GetOp(("ns",), "k")]),
+        "setup": lambda: asyncio.run(store.setup()) if cls is AsyncS3Store else store.setup(),
+        "start_ttl_sweeper": lambda: (
+            asyncio.run(store.start_ttl_sweeper()) if cls is AsyncS3Store else store.start_ttl_sweeper()
+        ),
+        "sweep_ttl": lambda: asyncio.run(store.sweep_ttl()) if cls is AsyncS3Store else store.sweep_ttl(),
+        "aget": lambda: asyncio.run(store.aget(("ns",), "k")),
+        "aput": lambda: asyncio.run(store.aput(("ns",), "k", {"v": 2})),
+        "adelete": lambda: asyncio.run(store.adelete(("ns",), "k")),
+        "asearch": lambda: asyncio.run(store.asearch(("ns",))),
+        "alist_namespaces": lambda: asyncio.run(store.alist_namespaces()),
+        "abatch": lambda: asyncio.run(store.abatch([GetOp(("ns",), "k")])),
+        "asweep_ttl": lambda: asyncio.run(store.asweep_ttl()),
+    }
+    for name, call in calls.items():
+        with pytest.raises(SaverMisuseError, match=rf"^{name}\(\) was called on a store that was closed"):
             call()
 
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import inspect
 import logging
 import threading
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -80,6 +82,28 @@ from .plans import StorePlans
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 StoreT = TypeVar("StoreT", bound="BaseS3Store")
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _refused_when_closed(method: Method) -> Method:
+    """``BaseStore``'s ``method`` (``get``, ``aput`` ...), refusing a closed store with :class:`SaverMisuseError`
+    naming ``method``: BaseStore's methods run :meth:`~BaseS3Store.batch`, whose own check would name ``batch``."""
+    name = method.__name__
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def checked_async(self: BaseS3Store, *args: Any, **kwargs: Any) -> Any:
+            self._bucket_io.check_open(name)
+            return await method(self, *args, **kwargs)
+
+        return checked_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def checked(self: BaseS3Store, *args: Any, **kwargs: Any) -> Any:
+        self._bucket_io.check_open(name)
+        return method(self, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 class BaseS3Store(ClosesAtBlockEnd, BaseStore):
@@ -304,6 +328,19 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         answers = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
         return await self._bucket_io.arun(self._plans.batch(listed, assign_vectors(to_embed, documents), query_vectors))
+
+    # BaseStore's methods, each refusing a closed store by its own name (a later call raises SaverMisuseError naming
+    # the method the user called, as the saver's and the cache's do); otherwise BaseStore's, running one batch.
+    get = _refused_when_closed(BaseStore.get)
+    put = _refused_when_closed(BaseStore.put)
+    delete = _refused_when_closed(BaseStore.delete)
+    search = _refused_when_closed(BaseStore.search)
+    list_namespaces = _refused_when_closed(BaseStore.list_namespaces)
+    aget = _refused_when_closed(BaseStore.aget)
+    aput = _refused_when_closed(BaseStore.aput)
+    adelete = _refused_when_closed(BaseStore.adelete)
+    asearch = _refused_when_closed(BaseStore.asearch)
+    alist_namespaces = _refused_when_closed(BaseStore.alist_namespaces)
 
     def _run(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
         self._bucket_io.check_open(what)
