@@ -12,9 +12,13 @@ first: concurrent first writes wait for the one probe, later ones find its verdi
 per batch until it is known, none after).
 
 :func:`probe` is a plan like every other operation; on fresh keys under ``{prefix}_setup/probe-`` (where ``gc``
-collects what an interrupted probe leaves) it checks, in four round trips and eighteen requests (11 PUT, 4 GET, 2
-DELETE, 1 DeleteObjects; a refused write that must be read back costs a GET and a round trip more):
+collects what an interrupted probe leaves) it checks, in five round trips and nineteen requests (1 LIST, 11 PUT, 4 GET,
+2 DELETE, 1 DeleteObjects; a refused write that must be read back costs a GET and a round trip more):
 
+0. the bucket exists: a one-key LIST under the probe's key, a read, before any PUT. A missing bucket raises
+   :class:`~..errors.BucketNotFoundError` there, as a read of the saver does (SeaweedFS creates a bucket at the first
+   PutObject to it, so a mistyped bucket name would otherwise become a new bucket at the first write of a store,
+   a cache or ``put_writes``, none of which reads first); it is an error, not a verdict, so the next write asks again;
 1. a create-only PUT (``If-None-Match: *``) of a new key succeeds;
 2. a second create-only PUT of an existing key is refused;
 3. a PUT with a wrong ``If-Match`` is refused;
@@ -121,6 +125,7 @@ def probe(key: str) -> Plan[Failed | None]:
     Through the dialect proxy at one write per second per key the probe took 4.0-5.0 s (three runs), where an
     earlier version whose checks shared keys took 8.8-10.9 s; without the limit, 0.4 s on the test machine."""
     keys = Keys(*(f"{key}{suffix}" for suffix in ("", "-again", "-wrong", "-kept", "-deleted", "-missing", "-race")))
+    yield [ListKeys(key, max_keys=1)]  # a read first: a missing bucket raises BucketNotFoundError before any PUT
     failed = yield from _checks(keys)
     yield [Delete(tuple(keys))]
     return failed
