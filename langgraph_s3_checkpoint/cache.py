@@ -552,7 +552,8 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
 
     @classmethod
     def from_conn_string(cls, url: str, **kwargs: Any) -> S3Cache[Any]:
-        """A cache at a location URL; use it in ``with`` or ``async with``, which close it.
+        """A cache at a location URL, as :meth:`.S3Saver.from_conn_string`: use it in ``with`` or ``async with``,
+        which close it at the block's end, or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...`` (the saver's URL; options only the saver or the store use

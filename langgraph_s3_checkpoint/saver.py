@@ -17,7 +17,6 @@ import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -976,23 +975,22 @@ class S3Saver(BaseS3Saver):
     """
 
     @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **kwargs: Any) -> Iterator[S3Saver]:
-        """Open a saver for a location URL, closed at the end of the ``with`` block.
+    def from_conn_string(cls, url: str, **kwargs: Any) -> S3Saver:
+        """A saver for a location URL. Use it in ``with`` (or ``async with``), as LangGraph's savers are used, which
+        closes it at the block's end; or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...`` (the options of :class:`BaseS3Saver`).
             **kwargs: Options that override the URL's; client settings (``endpoint_url``, ``region_name`` ...)
                 reach the boto3 client.
 
-        Yields:
-            The saver.
+        Returns:
+            The saver (its own context manager: ``with`` hands back the saver itself).
 
         Raises:
             InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
         """
-        with cls._from_url(url, **kwargs) as saver:
-            yield saver
+        return cls._from_url(url, **kwargs)
 
     def setup(self) -> None:
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
@@ -1023,12 +1021,10 @@ class AsyncS3Saver(BaseS3Saver):
     _native_async = True
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncIterator[AsyncS3Saver]:
-        """Open a saver for a location URL, closed at the end of the ``async with`` block; as
-        :meth:`S3Saver.from_conn_string`."""
-        with cls._from_url(url, **kwargs) as saver:
-            yield saver
+    def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncS3Saver:
+        """A saver for a location URL, as :meth:`S3Saver.from_conn_string`: use it in ``async with`` (or ``with``),
+        which closes it at the block's end, or as it is, and call :meth:`close` when done."""
+        return cls._from_url(url, **kwargs)
 
     async def setup(self) -> None:
         """:meth:`S3Saver.setup`, awaited: same effect and errors."""

@@ -321,6 +321,66 @@ def test_with_and_async_with_close_the_saver_or_store_at_the_block_end(
     opened.close()  # idempotent
 
 
+@pytest.mark.parametrize("cls", [S3Saver, AsyncS3Saver, S3Store, AsyncS3Store, S3Cache], ids=lambda c: c.__name__)
+def test_from_conn_string_works_with_and_without_a_block(
+    s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]
+) -> None:
+    """``from_conn_string`` returns the saver, store or cache itself: usable at once (closed by ``close()``), and in
+    ``with`` and ``async with`` (LangGraph's documented pattern), which close it at the block's end. The saver's and
+    the store's returned a context manager, which failed without ``with`` ("... object has no attribute 'put'")."""
+    url = f"s3://{bucket}/{prefix}"
+    kind = "store" if "Store" in cls.__name__ else "cache" if cls is S3Cache else "saver"
+
+    def use(target: Any, n: int) -> None:
+        if kind == "saver":
+            target.put(cfg(f"t{n}"), empty_checkpoint(), {"step": 0}, {})
+            assert target.get_tuple(cfg(f"t{n}")) is not None
+        elif kind == "store":
+            target.put(("ns",), f"k{n}", {"v": n})
+            assert target.get(("ns",), f"k{n}").value == {"v": n}
+        else:
+            target.set({(("ns",), f"k{n}"): (n, None)})
+            assert target.get([(("ns",), f"k{n}")]) == {(("ns",), f"k{n}"): n}
+
+    async def ause(target: Any, n: int) -> None:
+        if kind == "saver":
+            await target.aput(cfg(f"t{n}"), empty_checkpoint(), {"step": 0}, {})
+            assert await target.aget_tuple(cfg(f"t{n}")) is not None
+        elif kind == "store":
+            await target.aput(("ns",), f"k{n}", {"v": n})
+            assert (await target.aget(("ns",), f"k{n}")).value == {"v": n}
+        else:
+            await target.aset({(("ns",), f"k{n}"): (n, None)})
+            assert await target.aget([(("ns",), f"k{n}")]) == {(("ns",), f"k{n}"): n}
+
+    def closed(target: Any) -> None:
+        with pytest.raises(SaverMisuseError, match=rf"was called on a {kind} that was closed"):
+            use(target, 99)
+
+    opened = cls.from_conn_string(url, **client_options(s3_server))
+    assert isinstance(opened, cls)
+    if cls in (AsyncS3Saver, AsyncS3Store):
+        asyncio.run(ause(opened, 1))
+    else:
+        use(opened, 1)
+    opened.close()
+    closed(opened)
+
+    if cls not in (AsyncS3Saver, AsyncS3Store):
+        with cls.from_conn_string(url, **client_options(s3_server)) as entered:
+            assert isinstance(entered, cls)
+            use(entered, 2)
+        closed(entered)
+
+    async def main() -> Any:
+        async with cls.from_conn_string(url, **client_options(s3_server)) as entered:
+            assert isinstance(entered, cls)
+            await ause(entered, 3)
+        return entered
+
+    closed(asyncio.run(main()))
+
+
 @pytest.mark.parametrize("cls", [S3Store, AsyncS3Store], ids=lambda c: c.__name__)
 def test_a_closed_store_refuses_every_call_naming_it(
     s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]

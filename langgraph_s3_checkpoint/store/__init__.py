@@ -26,8 +26,7 @@ import inspect
 import logging
 import threading
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
@@ -400,11 +399,11 @@ class S3Store(BaseS3Store):
     """
 
     @classmethod
-    @contextmanager
     def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
-    ) -> Iterator[S3Store]:
-        """Open a store for a location URL (the saver's), closed at the end of the ``with`` block.
+    ) -> S3Store:
+        """A store for a location URL (the saver's). Use it in ``with`` (or ``async with``), which closes it at the
+        block's end; or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...``; options only the saver or the cache use are ignored.
@@ -412,14 +411,13 @@ class S3Store(BaseS3Store):
             ttl: LangGraph's ``TTLConfig``.
             **kwargs: Options that override the URL's.
 
-        Yields:
-            The store.
+        Returns:
+            The store (its own context manager: ``with`` hands back the store itself).
 
         Raises:
             InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
         """
-        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
-            yield store
+        return cls._from_url(url, index=index, ttl=ttl, **kwargs)
 
     def setup(self) -> None:
         """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support; an empty
@@ -525,14 +523,12 @@ class AsyncS3Store(BaseS3Store):
     """
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
+    def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[AsyncS3Store]:
-        """Open a store for a location URL, closed at the end of the ``async with`` block; as
-        :meth:`S3Store.from_conn_string`."""
-        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
-            yield store
+    ) -> AsyncS3Store:
+        """A store for a location URL, as :meth:`S3Store.from_conn_string`: use it in ``async with`` (or ``with``),
+        which closes it at the block's end, or as it is, and call :meth:`close` when done."""
+        return cls._from_url(url, index=index, ttl=ttl, **kwargs)
 
     async def setup(self) -> None:
         """:meth:`S3Store.setup`, awaited: same effect and errors."""
