@@ -364,14 +364,16 @@ def make_bucket_io(
         backend=client if in_memory else None,
         deadline=deadline,
         serves=serves,
-        conditions=None if in_memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
+        conditions=None
+        if in_memory
+        else _gate(client, bucket, prefix, require_conditional_writes, extra_headers, serves),
         extra_headers=extra_headers,
         contention_seconds=contention,
     )
 
 
 def _gate(
-    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...]
+    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...], serves: str
 ) -> ConditionalWrites:
     """The conditional-write probe's gate (:mod:`._transport.probe`): its verdict is the process's for this endpoint,
     bucket and extra headers; its objects go under the saver's prefix (IAM policies may allow no other)."""
@@ -382,6 +384,7 @@ def _gate(
         probe_key=lambda: layout.probe(uuid.uuid4().hex),
         required=required,
         extra_headers=tuple(sorted((name.lower(), value) for name, value in extra_headers)),
+        serves=serves,
     )
 
 

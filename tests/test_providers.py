@@ -39,6 +39,7 @@ from langgraph_s3_checkpoint import (
     ConditionalRequestConflictError,
     ConditionalWritesUnsupportedError,
     InvalidConfigError,
+    S3Cache,
     S3RequestError,
     S3Saver,
     S3Store,
@@ -505,6 +506,41 @@ def test_require_conditional_writes_false_works_where_they_are_refused(
         store.delete(("users",), "u")
         assert store.get(("users",), "u") is None
     assert proxy.seen["501"] == refused
+
+
+@pytest.mark.parametrize("dialect", ["ignores_conditions", "refuses_conditions"])
+def test_the_node_cache_works_without_conditional_writes(
+    server: LocalS3Server, through: Callable[..., DialectProxy], dialect: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node cache needs no conditional writes: its entries are unconditional PUTs (the last writer wins), and
+    only its sweep deletes conditionally (an entry rewritten since the sweep read it stays). On a server that
+    ignores the headers (GCS's XML API, Garage) or refuses them (B2: 501) it works by default, sending none (the
+    sweep checks each delete's ETag with a LIST first), with a warning; the saver there is still refused, and so is
+    a cache told ``require_conditional_writes=True``."""
+    proxy = through(**{dialect: True})
+    options = _options(server, proxy)
+    with caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint"), S3Cache(**options) as cache:
+        cache.setup()
+        cache.set({(("node",), "kept"): ({"v": 1}, None), (("node",), "gone"): ({"v": 2}, -1)})
+        assert cache.get([(("node",), "kept"), (("node",), "gone")]) == {(("node",), "kept"): {"v": 1}}
+        swept = cache.sweep()
+        assert (swept.expired, swept.deleted) == (1, 1)
+        assert asyncio.run(cache.aget([(("node",), "kept")])) == {(("node",), "kept"): {"v": 1}}
+        cache.clear()
+        assert cache.get([(("node",), "kept")]) == {}
+    assert any("node cache writes without conditional headers" in r.getMessage() for r in caplog.records)
+    before = proxy.seen["stripped"] + proxy.seen["501"]
+    with S3Cache(**{**options, "prefix": f"providers/{uuid4().hex[:12]}"}) as again:
+        again.set({(("node",), "k"): (1, 60)})
+        again.sweep(full=True)
+    assert proxy.seen["stripped"] + proxy.seen["501"] == before  # the verdict is known: no conditional header sent
+    with (
+        S3Cache(**options, require_conditional_writes=True) as strict,
+        pytest.raises(ConditionalWritesUnsupportedError),
+    ):
+        strict.set({(("node",), "k"): (1, None)})
+    with S3Saver(**options) as saver, pytest.raises(ConditionalWritesUnsupportedError):
+        saver.put(cfg("t"), empty_checkpoint(), {}, {})
 
 
 # -- 409 ConditionalRequestConflict bursts: AWS -------------------------------------------------------

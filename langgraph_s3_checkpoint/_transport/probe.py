@@ -277,11 +277,22 @@ def _plain(request: Request, etag: str | None) -> Request | PreconditionFailed |
     return Put(request.key, request.body, expires=request.expires) if holds else PRECONDITION_FAILED
 
 
+WITHOUT_THEM = {
+    "saver": "require_conditional_writes=False: writing without conditional headers, each condition checked by a "
+    "LIST first. Safe for one writer per thread only.",
+    "cache": "the node cache writes without conditional headers, as it needs none (its entries are plain PUTs: the "
+    "last writer wins); its sweep checks each conditional delete with a LIST first, so a sweep racing a set may "
+    "delete the entry just written (a miss: the node runs again).",
+}
+"""What writing without conditional headers risks, by who writes (:attr:`ConditionalWrites.serves`; the store's is the
+saver's)."""
+
+
 class Enforcement(enum.Enum):
     """How a saver writes once the probe has spoken."""
 
     ENFORCED = "the server enforces conditional writes"
-    WITHOUT = "no conditional headers (require_conditional_writes=False, single writer)"
+    WITHOUT = "no conditional headers (require_conditional_writes=False: a single writer; the node cache's default)"
 
 
 _VERDICTS: dict[Hashable, tuple[concurrent.futures.Future[Any], int]] = {}
@@ -334,6 +345,9 @@ class ConditionalWrites:
     required: bool
     extra_headers: tuple[tuple[str, str], ...] = ()
     """Part of the verdict's identity: Tigris checks conditions on its leader only with ``X-Tigris-Consistent``."""
+    serves: str = "saver"
+    """Who writes through this gate (``saver``, ``store``, ``cache``): what the warning says writing without
+    conditional headers risks (:data:`WITHOUT_THEM`)."""
     enforcement: Enforcement | None = field(default=None, init=False)
     """``None`` until the verdict is known (and, with ``required``, while it refuses)."""
 
@@ -400,13 +414,12 @@ class ConditionalWrites:
         if self.required:
             raise self.refusal(found)
         logger.warning(
-            "bucket %r at %s does not enforce conditional writes (%s: %s); require_conditional_writes=False: "
-            "writing without conditional headers, each condition checked by a LIST first. Safe for one writer "
-            "per thread only.",
+            "bucket %r at %s does not enforce conditional writes (%s: %s); %s",
             self.bucket,
             self.endpoint,
             CHECKS[found.check],
             found.answer,
+            WITHOUT_THEM.get(self.serves, WITHOUT_THEM["saver"]),
         )
         self.enforcement = Enforcement.WITHOUT
 
