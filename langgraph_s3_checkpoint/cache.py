@@ -459,7 +459,10 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         compress_threshold: As the saver's.
         max_concurrency: As the saver's.
         create_bucket: As the saver's.
-        require_conditional_writes: As the saver's.
+        require_conditional_writes: Refuse a server that does not enforce conditional writes, as the saver does.
+            Off by default: the cache needs none (``set`` is a plain PUT, the last writer wins), and on such a
+            server it sends none (its sweep checks each conditional delete with a LIST first, so a sweep racing a
+            ``set`` may delete the entry just written: a miss, never a wrong or expired value).
         server_side_encryption: As the saver's.
         sse_kms_key_id: As the saver's.
         sse_customer_key: As the saver's.
@@ -478,8 +481,8 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
     Errors every call may raise, besides those its docstring names (all are :class:`S3CheckpointError`):
     :class:`S3RequestError` (the endpoint is unreachable, silent or failing after retries, or the call passed
     ``operation_timeout``), :class:`S3AccessError`, :class:`BucketNotFoundError`,
-    :class:`ConditionalWritesUnsupportedError` (at the first write) and :class:`SaverMisuseError` (a call on a
-    closed cache).
+    :class:`ConditionalWritesUnsupportedError` (at the first write, only with ``require_conditional_writes=True``)
+    and :class:`SaverMisuseError` (a call on a closed cache).
     """
 
     def __init__(
@@ -492,7 +495,7 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
         compress_threshold: int | None = DEFAULT_COMPRESS_THRESHOLD,
         max_concurrency: int = 32,
         create_bucket: bool = False,
-        require_conditional_writes: bool = True,
+        require_conditional_writes: bool = False,
         server_side_encryption: str | None = None,
         sse_kms_key_id: str | None = None,
         sse_customer_key: str | None = None,
@@ -552,7 +555,8 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
 
     @classmethod
     def from_conn_string(cls, url: str, **kwargs: Any) -> S3Cache[Any]:
-        """A cache at a location URL; use it in ``with`` or ``async with``, which close it.
+        """A cache at a location URL, as :meth:`.S3Saver.from_conn_string`: use it in ``with`` or ``async with``,
+        which close it at the block's end, or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...`` (the saver's URL; options only the saver or the store use
@@ -670,7 +674,8 @@ class S3Cache(ClosesAtBlockEnd, BaseCache[ValueT]):
 
         Raises:
             BucketNotFoundError: The bucket does not exist and ``create_bucket`` is not set.
-            ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
+            ConditionalWritesUnsupportedError: The server does not enforce conditional writes and
+                ``require_conditional_writes=True``.
             InvalidConfigError: The server did not keep the lifecycle rule for ``ttl_days`` as sent.
             S3CheckpointError: An error every call may raise (see the class docstring).
         """

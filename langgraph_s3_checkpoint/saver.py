@@ -17,7 +17,6 @@ import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -142,7 +141,8 @@ def make_client(
 
     Raises:
         InvalidConfigError: An unknown keyword argument (the message names the valid ones, or the component an
-            option belongs to), or a setting botocore refuses.
+            option belongs to), a setting botocore refuses, or ``AWS_PROFILE`` (``AWS_DEFAULT_PROFILE``) naming a
+            profile the AWS config files do not have (botocore's ``ProfileNotFound``; the message names it).
     """
     from botocore.config import Config
 
@@ -184,14 +184,43 @@ def make_client(
         request_checksum_calculation=request_checksum_calculation,
         response_checksum_validation=response_checksum_validation,
     )
+    from botocore.exceptions import BotoCoreError, ProfileNotFound
+
     try:
         client = _new_session().client(
             "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **client_kwargs
         )
+    except ProfileNotFound as exc:  # AWS_PROFILE (or AWS_DEFAULT_PROFILE) names a profile the files lack
+        raise InvalidConfigError(_missing_profile_message(str(exc.kwargs.get("profile", "")))) from None
     except ValueError as exc:  # botocore: an endpoint_url that is not a URL, a bad region name
         raise InvalidConfigError(f"cannot create the S3 client: {exc}") from None
+    except BotoCoreError as exc:  # botocore reads the AWS config files here (e.g. one it cannot parse); sends nothing
+        raise InvalidConfigError(
+            f"cannot create the S3 client: {exc}. Fix the AWS configuration it names (AWS_CONFIG_FILE, "
+            "AWS_SHARED_CREDENTIALS_FILE, the AWS_* environment variables)"
+        ) from None
     without_expect_continue(client)
     return client
+
+
+def _missing_profile_message(profile: str) -> str:
+    """What to do when the AWS profile botocore was told to use does not exist; names the profiles that do."""
+    import botocore.session
+
+    variable = next(
+        (name for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if os.environ.get(name) == profile), "the profile"
+    )
+    try:
+        known = sorted(botocore.session.Session(profile=None).full_config.get("profiles", {}))
+    except Exception:  # a config file botocore cannot read: the profiles it has stay unnamed
+        known = []
+    return (
+        f"{variable}={profile!r} names an AWS profile that does not exist in the AWS config and credentials files "
+        f"({os.environ.get('AWS_CONFIG_FILE', '~/.aws/config')}, "
+        f"{os.environ.get('AWS_SHARED_CREDENTIALS_FILE', '~/.aws/credentials')}; the profiles there: "
+        f"{', '.join(known) or 'none'}). Set {variable} to one of them, add the profile (aws configure --profile "
+        f"{profile}), or unset {variable} to use the rest of the credential chain."
+    )
 
 
 _shared_loader: Any = None
@@ -335,14 +364,16 @@ def make_bucket_io(
         backend=client if in_memory else None,
         deadline=deadline,
         serves=serves,
-        conditions=None if in_memory else _gate(client, bucket, prefix, require_conditional_writes, extra_headers),
+        conditions=None
+        if in_memory
+        else _gate(client, bucket, prefix, require_conditional_writes, extra_headers, serves),
         extra_headers=extra_headers,
         contention_seconds=contention,
     )
 
 
 def _gate(
-    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...]
+    client: Any, bucket: str, prefix: str, required: bool, extra_headers: tuple[tuple[str, str], ...], serves: str
 ) -> ConditionalWrites:
     """The conditional-write probe's gate (:mod:`._transport.probe`): its verdict is the process's for this endpoint,
     bucket and extra headers; its objects go under the saver's prefix (IAM policies may allow no other)."""
@@ -353,6 +384,7 @@ def _gate(
         probe_key=lambda: layout.probe(uuid.uuid4().hex),
         required=required,
         extra_headers=tuple(sorted((name.lower(), value) for name, value in extra_headers)),
+        serves=serves,
     )
 
 
@@ -946,23 +978,22 @@ class S3Saver(BaseS3Saver):
     """
 
     @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **kwargs: Any) -> Iterator[S3Saver]:
-        """Open a saver for a location URL, closed at the end of the ``with`` block.
+    def from_conn_string(cls, url: str, **kwargs: Any) -> S3Saver:
+        """A saver for a location URL. Use it in ``with`` (or ``async with``), as LangGraph's savers are used, which
+        closes it at the block's end; or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...`` (the options of :class:`BaseS3Saver`).
             **kwargs: Options that override the URL's; client settings (``endpoint_url``, ``region_name`` ...)
                 reach the boto3 client.
 
-        Yields:
-            The saver.
+        Returns:
+            The saver (its own context manager: ``with`` hands back the saver itself).
 
         Raises:
             InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
         """
-        with cls._from_url(url, **kwargs) as saver:
-            yield saver
+        return cls._from_url(url, **kwargs)
 
     def setup(self) -> None:
         """Check the bucket (creating it if ``create_bucket=True``) and that the server enforces
@@ -993,12 +1024,10 @@ class AsyncS3Saver(BaseS3Saver):
     _native_async = True
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncIterator[AsyncS3Saver]:
-        """Open a saver for a location URL, closed at the end of the ``async with`` block; as
-        :meth:`S3Saver.from_conn_string`."""
-        with cls._from_url(url, **kwargs) as saver:
-            yield saver
+    def from_conn_string(cls, url: str, **kwargs: Any) -> AsyncS3Saver:
+        """A saver for a location URL, as :meth:`S3Saver.from_conn_string`: use it in ``async with`` (or ``with``),
+        which closes it at the block's end, or as it is, and call :meth:`close` when done."""
+        return cls._from_url(url, **kwargs)
 
     async def setup(self) -> None:
         """:meth:`S3Saver.setup`, awaited: same effect and errors."""

@@ -268,6 +268,38 @@ def test_missing_bucket(s3_server: LocalS3Server) -> None:
     saver.close()
 
 
+def test_a_missing_bucket_is_refused_by_every_first_write_and_never_created(s3_server: LocalS3Server) -> None:
+    """SeaweedFS creates a bucket on the first PutObject to it: a mistyped bucket name would be created by the first
+    write that is not preceded by a read (a store put, a cache set, put_writes, the probe's own PUTs). Every first
+    write refuses it, as the saver's put and setup() do, and asks again at the next one (operations.md: every call)."""
+    from uuid import uuid4
+
+    from langgraph_s3_checkpoint import AsyncS3Store, S3Cache, S3Store
+
+    missing = f"lgs3-typo-{uuid4().hex[:8]}"
+    client = s3_server.client()
+    config = cfg("t", checkpoint_id="1f0000000-0000-6000-8000-000000000000")
+    with (
+        S3Store(bucket=missing, client=s3_server.client()) as store,
+        AsyncS3Store(bucket=missing, client=s3_server.client()) as astore,
+        S3Cache(bucket=missing, client=s3_server.client()) as cache,
+        S3Saver(bucket=missing, client=s3_server.client()) as saver,
+    ):
+        for _ in range(2):
+            for name, write in (
+                ("S3Store.put", lambda: store.put(("users",), "u-1", {"v": 1})),
+                ("AsyncS3Store.aput", lambda: asyncio.run(astore.aput(("users",), "u-1", {"v": 1}))),
+                ("S3Store.put with a TTL", lambda: store.put(("users",), "u-1", {"v": 1}, ttl=5)),
+                ("S3Cache.set", lambda: cache.set({(("node",), "k"): ({"v": 1}, None)})),
+                ("S3Cache.aset", lambda: asyncio.run(cache.aset({(("node",), "k"): ({"v": 1}, 60)}))),
+                ("S3Saver.put_writes", lambda: saver.put_writes(config, [("channel", 1)], "task-1")),
+                ("S3Saver.put", lambda: saver.put(cfg("t"), empty_checkpoint(), {"step": 0}, {})),
+            ):
+                with pytest.raises(BucketNotFoundError, match=missing):
+                    write()
+                assert missing not in [b["Name"] for b in client.list_buckets().get("Buckets", [])], name
+
+
 @pytest.fixture
 def wrong_credentials(seaweedfs_server: LocalS3Server) -> Iterator[tuple[S3Saver, str, str]]:
     """A saver whose secret key is wrong (SeaweedFS checks signatures; moto does not)."""

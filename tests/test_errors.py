@@ -35,8 +35,10 @@ from langgraph_s3_checkpoint import (
     AsyncS3Saver,
     AsyncS3Store,
     CorruptObjectError,
+    InvalidConfigError,
     NewerFormatError,
     S3AccessError,
+    S3Cache,
     S3CheckpointError,
     S3Saver,
     S3Store,
@@ -112,6 +114,52 @@ def test_no_credentials_is_an_access_error(
             saver.get_tuple(cfg("t"))
     # The error is the whole story: no note that transport='auto' fell back to boto3 ahead of it.
     assert [r.getMessage() for r in caplog.records] == []
+
+
+@pytest.fixture
+def unknown_aws_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> str:
+    """``AWS_PROFILE`` naming a profile the AWS config files do not have (they have ``[profile other]``)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    config = tmp_path / "config"
+    config.write_text("[profile other]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "lgs3-no-such-profile")
+    return "lgs3-no-such-profile"
+
+
+def test_an_aws_profile_that_does_not_exist_is_a_config_error_naming_it(unknown_aws_profile: str) -> None:
+    """botocore raises ProfileNotFound when the client is made; every way of opening the saver, store or cache (and
+    the CLI) says instead which profile is missing and what to do, as a package error, before anything is sent."""
+    url = "s3://lgs3-test/p?endpoint_url=http://127.0.0.1:9"
+    wanted = rf"AWS_PROFILE.*{unknown_aws_profile}.*does not exist.*other"
+
+    for opened in (
+        lambda: S3Saver.from_conn_string(url),
+        lambda: S3Store.from_conn_string(url),
+        lambda: S3Cache.from_conn_string(url),
+    ):
+        with pytest.raises(InvalidConfigError, match=wanted), opened():
+            pass
+    for cls in (S3Saver, AsyncS3Saver, S3Store, AsyncS3Store, S3Cache):
+        with pytest.raises(InvalidConfigError, match=wanted):
+            cls(bucket="lgs3-test", endpoint_url="http://127.0.0.1:9")
+
+    async def main() -> None:
+        for opened in (
+            lambda: AsyncS3Saver.from_conn_string(url),
+            lambda: AsyncS3Store.from_conn_string(url),
+            lambda: S3Cache.from_conn_string(url),
+        ):
+            with pytest.raises(InvalidConfigError, match=wanted):
+                async with opened():
+                    pass
+
+    asyncio.run(main())
+    line = assert_one_error_line(run_cli("--url", url, "threads", env=dict(os.environ)), 2)
+    assert unknown_aws_profile in line and "AWS_PROFILE" in line
 
 
 class _WebPage(http.server.BaseHTTPRequestHandler):
@@ -273,17 +321,99 @@ def test_with_and_async_with_close_the_saver_or_store_at_the_block_end(
     opened.close()  # idempotent
 
 
-def test_a_closed_store_refuses_every_call_naming_it(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    with S3Store.from_conn_string(f"s3://{bucket}/{prefix}", **client_options(s3_server)) as store:
+@pytest.mark.parametrize("cls", [S3Saver, AsyncS3Saver, S3Store, AsyncS3Store, S3Cache], ids=lambda c: c.__name__)
+def test_from_conn_string_works_with_and_without_a_block(
+    s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]
+) -> None:
+    """``from_conn_string`` returns the saver, store or cache itself: usable at once (closed by ``close()``), and in
+    ``with`` and ``async with`` (LangGraph's documented pattern), which close it at the block's end. The saver's and
+    the store's returned a context manager, which failed without ``with`` ("... object has no attribute 'put'")."""
+    url = f"s3://{bucket}/{prefix}"
+    kind = "store" if "Store" in cls.__name__ else "cache" if cls is S3Cache else "saver"
+
+    def use(target: Any, n: int) -> None:
+        if kind == "saver":
+            target.put(cfg(f"t{n}"), empty_checkpoint(), {"step": 0}, {})
+            assert target.get_tuple(cfg(f"t{n}")) is not None
+        elif kind == "store":
+            target.put(("ns",), f"k{n}", {"v": n})
+            assert target.get(("ns",), f"k{n}").value == {"v": n}
+        else:
+            target.set({(("ns",), f"k{n}"): (n, None)})
+            assert target.get([(("ns",), f"k{n}")]) == {(("ns",), f"k{n}"): n}
+
+    async def ause(target: Any, n: int) -> None:
+        if kind == "saver":
+            await target.aput(cfg(f"t{n}"), empty_checkpoint(), {"step": 0}, {})
+            assert await target.aget_tuple(cfg(f"t{n}")) is not None
+        elif kind == "store":
+            await target.aput(("ns",), f"k{n}", {"v": n})
+            assert (await target.aget(("ns",), f"k{n}")).value == {"v": n}
+        else:
+            await target.aset({(("ns",), f"k{n}"): (n, None)})
+            assert await target.aget([(("ns",), f"k{n}")]) == {(("ns",), f"k{n}"): n}
+
+    def closed(target: Any) -> None:
+        with pytest.raises(SaverMisuseError, match=rf"was called on a {kind} that was closed"):
+            use(target, 99)
+
+    opened = cls.from_conn_string(url, **client_options(s3_server))
+    assert isinstance(opened, cls)
+    if cls in (AsyncS3Saver, AsyncS3Store):
+        asyncio.run(ause(opened, 1))
+    else:
+        use(opened, 1)
+    opened.close()
+    closed(opened)
+
+    if cls not in (AsyncS3Saver, AsyncS3Store):
+        with cls.from_conn_string(url, **client_options(s3_server)) as entered:
+            assert isinstance(entered, cls)
+            use(entered, 2)
+        closed(entered)
+
+    async def main() -> Any:
+        async with cls.from_conn_string(url, **client_options(s3_server)) as entered:
+            assert isinstance(entered, cls)
+            await ause(entered, 3)
+        return entered
+
+    closed(asyncio.run(main()))
+
+
+@pytest.mark.parametrize("cls", [S3Store, AsyncS3Store], ids=lambda c: c.__name__)
+def test_a_closed_store_refuses_every_call_naming_it(
+    s3_server: LocalS3Server, bucket: str, prefix: str, cls: type[Any]
+) -> None:
+    """As the saver and the cache: the error names the method the user called (``get``, not the ``batch`` that
+    BaseStore's ``get`` runs), for every method of BaseStore and their async forms, on both store classes."""
+    from langgraph.store.base import GetOp
+
+    store = cls(bucket=bucket, prefix=prefix, client=s3_server.client())
+    with store:
         store.put(("ns",), "k", {"v": 1})
-    for name, call in (
-        ("batch", lambda: store.get(("ns",), "k")),
-        ("sweep_ttl", store.sweep_ttl),
-        ("setup", store.setup),
-        ("start_ttl_sweeper", store.start_ttl_sweeper),
-        ("abatch", lambda: asyncio.run(store.aget(("ns",), "k"))),
-    ):
-        with pytest.raises(SaverMisuseError, match=rf"{name}\(\) was called on a store that was closed"):
+    calls: dict[str, Callable[[], Any]] = {
+        "get": lambda: store.get(("ns",), "k"),
+        "put": lambda: store.put(("ns",), "k", {"v": 2}),
+        "delete": lambda: store.delete(("ns",), "k"),
+        "search": lambda: store.search(("ns",)),
+        "list_namespaces": lambda: store.list_namespaces(),
+        "batch": lambda: store.batch([GetOp(("ns",), "k")]),
+        "setup": lambda: asyncio.run(store.setup()) if cls is AsyncS3Store else store.setup(),
+        "start_ttl_sweeper": lambda: (
+            asyncio.run(store.start_ttl_sweeper()) if cls is AsyncS3Store else store.start_ttl_sweeper()
+        ),
+        "sweep_ttl": lambda: asyncio.run(store.sweep_ttl()) if cls is AsyncS3Store else store.sweep_ttl(),
+        "aget": lambda: asyncio.run(store.aget(("ns",), "k")),
+        "aput": lambda: asyncio.run(store.aput(("ns",), "k", {"v": 2})),
+        "adelete": lambda: asyncio.run(store.adelete(("ns",), "k")),
+        "asearch": lambda: asyncio.run(store.asearch(("ns",))),
+        "alist_namespaces": lambda: asyncio.run(store.alist_namespaces()),
+        "abatch": lambda: asyncio.run(store.abatch([GetOp(("ns",), "k")])),
+        "asweep_ttl": lambda: asyncio.run(store.asweep_ttl()),
+    }
+    for name, call in calls.items():
+        with pytest.raises(SaverMisuseError, match=rf"^{name}\(\) was called on a store that was closed"):
             call()
 
 

@@ -106,7 +106,7 @@ def test_a_put_whose_head_is_in_flight_at_the_deadline_waits_for_its_answer(
         behind_a_fault_proxy(seaweedfs_server) as (proxy, client, prefix),
         contextlib.closing(S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())) as reader,
     ):
-        # The conditional-write probe (four round trips, once per process and endpoint) runs here, on the default
+        # The conditional-write probe (five round trips, once per process and endpoint) runs here, on the default
         # deadline: on a loaded machine it can take more than the 1 s the put under test gets.
         with contextlib.closing(S3Saver(bucket=BUCKET, prefix=prefix, client=client)) as warm:
             warm.setup()

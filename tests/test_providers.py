@@ -39,6 +39,7 @@ from langgraph_s3_checkpoint import (
     ConditionalRequestConflictError,
     ConditionalWritesUnsupportedError,
     InvalidConfigError,
+    S3Cache,
     S3RequestError,
     S3Saver,
     S3Store,
@@ -68,8 +69,9 @@ from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.saver import parse_url
 
 BUCKET = "lgs3-providers"
-PROBE_REQUESTS = 18
-"""What the probe costs on a server that passes it: 11 PUT, 4 GET, 2 DELETE and 1 DeleteObjects."""
+PROBE_REQUESTS = 19
+"""What the probe costs on a server that passes it: 1 LIST (the bucket must exist before a PUT), 11 PUT, 4 GET,
+2 DELETE and 1 DeleteObjects."""
 
 
 # -- the probe, without a server --------------------------------------------------------------------
@@ -86,14 +88,21 @@ def _drive(plan: Any, bucket: MemoryBucket) -> tuple[Any, list[list[Request]]]:
         reply = [bucket.execute(request) for request in step]
 
 
-def test_the_probe_is_four_round_trips_of_eighteen_requests_and_leaves_nothing() -> None:
+def test_the_probe_is_five_round_trips_of_nineteen_requests_and_leaves_nothing() -> None:
     bucket = MemoryBucket()
     found, batches = _drive(probe("p/_setup/probe-x"), bucket)
     assert found is None
-    assert [len(batch) for batch in batches] == [8, 7, 2, 1] and sum(map(len, batches)) == PROBE_REQUESTS
+    assert [len(batch) for batch in batches] == [1, 8, 7, 2, 1] and sum(map(len, batches)) == PROBE_REQUESTS
     kinds = [type(request).__name__ for batch in batches for request in batch]
-    assert {kind: kinds.count(kind) for kind in set(kinds)} == {"Put": 11, "Get": 4, "DeleteIfMatch": 2, "Delete": 1}
-    assert all(request.key.startswith("p/_setup/probe-x") for batch in batches[:-1] for request in batch)  # type: ignore[attr-defined]
+    assert {kind: kinds.count(kind) for kind in set(kinds)} == {
+        "ListKeys": 1,
+        "Put": 11,
+        "Get": 4,
+        "DeleteIfMatch": 2,
+        "Delete": 1,
+    }
+    assert batches[0] == [ListKeys("p/_setup/probe-x", max_keys=1)]  # a read first: no PUT meets a missing bucket
+    assert all(request.key.startswith("p/_setup/probe-x") for batch in batches[1:-1] for request in batch)  # type: ignore[attr-defined]
     assert bucket.keys() == []
 
 
@@ -284,8 +293,13 @@ def _refused_race(server: LocalS3Server, proxy: DialectProxy, **options: Any) ->
     return refused
 
 
+PROBE_REQUESTS_BY_KEY = PROBE_REQUESTS - 2
+"""The probe's requests that name one of its keys: not its first LIST (of the bucket, with a prefix) nor its final
+DeleteObjects."""
+
+
 def _probe_requests(proxy: DialectProxy) -> int:
-    """Requests the proxy saw for the probe's keys (its final DeleteObjects is not by key)."""
+    """Requests the proxy saw for the probe's keys (:data:`PROBE_REQUESTS_BY_KEY` per probe)."""
     return sum("/_setup/probe-" in key for _, key, _ in proxy.log)
 
 
@@ -299,7 +313,7 @@ def test_the_probe_runs_before_the_first_write_once_per_process_and_endpoint(
     before = proxy.requests
     saver.put(cfg("t"), empty_checkpoint(), {}, {})
     first_put = proxy.requests - before
-    assert _probe_requests(proxy) == PROBE_REQUESTS - 1 and not _stored(server, saver.prefix + "/_setup")
+    assert _probe_requests(proxy) == PROBE_REQUESTS_BY_KEY and not _stored(server, saver.prefix + "/_setup")
     other = S3Saver(**_options(server, proxy))  # a second saver, its own client: the verdict is the process's
     assert other.get_tuple(cfg("t")) is None
     before = proxy.requests
@@ -308,7 +322,7 @@ def test_the_probe_runs_before_the_first_write_once_per_process_and_endpoint(
     store = S3Store(**_options(server, proxy))  # and the store's
     before = proxy.requests
     store.put(("users",), "u", {"v": 1})
-    assert proxy.requests - before == 1 and _probe_requests(proxy) == PROBE_REQUESTS - 1
+    assert proxy.requests - before == 1 and _probe_requests(proxy) == PROBE_REQUESTS_BY_KEY
     for opened in (saver, other, store):
         opened.close()
 
@@ -320,7 +334,7 @@ def test_concurrent_first_writes_wait_for_one_probe(
     saver = S3Saver(**_options(server, proxy))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: saver.put(cfg(f"t{i}"), empty_checkpoint(), {}, {}), range(8)))
-    assert _probe_requests(proxy) == PROBE_REQUESTS - 1
+    assert _probe_requests(proxy) == PROBE_REQUESTS_BY_KEY
     saver.close()
 
     async_proxy = through()
@@ -333,7 +347,7 @@ def test_concurrent_first_writes_wait_for_one_probe(
             await asyncio.gather(*(a.aput(cfg(f"t{i}"), empty_checkpoint(), {}, {}) for i in range(8)))
 
     asyncio.run(first_writes())
-    assert _probe_requests(async_proxy) == PROBE_REQUESTS - 1
+    assert _probe_requests(async_proxy) == PROBE_REQUESTS_BY_KEY
 
 
 def test_a_blocking_store_call_on_the_loop_does_not_wait_for_the_loops_own_probe(
@@ -379,6 +393,7 @@ def test_the_probe_cost_counted_by_botocore(server: LocalS3Server, through: Call
     saver.setup()
     assert counter.snapshot() == {
         "HeadBucket": 1,
+        "ListObjectsV2": 1,
         "PutObject": 11,
         "GetObject": 4,
         "DeleteObject": 2,
@@ -491,6 +506,41 @@ def test_require_conditional_writes_false_works_where_they_are_refused(
         store.delete(("users",), "u")
         assert store.get(("users",), "u") is None
     assert proxy.seen["501"] == refused
+
+
+@pytest.mark.parametrize("dialect", ["ignores_conditions", "refuses_conditions"])
+def test_the_node_cache_works_without_conditional_writes(
+    server: LocalS3Server, through: Callable[..., DialectProxy], dialect: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node cache needs no conditional writes: its entries are unconditional PUTs (the last writer wins), and
+    only its sweep deletes conditionally (an entry rewritten since the sweep read it stays). On a server that
+    ignores the headers (GCS's XML API, Garage) or refuses them (B2: 501) it works by default, sending none (the
+    sweep checks each delete's ETag with a LIST first), with a warning; the saver there is still refused, and so is
+    a cache told ``require_conditional_writes=True``."""
+    proxy = through(**{dialect: True})
+    options = _options(server, proxy)
+    with caplog.at_level(logging.WARNING, logger="langgraph_s3_checkpoint"), S3Cache(**options) as cache:
+        cache.setup()
+        cache.set({(("node",), "kept"): ({"v": 1}, None), (("node",), "gone"): ({"v": 2}, -1)})
+        assert cache.get([(("node",), "kept"), (("node",), "gone")]) == {(("node",), "kept"): {"v": 1}}
+        swept = cache.sweep()
+        assert (swept.expired, swept.deleted) == (1, 1)
+        assert asyncio.run(cache.aget([(("node",), "kept")])) == {(("node",), "kept"): {"v": 1}}
+        cache.clear()
+        assert cache.get([(("node",), "kept")]) == {}
+    assert any("node cache writes without conditional headers" in r.getMessage() for r in caplog.records)
+    before = proxy.seen["stripped"] + proxy.seen["501"]
+    with S3Cache(**{**options, "prefix": f"providers/{uuid4().hex[:12]}"}) as again:
+        again.set({(("node",), "k"): (1, 60)})
+        again.sweep(full=True)
+    assert proxy.seen["stripped"] + proxy.seen["501"] == before  # the verdict is known: no conditional header sent
+    with (
+        S3Cache(**options, require_conditional_writes=True) as strict,
+        pytest.raises(ConditionalWritesUnsupportedError),
+    ):
+        strict.set({(("node",), "k"): (1, None)})
+    with S3Saver(**options) as saver, pytest.raises(ConditionalWritesUnsupportedError):
+        saver.put(cfg("t"), empty_checkpoint(), {}, {})
 
 
 # -- 409 ConditionalRequestConflict bursts: AWS -------------------------------------------------------

@@ -59,5 +59,8 @@ def test_every_python_block_of_the_readme_runs_as_a_file(s3_server: LocalS3Serve
     done = _run(store, s3_server, tmp_path / "store.py")
     assert done.returncode == 0, done.stderr
     assert "prefers short answers" in done.stdout
+    # The cached node's answer is served to the second user who asks the same question (the node's input, the whole
+    # conversation, differs; its cache key, the question, does not): one entry, written by the first.
+    assert "u-1-chat: computed" in done.stdout and "u-2-chat: cached" in done.stdout, done.stdout
     listed = s3_server.client().list_objects_v2(Bucket="agent-state", Prefix="prod/cache/")
-    assert listed.get("KeyCount", 0) == 1, listed  # the cached node's one entry
+    assert listed.get("KeyCount", 0) == 1, listed

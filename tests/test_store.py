@@ -555,6 +555,59 @@ def test_long_labels_and_keys(s3_server: LocalS3Server, bucket: str, prefix: str
         assert store.list_namespaces() == [("users", label)]
 
 
+def test_what_a_store_remembers_of_long_labels_is_bounded() -> None:
+    """Issue 38: a long-lived store kept the name of every long label it ever wrote or read (a digest segment and the
+    label, about 0.5 KB each for labels of 200-300 characters), never released. It keeps them in a byte budget, least
+    recently used first out, and forgetting one costs only its create-only PUT again (refused: the name exists);
+    listing reads the names again, and every namespace is still listed."""
+    bucket = MemoryBucket(keep_log=True)
+    store = S3Store(bucket="b", prefix="p", client=bucket)  # type: ignore[arg-type]
+    namespaces = [(f"{i:04d}-" + "L" * 1000,) for i in range(2000)]
+    for i, namespace in enumerate(namespaces):
+        store.put(namespace, "k", {"v": i})
+    names = store.plans.names
+    assert 0 < len(names) < len(namespaces)
+    assert names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+
+    def puts_of(namespace: tuple[str, ...]) -> list[str]:
+        assert bucket.log is not None
+        bucket.log.clear()
+        store.put(namespace, "k", {"v": -1})
+        return sorted(("name" if "/names/" in r.key else "item") for r, _ in bucket.log if isinstance(r, Put))
+
+    assert puts_of(namespaces[-1]) == ["item"]  # remembered: its name is not written again
+    assert puts_of(namespaces[0]) == ["item", "name"]  # forgotten: one create-only PUT again, refused
+    assert puts_of(namespaces[0]) == ["item"]  # and remembered again
+    assert store.list_namespaces(limit=len(namespaces)) == sorted(namespaces)
+    assert len(names) < len(namespaces) and names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+
+
+def test_a_forgotten_long_label_costs_one_create_only_put(
+    s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
+) -> None:
+    """On both servers: a store whose memory for names holds three of them. A put under a label it forgot sends
+    one more PutObject (the name, create-only, refused); under a remembered one, the item's alone."""
+    from langgraph_s3_checkpoint.store.plans import KnownNames
+
+    client = s3_server.client()
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
+        store.plans.names = KnownNames(max_bytes=3 * 1500)
+        namespaces = [("users", f"{i}-" + "L" * 1000) for i in range(6)]
+        for namespace in namespaces:
+            store.put(namespace, "k", {"v": 1})
+        assert len(store.plans.names) == 3
+        counter = count_requests(client)
+        store.put(namespaces[-1], "k", {"v": 2})
+        assert counter.snapshot() == {"PutObject": 1}
+        counter.reset()
+        store.put(namespaces[0], "k", {"v": 2})
+        assert counter.snapshot() == {"PutObject": 2}
+        counter.reset()
+        assert store.list_namespaces(prefix=("users",)) == sorted(namespaces)
+        assert counter.snapshot().get("GetObject") == 3  # the names of the three labels it does not hold
+        assert len(store.plans.names) == 3
+
+
 def test_saver_and_store_share_a_prefix(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     client = s3_server.client()
     with (

@@ -131,10 +131,10 @@ UNKNOWN = "vector_shard=32"  # one letter short of the store's option
 
 ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
     "parse_url": parse_url,
-    "S3Saver": lambda url: S3Saver.from_conn_string(url).__enter__(),
-    "AsyncS3Saver": lambda url: asyncio.run(AsyncS3Saver.from_conn_string(url).__aenter__()),
-    "S3Store": lambda url: S3Store.from_conn_string(url).__enter__(),
-    "AsyncS3Store": lambda url: asyncio.run(AsyncS3Store.from_conn_string(url).__aenter__()),
+    "S3Saver": S3Saver.from_conn_string,
+    "AsyncS3Saver": AsyncS3Saver.from_conn_string,
+    "S3Store": S3Store.from_conn_string,
+    "AsyncS3Store": AsyncS3Store.from_conn_string,
     "S3Cache": S3Cache.from_conn_string,
     "server.saver_from_env": lambda url: server.saver_from_env({server.ENV_URL: url}),
     "server.store_from_env": lambda url: server.store_from_env({server.ENV_URL: url}),

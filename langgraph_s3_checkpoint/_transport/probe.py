@@ -12,9 +12,13 @@ first: concurrent first writes wait for the one probe, later ones find its verdi
 per batch until it is known, none after).
 
 :func:`probe` is a plan like every other operation; on fresh keys under ``{prefix}_setup/probe-`` (where ``gc``
-collects what an interrupted probe leaves) it checks, in four round trips and eighteen requests (11 PUT, 4 GET, 2
-DELETE, 1 DeleteObjects; a refused write that must be read back costs a GET and a round trip more):
+collects what an interrupted probe leaves) it checks, in five round trips and nineteen requests (1 LIST, 11 PUT, 4 GET,
+2 DELETE, 1 DeleteObjects; a refused write that must be read back costs a GET and a round trip more):
 
+0. the bucket exists: a one-key LIST under the probe's key, a read, before any PUT. A missing bucket raises
+   :class:`~..errors.BucketNotFoundError` there, as a read of the saver does (SeaweedFS creates a bucket at the first
+   PutObject to it, so a mistyped bucket name would otherwise become a new bucket at the first write of a store,
+   a cache or ``put_writes``, none of which reads first); it is an error, not a verdict, so the next write asks again;
 1. a create-only PUT (``If-None-Match: *``) of a new key succeeds;
 2. a second create-only PUT of an existing key is refused;
 3. a PUT with a wrong ``If-Match`` is refused;
@@ -121,6 +125,7 @@ def probe(key: str) -> Plan[Failed | None]:
     Through the dialect proxy at one write per second per key the probe took 4.0-5.0 s (three runs), where an
     earlier version whose checks shared keys took 8.8-10.9 s; without the limit, 0.4 s on the test machine."""
     keys = Keys(*(f"{key}{suffix}" for suffix in ("", "-again", "-wrong", "-kept", "-deleted", "-missing", "-race")))
+    yield [ListKeys(key, max_keys=1)]  # a read first: a missing bucket raises BucketNotFoundError before any PUT
     failed = yield from _checks(keys)
     yield [Delete(tuple(keys))]
     return failed
@@ -272,11 +277,22 @@ def _plain(request: Request, etag: str | None) -> Request | PreconditionFailed |
     return Put(request.key, request.body, expires=request.expires) if holds else PRECONDITION_FAILED
 
 
+WITHOUT_THEM = {
+    "saver": "require_conditional_writes=False: writing without conditional headers, each condition checked by a "
+    "LIST first. Safe for one writer per thread only.",
+    "cache": "the node cache writes without conditional headers, as it needs none (its entries are plain PUTs: the "
+    "last writer wins); its sweep checks each conditional delete with a LIST first, so a sweep racing a set may "
+    "delete the entry just written (a miss: the node runs again).",
+}
+"""What writing without conditional headers risks, by who writes (:attr:`ConditionalWrites.serves`; the store's is the
+saver's)."""
+
+
 class Enforcement(enum.Enum):
     """How a saver writes once the probe has spoken."""
 
     ENFORCED = "the server enforces conditional writes"
-    WITHOUT = "no conditional headers (require_conditional_writes=False, single writer)"
+    WITHOUT = "no conditional headers (require_conditional_writes=False: a single writer; the node cache's default)"
 
 
 _VERDICTS: dict[Hashable, tuple[concurrent.futures.Future[Any], int]] = {}
@@ -329,6 +345,9 @@ class ConditionalWrites:
     required: bool
     extra_headers: tuple[tuple[str, str], ...] = ()
     """Part of the verdict's identity: Tigris checks conditions on its leader only with ``X-Tigris-Consistent``."""
+    serves: str = "saver"
+    """Who writes through this gate (``saver``, ``store``, ``cache``): what the warning says writing without
+    conditional headers risks (:data:`WITHOUT_THEM`)."""
     enforcement: Enforcement | None = field(default=None, init=False)
     """``None`` until the verdict is known (and, with ``required``, while it refuses)."""
 
@@ -395,13 +414,12 @@ class ConditionalWrites:
         if self.required:
             raise self.refusal(found)
         logger.warning(
-            "bucket %r at %s does not enforce conditional writes (%s: %s); require_conditional_writes=False: "
-            "writing without conditional headers, each condition checked by a LIST first. Safe for one writer "
-            "per thread only.",
+            "bucket %r at %s does not enforce conditional writes (%s: %s); %s",
             self.bucket,
             self.endpoint,
             CHECKS[found.check],
             found.answer,
+            WITHOUT_THEM.get(self.serves, WITHOUT_THEM["saver"]),
         )
         self.enforcement = Enforcement.WITHOUT
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import inspect
 import logging
 import threading
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
@@ -80,6 +81,28 @@ from .plans import StorePlans
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 StoreT = TypeVar("StoreT", bound="BaseS3Store")
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _refused_when_closed(method: Method) -> Method:
+    """``BaseStore``'s ``method`` (``get``, ``aput`` ...), refusing a closed store with :class:`SaverMisuseError`
+    naming ``method``: BaseStore's methods run :meth:`~BaseS3Store.batch`, whose own check would name ``batch``."""
+    name = method.__name__
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def checked_async(self: BaseS3Store, *args: Any, **kwargs: Any) -> Any:
+            self._bucket_io.check_open(name)
+            return await method(self, *args, **kwargs)
+
+        return checked_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def checked(self: BaseS3Store, *args: Any, **kwargs: Any) -> Any:
+        self._bucket_io.check_open(name)
+        return method(self, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 class BaseS3Store(ClosesAtBlockEnd, BaseStore):
@@ -305,6 +328,19 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         query_vectors = {q: list(v) for q, v in zip(queries, answers, strict=True)}
         return await self._bucket_io.arun(self._plans.batch(listed, assign_vectors(to_embed, documents), query_vectors))
 
+    # BaseStore's methods, each refusing a closed store by its own name (a later call raises SaverMisuseError naming
+    # the method the user called, as the saver's and the cache's do); otherwise BaseStore's, running one batch.
+    get = _refused_when_closed(BaseStore.get)
+    put = _refused_when_closed(BaseStore.put)
+    delete = _refused_when_closed(BaseStore.delete)
+    search = _refused_when_closed(BaseStore.search)
+    list_namespaces = _refused_when_closed(BaseStore.list_namespaces)
+    aget = _refused_when_closed(BaseStore.aget)
+    aput = _refused_when_closed(BaseStore.aput)
+    adelete = _refused_when_closed(BaseStore.adelete)
+    asearch = _refused_when_closed(BaseStore.asearch)
+    alist_namespaces = _refused_when_closed(BaseStore.alist_namespaces)
+
     def _run(self, what: str, plan: Plan[T], *, bounded: bool = True) -> T:
         self._bucket_io.check_open(what)
         return self._bucket_io.run(plan, bounded=bounded)
@@ -363,11 +399,11 @@ class S3Store(BaseS3Store):
     """
 
     @classmethod
-    @contextmanager
     def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
-    ) -> Iterator[S3Store]:
-        """Open a store for a location URL (the saver's), closed at the end of the ``with`` block.
+    ) -> S3Store:
+        """A store for a location URL (the saver's). Use it in ``with`` (or ``async with``), which closes it at the
+        block's end; or as it is, and call :meth:`close` when done.
 
         Args:
             url: ``s3://bucket/prefix?option=value&...``; options only the saver or the cache use are ignored.
@@ -375,14 +411,13 @@ class S3Store(BaseS3Store):
             ttl: LangGraph's ``TTLConfig``.
             **kwargs: Options that override the URL's.
 
-        Yields:
-            The store.
+        Returns:
+            The store (its own context manager: ``with`` hands back the store itself).
 
         Raises:
             InvalidConfigError: The URL is not ``s3://bucket/...``, or an option is unknown or malformed.
         """
-        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
-            yield store
+        return cls._from_url(url, index=index, ttl=ttl, **kwargs)
 
     def setup(self) -> None:
         """Check the bucket (creating it with ``create_bucket=True``) and conditional-write support; an empty
@@ -488,14 +523,12 @@ class AsyncS3Store(BaseS3Store):
     """
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
+    def from_conn_string(
         cls, url: str, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[AsyncS3Store]:
-        """Open a store for a location URL, closed at the end of the ``async with`` block; as
-        :meth:`S3Store.from_conn_string`."""
-        with cls._from_url(url, index=index, ttl=ttl, **kwargs) as store:
-            yield store
+    ) -> AsyncS3Store:
+        """A store for a location URL, as :meth:`S3Store.from_conn_string`: use it in ``async with`` (or ``with``),
+        which closes it at the block's end, or as it is, and call :meth:`close` when done."""
+        return cls._from_url(url, index=index, ttl=ttl, **kwargs)
 
     async def setup(self) -> None:
         """:meth:`S3Store.setup`, awaited: same effect and errors."""

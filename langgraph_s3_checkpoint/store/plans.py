@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -199,6 +202,63 @@ class NamespaceWalk:
 
 
 # ------------------------------------------------------------------------------------------------
+# What a store remembers
+# ------------------------------------------------------------------------------------------------
+NAMES_MEMORY_BYTES = 1024 * 1024
+"""What a store keeps of the name objects it knows (:class:`KnownNames`), at most: about 2,000 labels of 300
+characters."""
+NAME_ENTRY_OVERHEAD = 100
+"""Bytes an entry of :class:`KnownNames` costs beside its two strings (its place in the ordered dict)."""
+
+
+class KnownNames:
+    """Digest segment -> the real label (or key) behind it, for the name objects this store knows exist (it wrote
+    or read them): least recently used first out, within ``max_bytes``, as the saver's memory is bounded
+    (``fencing.Recall``).
+
+    It spares requests, never decides anything: a put under a digest segment it does not know sends the name's
+    create-only PUT again (refused when the name exists: one request), and a listing that meets such a segment
+    GETs its name again. A long-lived store touching ever new long labels used to keep every one."""
+
+    def __init__(self, max_bytes: int = NAMES_MEMORY_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes kept now (at most ``max_bytes``), by :func:`sys.getsizeof` of both strings and the entry's
+        overhead."""
+        return self._bytes
+
+    def get(self, segment: str) -> str | None:
+        with self._lock:
+            entry = self._entries.get(segment)
+            if entry is None:
+                return None
+            self._entries.move_to_end(segment)
+            return entry[0]
+
+    def remember(self, segment: str, real: str) -> None:
+        size = sys.getsizeof(segment) + sys.getsizeof(real) + NAME_ENTRY_OVERHEAD
+        with self._lock:
+            old = self._entries.pop(segment, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._entries[segment] = (real, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+
+
+# ------------------------------------------------------------------------------------------------
 # The plans
 # ------------------------------------------------------------------------------------------------
 @dataclass
@@ -213,8 +273,8 @@ class StorePlans:
     distance: str = "cosine"
     """How queries score vectors (``index['distance_type']``, see :data:`DISTANCES`)."""
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
-    names: dict[str, str] = field(default_factory=dict)
-    """Digest segment -> real string, for name objects known to exist (written or read)."""
+    names: KnownNames = field(default_factory=KnownNames)
+    """Digest segment -> real string, for name objects known to exist (written or read), in a byte budget."""
     sweep_state: expiry.SweepState = field(default_factory=expiry.SweepState)
     """What the TTL sweeps of this store remember (:mod:`.._protocol.expiry`)."""
 
@@ -320,7 +380,7 @@ class StorePlans:
                 deletes.append(key)
             else:
                 for segment, real in self.layout.digests(namespace, None).items():
-                    if segment not in self.names:
+                    if self.names.get(segment) is None:
                         new_names[segment] = real
                 body = self.codec.encode_item(namespace, op.key, op.value, now, op.ttl, version)
                 requests.append(Put(key, body, expires=False))
@@ -350,7 +410,8 @@ class StorePlans:
         plans: list[Plan[Any]] = [self._send(requests, entries)]
         plans += [self.update_shard(shard, changes, versions) for shard, changes in shard_updates.items()]
         yield from parallel(plans)
-        self.names.update(new_names)
+        for segment, real in new_names.items():
+            self.names.remember(segment, real)
 
     @staticmethod
     def _send(requests: list[Request], entries: dict[str, list[Any]]) -> Plan[None]:
@@ -624,8 +685,8 @@ class StorePlans:
             )
             found |= proven
             checks, children = self._split_level(walk, frontier, listings)
-            yield from self._learn_names(segment for _, segment in children)
-            frontier = self._next_frontier(walk, children, checks)
+            labels = yield from self._learn_names(segment for _, segment in children)
+            frontier = self._next_frontier(walk, children, checks, labels)
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def _namespaces_holding_items(
@@ -658,34 +719,47 @@ class StorePlans:
                     children.append((namespace, segment))
         return checks, children
 
-    def _learn_names(self, segments: Iterable[str]) -> Plan[None]:
-        """GET the name objects of the digest segments not known yet, in one round trip."""
-        unknown = sorted({s for s in segments if is_digest(s) and s not in self.names})
+    def _learn_names(self, segments: Iterable[str]) -> Plan[dict[str, str]]:
+        """The labels behind the digest segments among ``segments``: those remembered, and the others' name objects
+        GET in one round trip (remembered too); a digest whose name object is missing has none. Returned, not only
+        remembered: one level may meet more names than :class:`KnownNames` keeps."""
+        labels: dict[str, str] = {}
+        unknown: list[str] = []
+        for segment in sorted({s for s in segments if is_digest(s)}):
+            known = self.names.get(segment)
+            if known is None:
+                unknown.append(segment)
+            else:
+                labels[segment] = known
         if unknown:
             objs = yield [Get(self.layout.name(s)) for s in unknown]
             for segment, obj in zip(unknown, objs, strict=True):
                 if obj is not None:
-                    self.names[segment] = self.codec.decode_name(self.layout.name(segment), obj)
+                    labels[segment] = self.codec.decode_name(self.layout.name(segment), obj)
+                    self.names.remember(segment, labels[segment])
+        return labels
 
-    def _label(self, segment: str) -> str | None:
-        """The label behind a folder segment; ``None`` for a digest whose name object is missing, or a folder
-        the store did not make."""
+    @staticmethod
+    def _label(segment: str, labels: Mapping[str, str]) -> str | None:
+        """The label behind a folder segment (``labels``: the level's digests, :meth:`_learn_names`); ``None`` for a
+        digest whose name object is missing, or a folder the store did not make."""
         if not is_own_segment(segment):
             return None
-        return self.names.get(segment) if is_digest(segment) else unescape(segment)
+        return labels.get(segment) if is_digest(segment) else unescape(segment)
 
     def _next_frontier(
         self,
         walk: NamespaceWalk,
         children: Sequence[tuple[tuple[str, ...], str]],
         checks: dict[tuple[str, ...], list[str]],
+        labels: Mapping[str, str],
     ) -> list[tuple[str, ...]]:
         """The child namespaces to list at the next level: those the prefix conditions allow, except
         where the walk is cut at ``max_depth`` — a cut subtree is added to ``checks`` instead, to be
         reported (cut) if anything below it is an item. Children that cannot be named are skipped."""
         frontier: list[tuple[str, ...]] = []
         for parent, segment in children:
-            label = self._label(segment)
+            label = self._label(segment, labels)
             if label is None:
                 continue
             namespace = (*parent, label)
