@@ -38,6 +38,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import functools
 import importlib
 import os
 import re
@@ -80,6 +81,8 @@ class _Backend:
     package: str
     saver: tuple[str, str]
     store: tuple[str, str]
+    takes_a_path: bool = False
+    """``from_conn_string`` takes a file's path (SQLite), not the URL."""
 
 
 _BACKENDS = (
@@ -88,6 +91,7 @@ _BACKENDS = (
         "langgraph-checkpoint-sqlite",
         ("langgraph.checkpoint.sqlite", "SqliteSaver"),
         ("langgraph.store.sqlite", "SqliteStore"),
+        takes_a_path=True,
     ),
     _Backend(
         ("postgresql", "postgres"),
@@ -194,7 +198,7 @@ def _from_backend(
             f"({exc}): pip install {backend.package}"
         ) from None
     conn = location
-    if backend.schemes == ("sqlite",):
+    if backend.takes_a_path:
         conn = _sqlite_path(location)
         if must_exist and not os.path.exists(conn):
             raise InvalidConfigError(f"no SQLite database at {conn!r} ({location!r}); check the path")
@@ -308,14 +312,16 @@ class _MemoryReader(_Reader):
 class _SqliteReader(_Reader):
     """``SqliteSaver``'s tables (``writes.task_path`` since langgraph-checkpoint-sqlite 3)."""
 
+    saver: Any  # a SqliteSaver: its package is optional
+
     def thread_ids(self) -> list[str]:
-        with self.saver.cursor(transaction=False) as cur:  # type: ignore[attr-defined]
+        with self.saver.cursor(transaction=False) as cur:
             cur.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")
             return [str(row[0]) for row in cur.fetchall()]
 
     def origins(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> list[_Origin] | None:
         path = "task_path" if getattr(self.saver, "_has_task_path", True) else "''"
-        with self.saver.cursor(transaction=False) as cur:  # type: ignore[attr-defined]
+        with self.saver.cursor(transaction=False) as cur:
             cur.execute(
                 f"SELECT task_id, idx, channel, {path} FROM writes "
                 "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
@@ -327,13 +333,15 @@ class _SqliteReader(_Reader):
 class _PostgresReader(_Reader):
     """``PostgresSaver``'s tables (``checkpoint_writes.task_path``)."""
 
+    saver: Any  # a PostgresSaver: its package is optional
+
     def thread_ids(self) -> list[str]:
-        with self.saver._cursor() as cur:  # type: ignore[attr-defined]
+        with self.saver._cursor() as cur:
             cur.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")
             return [str(row["thread_id"]) for row in cur.fetchall()]
 
     def origins(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> list[_Origin] | None:
-        with self.saver._cursor() as cur:  # type: ignore[attr-defined]
+        with self.saver._cursor() as cur:
             cur.execute(
                 "SELECT task_id, idx, channel, task_path FROM checkpoint_writes "
                 "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
@@ -526,17 +534,18 @@ def copy_threads(
     reader = _reader_for(source)
     names = list(thread_ids) if thread_ids is not None else _guarded("listing the source's threads", reader.thread_ids)
     report = MigrationReport(dry_run=dry_run)
-    for done, thread_id in enumerate(names):
 
-        def progress(copied: int, thread_id: str = thread_id, done: int = done) -> None:
-            if on_progress is not None:
-                on_progress(MigrationProgress(thread_id, done, len(names), copied))
+    def tell(thread_id: str, threads_done: int, checkpoints: int) -> None:
+        if on_progress is not None:
+            on_progress(MigrationProgress(thread_id, threads_done, len(names), checkpoints))
 
-        copier = _ThreadCopier(reader, target, str(thread_id), dry_run=dry_run, rounds=rounds, progress=progress)
+    for done, thread_id in enumerate(map(str, names)):
+        progress = functools.partial(tell, thread_id, done)
+        copier = _ThreadCopier(reader, target, thread_id, dry_run=dry_run, rounds=rounds, progress=progress)
         # A context of its own: the S3 saver decides how a put commits from how its caller read the parent
         # (docs/safety.md); neither the caller's reads nor another thread's may decide it.
         report.threads.append(contextvars.Context().run(copier.copy))
-        progress(report.threads[-1].checkpoints, done=done + 1)
+        tell(thread_id, done + 1, report.threads[-1].checkpoints)
     return report
 
 
@@ -641,7 +650,7 @@ class _ThreadCopier:
         self.result.status = ThreadStatus.WOULD_COPY if missing else ThreadStatus.COMPLETE
         for key in missing:
             listed, held = snapshot[key], present.get(key)
-            self.result.checkpoints += held is None
+            self.result.checkpoints += int(held is None)
             tasks = _missing_writes(listed, held)
             self.result.writes += sum(1 for task_id, _ in listed.writes if task_id in tasks)
 

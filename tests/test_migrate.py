@@ -16,9 +16,11 @@ import importlib.util
 import json
 import operator
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -528,6 +530,34 @@ def test_copy_store_resumes_by_value(here: Location) -> None:
     second = copy_store(source, target)
     assert (second.items, second.unchanged) == (1, 10)
     assert store_items(target) == store_items(source)
+
+
+def test_the_api_example_of_the_migration_guide_runs_as_a_file(server: local.LocalS3Server, tmp_path: Path) -> None:
+    """docs/migration.md's Python block, saved as a file and run in a process of its own on a SQLite file holding a
+    thread and a memory, with the bucket's endpoint and credentials in the environment (as test_readme does)."""
+    guide = Path(__file__).parent.parent / "docs" / "migration.md"
+    (block,) = re.findall(r"^```python\n(.*?)^```$", guide.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as sqlite:
+        run_to_interrupt(sqlite, "guide")
+        checkpoints = len(history(sqlite, "guide"))
+    with SqliteStore.from_conn_string(str(tmp_path / "checkpoints.db")) as store:
+        store.setup()
+        store.put(("users", "u-1"), "m-1", {"text": "prefers short answers"})
+    server.create_bucket("agent-state")
+    (tmp_path / "guide.py").write_text(block, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
+    environ.update(
+        AWS_ENDPOINT_URL=server.endpoint_url,
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
+        AWS_DEFAULT_REGION=server.region,
+    )
+    done = subprocess.run(
+        [sys.executable, "guide.py"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"guide copied {checkpoints} " in done.stdout or "guide complete 0 " in done.stdout, done.stdout
+    assert "items copied," in done.stdout
 
 
 # ------------------------------------------------------------------------------------------------
