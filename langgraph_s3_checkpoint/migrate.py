@@ -691,18 +691,23 @@ class _ThreadCopier:
         self.heads[ns] = max(head or checkpoint_id, checkpoint_id)
 
     def _put_writes(self, ns: str, tup: CheckpointTuple, held: _Listed | None) -> None:
-        """Put the writes of each task the target lacks some of, with their task paths: regular and special
-        channels in separate calls, so that each gets the index it had (a task's regular writes come from one
-        ``put_writes`` call, its interrupt, error or resume value from another)."""
+        """Put the writes of each task the target lacks some of, with their task paths.
+
+        A write's index is its position in its ``put_writes`` call, or fixed for a special channel (interrupt,
+        error, resume, scheduled). So a task's regular writes go in one call, in their order, as LangGraph wrote
+        them (indices 0, 1 ...: splitting them would give two writes one index, and the first would hide the
+        other); its special writes go in calls of their own, one per task path (LangGraph writes a resume value
+        before it knows the task's path), where they keep their index whatever the call holds."""
         tasks = _missing_writes(_Listed.of(tup), held)
         if not tasks:
             return
-        calls: dict[tuple[str, str, bool], list[tuple[str, Any]]] = {}
+        calls: dict[tuple[str, str | None], tuple[str, list[tuple[str, Any]]]] = {}
         for task_id, channel, value, task_path in self._writes_with_paths(ns, tup):
             if task_id in tasks:
-                calls.setdefault((task_id, task_path, channel in WRITES_IDX_MAP), []).append((channel, value))
+                call = (task_id, task_path if channel in WRITES_IDX_MAP else None)
+                calls.setdefault(call, (task_path, []))[1].append((channel, value))
         config = _thread_config(self.thread_id, ns, str(tup.checkpoint["id"]))
-        for (task_id, task_path, _), writes in calls.items():
+        for (task_id, _), (task_path, writes) in calls.items():
             self._on_target("putting writes", self.target.put_writes, config, writes, task_id, task_path)
             self.result.writes += len(writes)
 

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import operator
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import assert_one_error_line, cli_env, run_cli
+from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
@@ -281,23 +282,49 @@ def test_a_graph_moved_from_sqlite_to_the_bucket_and_back_resumes_with_the_same_
 def test_an_in_memory_prototype_moves_through_a_factory_and_back_with_its_task_paths(
     s3_server: local.LocalS3Server, bucket: str, prefix: str
 ) -> None:
-    """Both server kinds: ``module:factory`` locations, and the task paths of pending writes kept both ways."""
+    """Both server kinds: ``module:factory`` locations, the task paths of pending writes kept both ways, a thread id
+    too long to be a key segment, and a copy from one prefix to another (``s3://`` as the target)."""
     here = Location(s3_server, bucket, prefix)
+    elsewhere = Location(s3_server, bucket, f"{prefix}-copy")
     source, target = InMemorySaver(), InMemorySaver()
-    run_to_interrupt(source, "proto")
+    threads = ("proto", LONG_THREAD)
+    for thread_id in threads:
+        run_to_interrupt(source, thread_id)
     FACTORY.update(source=source, target=target)
     try:
         assert here.json("import-from", f"{THIS}:memory_source")["ok"]
-        assert history(here.saver, "proto") == history(source, "proto")
         assert here.json("export-to", f"{THIS}:memory_target")["ok"]
+        assert here.json("export-to", elsewhere.url)["ok"]
+        for thread_id in threads:
+            assert history(here.saver, thread_id) == history(source, thread_id)
+            assert history(elsewhere.saver, thread_id) == history(source, thread_id)
     finally:
         FACTORY.clear()
         here.saver.close()
-    assert history(target, "proto") == history(source, "proto")
-    paths = task_paths(source, "proto")
-    assert any(path for writes in paths.values() for *_, path in writes)  # the writes have task paths to keep
-    assert task_paths(target, "proto") == paths
-    assert states(target, "proto") == states(source, "proto")
+        elsewhere.saver.close()
+    for thread_id in threads:
+        assert history(target, thread_id) == history(source, thread_id)
+        paths = task_paths(source, thread_id)
+        assert any(path for writes in paths.values() for *_, path in writes)  # the writes have task paths to keep
+        assert task_paths(target, thread_id) == paths
+        assert states(target, thread_id) == states(source, thread_id)
+
+
+def test_progress_is_told_after_each_checkpoint_and_thread(here: Location) -> None:
+    source = InMemorySaver()
+    for thread_id in ("a", "b"):
+        run_to_interrupt(source, thread_id)
+    told: list[tuple[str, int, int, int]] = []
+    report = copy_threads(
+        source,
+        here.saver,
+        on_progress=lambda p: told.append((p.thread_id, p.threads_done, p.threads_total, p.checkpoints)),
+    )
+    per_thread = len(history(source, "a"))
+    assert told[0] == ("a", 0, 2, 1) and told[per_thread - 1] == ("a", 0, 2, per_thread)
+    assert told[per_thread] == ("a", 1, 2, per_thread)  # the thread is done
+    assert told[-1] == ("b", 2, 2, per_thread) and len(told) == 2 * (per_thread + 1)
+    assert report.checkpoints == 2 * per_thread
 
 
 def test_a_second_run_copies_nothing_and_a_dry_run_writes_nothing(here: Location, tmp_path: Path) -> None:
@@ -517,6 +544,9 @@ def test_long_term_memory_moves_from_sqlite_to_the_bucket_and_out_to_memory(here
     finally:
         FACTORY.clear()
     assert store_items(target) == {("docs",): ITEMS[("docs",)]}
+    missing = Path(sqlite_file).with_name("never.db")
+    assert here.json("store", "export-to", f"sqlite:///{missing}", "--dry-run")["items"] == 11
+    assert not missing.exists()
 
 
 def test_copy_store_resumes_by_value(here: Location) -> None:
@@ -573,16 +603,20 @@ def _postgres_binaries() -> tuple[str, str] | None:
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    """A PostgreSQL server of this test module's own, on 127.0.0.1 (stopped at the end): the machine's
-    ``initdb`` and ``pg_ctl``, run as the ``postgres`` user when the tests run as root (PostgreSQL refuses root)."""
+    """A PostgreSQL server of this test module's own, on 127.0.0.1, stopped at the end: the machine's ``initdb`` and
+    ``pg_ctl``, run as the ``postgres`` user when the tests run as root (PostgreSQL refuses root). Skipped, saying
+    why, on a machine without them or where they cannot start a server."""
     binaries = _postgres_binaries()
     if binaries is None:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
     initdb, pg_ctl = binaries
     as_user: list[str] = []
-    folder = tempfile.mkdtemp(prefix="lgs3-pg-")
     if os.geteuid() == 0:
+        if shutil.which("runuser") is None or not _has_user("postgres"):
+            pytest.skip("running as root without a postgres user (or runuser) to start PostgreSQL as")
         as_user = ["runuser", "-u", "postgres", "--"]
+    folder = tempfile.mkdtemp(prefix="lgs3-pg-")  # not under pytest's root-only folder: postgres must reach it
+    if as_user:
         shutil.chown(folder, "postgres")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -590,24 +624,27 @@ def postgres_url() -> Iterator[str]:
     data = os.path.join(folder, "data")
     options = f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off"
     try:
-        subprocess.run(
-            [*as_user, initdb, "-D", data, "-U", "postgres", "--auth=trust", "--no-sync"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        subprocess.run(
-            [*as_user, pg_ctl, "-D", data, "-o", options, "-l", os.path.join(folder, "log"), "-w", "start"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        for command in (
+            [initdb, "-D", data, "-U", "postgres", "--auth=trust", "--no-sync"],
+            [pg_ctl, "-D", data, "-o", options, "-l", os.path.join(folder, "log"), "-w", "start"],
+        ):
+            done = subprocess.run([*as_user, *command], capture_output=True, text=True, timeout=120, check=False)
+            if done.returncode != 0:
+                pytest.skip(f"PostgreSQL did not start ({os.path.basename(command[0])}: {done.stderr.strip()})")
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run(
             [*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60, check=False
         )
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def test_postgres_threads_and_store_move_to_the_bucket_and_back(here: Location, postgres_url: str) -> None:
