@@ -30,6 +30,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -308,6 +309,40 @@ def test_an_in_memory_prototype_moves_through_a_factory_and_back_with_its_task_p
         assert any(path for writes in paths.values() for *_, path in writes)  # the writes have task paths to keep
         assert task_paths(target, thread_id) == paths
         assert states(target, thread_id) == states(source, thread_id)
+
+
+def _concat(state: list[str] | None, writes: Any) -> list[str]:
+    return [*(state or []), *(w for batch in writes for w in batch)]
+
+
+class DeltaState(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+
+
+def delta_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """Two tasks appending to a ``DeltaChannel`` in one superstep: between its snapshots the channel is rebuilt from
+    the pending writes of the checkpoints before, replayed in their task paths' order."""
+    builder = StateGraph(DeltaState)
+    builder.add_node("left", lambda s: {"log": [f"left {len(s['log'])}"]})
+    builder.add_node("right", lambda s: {"log": [f"right {len(s['log'])}"]})
+    builder.add_edge(START, "left")
+    builder.add_edge(START, "right")
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_delta_channel_reads_the_same_after_the_copy(here: Location) -> None:
+    source = InMemorySaver()
+    for turn in range(5):
+        delta_graph(source).invoke({"log": [f"turn {turn}"]}, _config("delta"))
+    assert copy_threads(source, here.saver).ok
+    for saver in (source, here.saver):
+        delta_graph(saver).invoke({"log": ["after"]}, _config("delta"))
+    values = [
+        [s.values for s in delta_graph(saver).get_state_history(_config("delta"))] for saver in (source, here.saver)
+    ]
+    assert values[0] == values[1] and len(values[0]) > 10
+    final = [delta_graph(saver).get_state(_config("delta")).values for saver in (source, here.saver)]
+    assert final[0] == final[1] and len(final[0]["log"]) == 5 * 3 + 3
 
 
 def test_progress_is_told_after_each_checkpoint_and_thread(here: Location) -> None:
