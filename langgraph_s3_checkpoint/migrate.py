@@ -4,7 +4,10 @@ A team adopting this package has its threads in ``PostgresSaver``, ``SqliteSaver
 ``InMemorySaver`` prototype, and its memories in ``PostgresStore``, ``SqliteStore`` or ``InMemoryStore``.
 :func:`copy_threads` copies threads from any ``BaseCheckpointSaver`` into any other (into the bucket, out of it,
 or between two savers that are neither) and :func:`copy_store` copies items between any two ``BaseStore`` s, both
-through the savers' and stores' public methods: whatever a user can construct can be read and written.
+through the savers' and stores' public methods: whatever a user can construct can be read and written. What
+``BaseCheckpointSaver`` does not say (every thread id without reading every checkpoint, the task path of each
+pending write) is read from the saver's own tables where this module knows them (the bucket, ``InMemorySaver``,
+``SqliteSaver``, ``PostgresSaver``); elsewhere thread ids come from ``list(None)`` and writes have no path.
 :func:`open_checkpointer` and :func:`open_store` open one from a location (``sqlite:///path.db``,
 ``postgresql://...``, ``redis://...``, ``s3://bucket/prefix`` or ``module:factory``). The ``langgraph-s3
 import-from`` / ``export-to`` commands are these functions; docs/migration.md is the guide.
@@ -27,7 +30,7 @@ How a thread is copied, and why:
 * **Consistent while the source is written.** A thread is copied from a listing of the source (its snapshot);
   the source is then listed again. If it changed (new checkpoints, new writes), what changed is copied and the
   source listed again, up to ``rounds`` times; a thread still changing is reported ``changed``, its copy complete
-  as of the last snapshot.
+  as of the last snapshot it copied.
 * **Verified.** After the copy the target's thread is listed and compared with the source's last snapshot
   (every checkpoint, parent, channel versions and pending write); in a bucket, the thread is also checked as
   ``langgraph-s3 verify`` checks it.

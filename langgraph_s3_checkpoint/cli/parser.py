@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands = _add_command_group(
         commands,
         "store",
-        "long-term memory store: ls, get, put, rm, search, sweep",
+        "long-term memory store: ls, get, put, rm, search, sweep, import-from, export-to",
         "Inspect and edit the long-term memory store (S3Store) at the same location. "
         "Namespaces are written with their labels joined by dots: memories.user-1",
     )
