@@ -311,6 +311,41 @@ def test_an_in_memory_prototype_moves_through_a_factory_and_back_with_its_task_p
         assert states(target, thread_id) == states(source, thread_id)
 
 
+class ForeignSaver(BaseCheckpointSaver[str]):
+    """A checkpointer the migration knows nothing of (its threads come from ``list(None)``, its writes have no task
+    paths): an ``InMemorySaver`` behind the four methods a copy calls."""
+
+    def __init__(self, inner: InMemorySaver) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def list(self, config: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, **kwargs)
+
+    def get_tuple(self, config: Any) -> CheckpointTuple | None:
+        return self.inner.get_tuple(config)
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return self.inner.put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        self.inner.put_writes(config, writes, task_id, task_path)
+
+
+def test_a_checkpointer_the_migration_does_not_know_is_copied_without_task_paths(here: Location) -> None:
+    inner = InMemorySaver()
+    for thread_id in ("x", "y"):
+        run_to_interrupt(inner, thread_id)
+    report = copy_threads(ForeignSaver(inner), here.saver)
+    assert [(t.thread_id, t.status) for t in report.threads] == [("x", ThreadStatus.COPIED), ("y", ThreadStatus.COPIED)]
+    assert report.ok, report
+    for thread_id in ("x", "y"):
+        copied, source = history(here.saver, thread_id), history(inner, thread_id)
+        assert [row[:6] for row in copied] == [row[:6] for row in source]
+        # The same writes; without their task paths the bucket orders them by task id.
+        assert [sorted(map(repr, row[6])) for row in copied] == [sorted(map(repr, row[6])) for row in source]
+
+
 def _concat(state: list[str] | None, writes: Any) -> list[str]:
     return [*(state or []), *(w for batch in writes for w in batch)]
 
