@@ -418,6 +418,28 @@ def test_a_second_run_copies_nothing_and_a_dry_run_writes_nothing(here: Location
     assert dry_out["checkpoints"] == total and not missing.exists()
 
 
+def test_the_bucket_side_serializer_encrypts_what_is_imported(here: Location) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    from langgraph_s3_checkpoint import DecryptionError
+
+    key = "0123456789abcdef0123456789abcdef"
+    source = InMemorySaver()
+    run_to_interrupt(source, "secret")
+    FACTORY.update(source=source)
+    serde = "--serde=langgraph.checkpoint.serde.encrypted:EncryptedSerializer.from_pycryptodome_aes"
+    try:
+        done = run_cli(serde, "import-from", f"{THIS}:memory_source", env={**here.env, "LANGGRAPH_AES_KEY": key})
+    finally:
+        FACTORY.clear()
+    assert done.returncode == 0, done.stderr
+    encrypted = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
+    with S3Saver(bucket=here.bucket, prefix=here.prefix, client=here.server.client(), serde=encrypted) as reader:
+        assert history(reader, "secret") == history(source, "secret")
+    with pytest.raises(DecryptionError):
+        history(here.saver, "secret")
+
+
 class FailingSaver(InMemorySaver):
     """An ``InMemorySaver`` whose ``get_tuple`` by id fails after ``reads`` more calls (``None``: never): a source
     that dies mid-copy."""
