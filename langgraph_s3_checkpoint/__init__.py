@@ -2,7 +2,9 @@
 
 ``S3Saver`` and ``AsyncS3Saver`` implement LangGraph's ``BaseCheckpointSaver`` on plain objects with
 conditional writes; ``S3Store`` and ``AsyncS3Store`` implement ``BaseStore`` (long-term memory) and ``S3Cache``
-implements ``BaseCache`` (the node cache) on the same bucket. See README.md and docs/design.md.
+implements ``BaseCache`` (the node cache) on the same bucket; ``copy_threads`` and ``copy_store`` move threads and
+memories from another checkpointer or store into the bucket and back (docs/migration.md). See README.md and
+docs/design.md.
 """
 
 from .cache import S3Cache
@@ -17,6 +19,7 @@ from .errors import (
     DecryptionError,
     InvalidArgumentTypeError,
     InvalidConfigError,
+    MigrationError,
     NewerFormatError,
     NotS3EndpointError,
     ParentNotCommittedError,
@@ -30,6 +33,7 @@ from .errors import (
     ThreadChangedError,
     WrongRegionError,
 )
+from .migrate import copy_store, copy_threads
 from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client, without_expect_continue
 from .store import AsyncS3Store, BaseS3Store, S3Store
 
@@ -48,6 +52,7 @@ __all__ = [
     "DecryptionError",
     "InvalidArgumentTypeError",
     "InvalidConfigError",
+    "MigrationError",
     "NewerFormatError",
     "NotS3EndpointError",
     "ParentNotCommittedError",
@@ -63,6 +68,8 @@ __all__ = [
     "TargetThreadExistsError",
     "ThreadChangedError",
     "WrongRegionError",
+    "copy_store",
+    "copy_threads",
     "make_client",
     "without_expect_continue",
 ]

@@ -244,6 +244,12 @@ class ThreadChangedError(S3CheckpointError):
     (``langgraph-s3 export`` does, twice, before it gives up)."""
 
 
+class MigrationError(S3CheckpointError):
+    """Copying threads or store items to or from another checkpointer or store failed on that side: its own
+    error (a database gone away, a factory's saver failing) is the ``__cause__``. What was committed before it
+    stays; running the same migration again resumes it (docs/migration.md)."""
+
+
 class SaverMisuseError(S3CheckpointError, RuntimeError):
     """A method was called in a context where it cannot work (a blocking call on the event loop, a saver or
     store used after ``close()`` or its ``with`` block)."""

@@ -383,6 +383,46 @@ def _put_all(puts: list[Put]) -> OpsPlan[None]:
 
 
 # ------------------------------------------------------------------------------------------------
+# Migration out of the bucket
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WriteOrigin:
+    """Where one pending write a reader sees came from: what ``get_tuple`` leaves out of its pending writes."""
+
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+
+
+def write_origins(
+    layout: Layout, codec: Codec, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+) -> OpsPlan[list[WriteOrigin]]:
+    """The task, index, channel and task path of every write a reader sees on one checkpoint (values left encoded).
+
+    A migration to another saver reads the values with ``get_tuple`` and needs the task paths beside them:
+    readers order a checkpoint's writes, and ``get_delta_channel_history`` replays them, by
+    ``writes_sort_key(task_path, task_id, idx)``. One LIST of the checkpoint's writes folder and one GET per task.
+    """
+    thread_prefix = layout.thread(thread_id)
+    folder = layout.writes(thread_id, checkpoint_ns, checkpoint_id)
+    keys = [
+        key
+        for page in (yield from all_pages(folder))
+        for key in page.keys
+        if classify(key[len(thread_prefix) :]) is KeyKind.WRITE
+    ]
+    origins: list[WriteOrigin] = []
+    for chunk in chunks(keys, READ_BATCH):
+        bodies = yield from all_of([Get(k) for k in chunk])
+        for key, obj in zip(chunk, bodies, strict=True):
+            if obj is not None:  # taken out since it was listed (a rollback)
+                task = codec.peek_task_writes(key, obj.body)
+                origins.extend(WriteOrigin(task.task_id, w.idx, w.channel, w.path) for w in task.visible())
+    return origins
+
+
+# ------------------------------------------------------------------------------------------------
 # Integrity
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -502,6 +542,7 @@ __all__ = [
     "Exported",
     "Problem",
     "ThreadStats",
+    "WriteOrigin",
     "all_thread_stats",
     "export_thread",
     "import_thread",
@@ -509,4 +550,5 @@ __all__ = [
     "thread_ids",
     "thread_stats",
     "verify_thread",
+    "write_origins",
 ]

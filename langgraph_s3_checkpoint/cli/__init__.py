@@ -13,6 +13,11 @@ Examples::
     langgraph-s3 store ls memories
     langgraph-s3 store put memories.user-1 color '{"value": "teal"}' && langgraph-s3 store get memories.user-1 color
     langgraph-s3 cache ls && langgraph-s3 cache clear '["__pregel_ns_writes", "app.nodes.search", "search"]'
+    langgraph-s3 import-from sqlite:///checkpoints.db --dry-run && langgraph-s3 import-from sqlite:///checkpoints.db
+    langgraph-s3 store export-to postgresql://app@db/agents
+
+``import-from`` / ``export-to`` (and ``store import-from`` / ``store export-to``) copy threads (memories) between
+the location and another checkpointer (store): :mod:`langgraph_s3_checkpoint.migrate`, docs/migration.md.
 
 ``store`` commands work on the long-term memory store (:class:`~langgraph_s3_checkpoint.store.S3Store`) at
 the same location; a namespace is written with its labels joined by dots (``memories.user-1``), which is

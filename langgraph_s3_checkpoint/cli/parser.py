@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .. import migrate
 from ..errors import (
     BucketNotFoundError,
     DecryptionError,
@@ -31,6 +32,7 @@ from .context import (
     Failure,
     load_serde,
 )
+from .migrate_commands import cmd_export_to, cmd_import_from, cmd_store_export_to, cmd_store_import_from
 from .store_commands import cmd_store_get, cmd_store_ls, cmd_store_put, cmd_store_rm, cmd_store_search, cmd_store_sweep
 from .thread_commands import (
     cmd_copy,
@@ -119,6 +121,44 @@ def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> No
     destructive(sub)
 
 
+def _add_migration_options(sub: Any) -> None:
+    sub.add_argument(
+        "--thread",
+        dest="threads",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="copy this thread (repeatable; default: every thread)",
+    )
+    sub.add_argument(
+        "--rounds",
+        type=int,
+        default=migrate.DEFAULT_ROUNDS,
+        help="copy a thread the source keeps writing this many times before reporting it changed "
+        f"(default {migrate.DEFAULT_ROUNDS})",
+    )
+    sub.add_argument("--dry-run", action="store_true", help="report what the target lacks, write nothing")
+
+
+def _add_store_migration_options(sub: Any) -> None:
+    sub.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=None,
+        metavar="NAMESPACE_PREFIX",
+        help="copy the namespaces under this prefix, labels joined by dots (repeatable; default: all)",
+    )
+    sub.add_argument(
+        "--index",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="the target's IndexConfig (or a factory returning one): the target embeds the items it receives "
+        "with it; without it they get no vectors (a factory TARGET brings its own)",
+    )
+    sub.add_argument("--dry-run", action="store_true", help="report what the target lacks, write nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="langgraph-s3",
@@ -177,6 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
     sub.add_argument("--replace", action="store_true", help="delete an existing thread of that id first")
     destructive(sub)
+    sub = command(
+        "import-from",
+        cmd_import_from,
+        "copy threads from another checkpointer into the location (resumable; docs/migration.md)",
+    )
+    sub.add_argument("source", metavar="SOURCE", help=f"where the threads are: {migrate.LOCATIONS}")
+    _add_migration_options(sub)
+    sub = command(
+        "export-to",
+        cmd_export_to,
+        "copy threads from the location into another checkpointer (resumable; docs/migration.md)",
+    )
+    sub.add_argument("target", metavar="TARGET", help=f"where to copy them: {migrate.LOCATIONS}")
+    _add_migration_options(sub)
     sub = command("gc", cmd_gc, "delete leftovers of interrupted or losing writes (never committed checkpoints)")
     sub.add_argument(
         "--grace-seconds",
@@ -194,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands = _add_command_group(
         commands,
         "store",
-        "long-term memory store: ls, get, put, rm, search, sweep",
+        "long-term memory store: ls, get, put, rm, search, sweep, import-from, export-to",
         "Inspect and edit the long-term memory store (S3Store) at the same location. "
         "Namespaces are written with their labels joined by dots: memories.user-1",
     )
@@ -241,6 +295,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="read every item, not only those whose expiry came due (after an older release wrote items)",
     )
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
+    sub = store_command(
+        "import-from", cmd_store_import_from, "copy items from another store into the location (docs/migration.md)"
+    )
+    sub.add_argument("source", metavar="SOURCE", help=f"where the items are: {migrate.LOCATIONS}")
+    _add_store_migration_options(sub)
+    sub = store_command(
+        "export-to", cmd_store_export_to, "copy items from the location into another store (docs/migration.md)"
+    )
+    sub.add_argument("target", metavar="TARGET", help=f"where to copy them: {migrate.LOCATIONS}")
+    _add_store_migration_options(sub)
     _add_cache_commands(commands, destructive)
     return parser
 
