@@ -18,11 +18,11 @@ How a thread is copied, and why:
   ``checkpoint_id``, its metadata and id unchanged, then its pending writes per task with their task paths. The
   target commits each one as it would a graph's step, so an S3 target gets its commit chain, run index and large
   values exactly as from a live run (no second encoder of the bucket's format to drift from the saver's).
-* **Fencing.** The S3 saver refuses a run's step (``source`` ``input``/``loop``) on a parent that is not the
-  namespace's head unless the caller read that parent by id (docs/safety.md, "The fencing table"). A history with
-  branches (time travel, ``update_state`` on an older checkpoint) has such steps; the copy reads their parent by
-  id first, as the run that made them did, so they commit as the fork they were. Each thread is copied in a
-  context of its own (:class:`contextvars.Context`), so no read of the caller's decides how a copied put commits.
+* **Fencing.** The S3 saver refuses a step (``source`` ``input``/``loop``) on a parent that is not the namespace's
+  head unless what travels with the put says its caller read that parent by id (docs/safety.md, "The fencing
+  table"). A history with branches (time travel, ``update_state`` on an older checkpoint) has such steps; the copy
+  reads their parent by id first, as the run that made them did, and puts on the config that read returned, so
+  they commit as the fork they were.
 * **Resumable.** Before copying, the target's thread is listed: checkpoints it holds are not put again, and a
   task whose writes it lacks gets them again (``put_writes`` keeps the first write per index, so that is
   idempotent). A run that dies leaves the target holding the checkpoints copied so far, each committed, oldest
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import contextvars
 import functools
 import importlib
 import os
@@ -545,9 +544,7 @@ def copy_threads(
     for done, thread_id in enumerate(map(str, names)):
         progress = functools.partial(tell, thread_id, done)
         copier = _ThreadCopier(reader, target, thread_id, dry_run=dry_run, rounds=rounds, progress=progress)
-        # A context of its own: the S3 saver decides how a put commits from how its caller read the parent
-        # (docs/safety.md); neither the caller's reads nor another thread's may decide it.
-        report.threads.append(contextvars.Context().run(copier.copy))
+        report.threads.append(copier.copy())
         tell(thread_id, done + 1, report.threads[-1].checkpoints)
     return report
 
@@ -676,10 +673,13 @@ class _ThreadCopier:
         """Put one checkpoint on its parent, as the run that made it did."""
         checkpoint_id, parent_id = str(tup.checkpoint["id"]), _parent_id(tup)
         head = self.heads.get(ns)
+        config = _thread_config(self.thread_id, ns, parent_id)
         if parent_id is not None and head is not None and parent_id != head:
-            # A branch (time travel, an update of an older checkpoint): its maker read the parent by id, which
-            # makes the S3 saver's put a fork instead of a run's step on a head that moved on.
-            self._on_target("reading", self.target.get_tuple, _thread_config(self.thread_id, ns, parent_id))
+            # A branch (time travel, an update of an older checkpoint): its maker read the parent by id. The put on
+            # the config that read returns is the S3 saver's fork, instead of a step on a head that moved on.
+            read = self._on_target("reading", self.target.get_tuple, config)
+            if read is not None:
+                config = read.config
         parent = present.get((ns, parent_id)) if parent_id is not None else None
         parent_versions = parent.versions if parent is not None else {}
         # Only the channels whose version moved: a saver that stores a value per (channel, version), as
@@ -689,7 +689,6 @@ class _ThreadCopier:
             for channel, version in tup.checkpoint["channel_versions"].items()
             if parent_versions.get(channel) != version
         }
-        config = _thread_config(self.thread_id, ns, parent_id)
         self._on_target("putting", self.target.put, config, tup.checkpoint, tup.metadata, new_versions)
         self.heads[ns] = max(head or checkpoint_id, checkpoint_id)
 
