@@ -30,6 +30,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver
 from langgraph_s3_checkpoint._protocol.keys import revert_id
@@ -165,7 +166,20 @@ class Transient:
     applied: bool
 
 
-Fault = Crash | Lost | Transient
+@dataclass(frozen=True)
+class Held:
+    """Requests ``held`` of batch ``batch`` are held in the network while other parties run whole operations (the
+    scenario's ``between``), then applied; the batch's other requests are sent at once. What the party does
+    meanwhile, ``party``: ``waits`` (it gets every reply, the held ones' once they land, and goes on), ``gives up``
+    (its call ends at once with ``S3RequestError``, a deadline: the held requests land later all the same) or
+    ``dies`` (a crash: the same, and nothing of it runs again)."""
+
+    batch: int
+    held: tuple[int, ...]
+    party: str = "waits"
+
+
+Fault = Crash | Lost | Transient | Held
 
 
 def fault_label(fault: Fault | None, batches: Sequence[Sequence[Request]]) -> str:
@@ -182,6 +196,9 @@ def fault_label(fault: Fault | None, batches: Sequence[Sequence[Request]]) -> st
     if isinstance(fault, Lost):
         extra = f", with {fault.between} in between" if fault.between else ""
         return f"lost answer of {describe(batch[fault.index])} in {where} (applied twice{extra})"
+    if isinstance(fault, Held):
+        held = "; ".join(describe(batch[i]) for i in fault.held)
+        return f"[{held}] of {where} held in the network while others ran, then applied; the party {fault.party}"
     state = "applied" if fault.applied else "not applied"
     return f"transient error on {describe(batch[fault.index])} in {where} ({state})"
 
@@ -208,6 +225,19 @@ def faults_for(batches: Sequence[Sequence[Request]], betweens: Sequence[str | No
             if is_mutation(request):
                 out += [Lost(k, j, b) for b in betweens]
             out += [Transient(k, j, True), Transient(k, j, False)]
+    return out
+
+
+def held_for(batches: Sequence[Sequence[Request]]) -> list[Held]:
+    """Every way of holding a plan's requests in the network: each mutation of each batch alone, and each batch
+    whole, with the party waiting, giving up or dying meanwhile (a held read only delays the party)."""
+    out: list[Held] = []
+    for k, batch in enumerate(batches):
+        choices = [(j,) for j, request in enumerate(batch) if is_mutation(request)]
+        if len(batch) > 1 and any(is_mutation(r) for r in batch):
+            choices.append(tuple(range(len(batch))))
+        for held in choices:
+            out += [Held(k, held, party) for party in ("waits", "gives up", "dies")]
     return out
 
 
@@ -271,6 +301,9 @@ class Op:
             self.plan.close()
             self.status, self.pending = "crashed", None
             return
+        if isinstance(fault, Held):
+            self._held(batch, fault, between)
+            return
         if isinstance(fault, Transient):
             for i, request in enumerate(batch):
                 if i != fault.index or fault.applied:
@@ -288,6 +321,23 @@ class Op:
                 reply = self._send(request)
             replies.append(reply)
         self._advance(replies)
+
+    def _held(self, batch: list[Request], fault: Held, between: Callable[[], None] | None) -> None:
+        """:class:`Held`: the batch's other requests now, ``between`` (others' whole operations), then the held ones."""
+        replies: dict[int, Any] = {i: self._send(r) for i, r in enumerate(batch) if i not in fault.held}
+        if fault.party != "waits":
+            self.plan.close()
+            self.pending = None
+            if fault.party == "dies":
+                self.status = "crashed"
+            else:
+                self.status = "raised"
+                self.error = S3RequestError(f"injected: {describe(batch[fault.held[0]])} unanswered at the deadline")
+        if between is not None:
+            between()
+        replies.update({i: self._send(batch[i]) for i in fault.held})
+        if fault.party == "waits":
+            self._advance([replies[i] for i in range(len(batch))])
 
     def finish(self, fault: Fault | None = None, between: Callable[[], None] | None = None) -> Op:
         while self.running:
@@ -679,13 +729,19 @@ class PutSpec:
     big_changed: bool
     run: str | None
     source: str = "loop"
+    runtime: object | None = None
+    """The LangGraph run making the put (its ``Runtime``, as LangGraph passes it with every call of a run); ``None``:
+    a direct call."""
 
     @property
     def id(self) -> str:
         return cid(self.n)
 
     def config(self) -> dict[str, Any]:
-        return cfg(self.thread, self.ns, cid(self.parent) if self.parent is not None else None)
+        config = cfg(self.thread, self.ns, cid(self.parent) if self.parent is not None else None)
+        if self.runtime is not None:
+            config["configurable"]["__pregel_runtime"] = self.runtime
+        return config
 
     def checkpoint(self) -> Checkpoint:
         cp = empty_checkpoint()
@@ -754,11 +810,12 @@ class World:
         big: bool = False,
         run: str | None = "r1",
         source: str = "loop",
+        runtime: object | None = None,
     ) -> PutSpec:
         n = self.next_n() if n is None else n
         inherited = self.bigs.get((thread, ns, parent), 0) if parent is not None else 0
         value = n if big or parent is None else inherited
-        spec = PutSpec(thread, ns, parent, n, value, big or parent is None, run, source)
+        spec = PutSpec(thread, ns, parent, n, value, big or parent is None, run, source, runtime)
         self.bigs[(thread, ns, n)] = value
         return spec
 
@@ -800,14 +857,19 @@ class World:
         self.settle_put(op, spec)
         return op
 
-    def latest(self, saver: S3Saver, thread: str, ns: str = "") -> int | None:
-        tup = run_plan(saver, saver.plans.get_tuple(cfg(thread, ns)))[0]
+    def latest(self, saver: S3Saver, thread: str, ns: str = "", runtime: object | None = None) -> int | None:
+        """The latest checkpoint's number, read by the run ``runtime`` (``None``: by a caller outside any run)."""
+        config = cfg(thread, ns)
+        if runtime is not None:
+            config["configurable"]["__pregel_runtime"] = runtime
+        tup = run_plan(saver, saver.plans.get_tuple(config))[0]
         return None if tup is None else int(tup.checkpoint["id"][-12:])
 
     def continue_thread(self, saver: S3Saver, thread: str, ns: str = "", run: str = "r9", big: bool = True) -> Op:
-        """What a worker does on ``invoke(None, config)``: read the latest checkpoint, put its child."""
-        parent = self.latest(saver, thread, ns)
-        return self.put(saver, self.spec(thread, parent, ns=ns, run=run, big=big))
+        """What a worker does on ``invoke(None, config)``: a run reads the latest checkpoint and puts its child."""
+        runtime = Runtime()
+        parent = self.latest(saver, thread, ns, runtime)
+        return self.put(saver, self.spec(thread, parent, ns=ns, run=run, big=big, runtime=runtime))
 
     def writes_op(
         self,
@@ -988,6 +1050,7 @@ def summarize(title: str, failures: list[str], runs: int, limit: int = 12) -> st
 __all__ = [
     "PRECONDITION_FAILED",
     "Crash",
+    "Held",
     "Lost",
     "Op",
     "Oracle",
@@ -1002,6 +1065,7 @@ __all__ = [
     "describe",
     "fault_label",
     "faults_for",
+    "held_for",
     "interleavings",
     "run_plan",
     "summarize",

@@ -40,7 +40,7 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import get_checkpoint_metadata
+from langgraph.checkpoint.base import create_checkpoint, get_checkpoint_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -151,6 +151,17 @@ def subgraph_graph(asynchronous: bool) -> StateGraph:
     return builder
 
 
+def steps_graph(asynchronous: bool) -> StateGraph:
+    """one -> two: a run of two steps, so that something can happen between them."""
+    builder = StateGraph(Steps)
+    for name in ("one", "two"):
+        builder.add_node(name, _node(name, asynchronous))
+    builder.add_edge(START, "one")
+    builder.add_edge("one", "two")
+    builder.add_edge("two", END)
+    return builder
+
+
 @dataclass(frozen=True)
 class Graph:
     builder: Callable[[bool], StateGraph]
@@ -173,11 +184,12 @@ GRAPHS = {
     "join, fan-out": Graph(join_graph, {"steps": ["start"]}, ("a", "b")),
     "subgraph": Graph(subgraph_graph, {"steps": ["start"]}, ("sub",)),
     "subgraph, new input": Graph(subgraph_graph, {"steps": ["start"]}),
+    "two steps": Graph(steps_graph, {"steps": ["start"]}, ("one",)),
 }
 
 
 # -- parties ----------------------------------------------------------------------------------------------------------
-CONTINUING = ("run", "input", "answer", "update")
+CONTINUING = ("run", "input", "answer", "update", "stream", "worker")
 """Acts that continue the thread from its latest checkpoint."""
 TIME_TRAVEL = ("update old", "replay", "answer old")
 """Acts addressed at an older checkpoint by id."""
@@ -191,7 +203,10 @@ class PartySpec:
     ``Command(resume=...)`` of the pending interrupt; ``update``: ``update_state`` on the latest; ``update old``,
     ``replay``, ``answer old``: the same addressed at the base run's first checkpoint after its input;
     ``rollback``: cancel the other party, ``delete_for_runs`` it, then answer again (the Agent Server's
-    ``multitask_strategy="rollback"``)."""
+    ``multitask_strategy="rollback"``); ``stream``: ``run`` through ``graph.stream``, its consumer showing each
+    checkpoint it is told about (``get_state`` by id) in the loop's body, so in the run's thread and context;
+    ``worker``: a sync web server's pool worker, one thread serving two requests in turn: a UI's ``get_tuple`` of the
+    latest checkpoint by id, then a direct step put on it."""
     saver: int = 0
 
 
@@ -403,10 +418,50 @@ class ThreadWorld(World):
                 {"durability": durability},
             ),
         }
+        if spec.act == "stream":
+            return self._streamed(spec, graph)
+        if spec.act == "worker":
+            return self._pool_worker(spec)
         method, args, kwargs = calls[spec.act]
         if self.family.asynchronous:
             return lambda: getattr(graph, f"a{method}")(*args, **kwargs)
         return lambda: getattr(graph, method)(*args, **kwargs)
+
+    def _streamed(self, spec: PartySpec, graph: Any) -> Callable[[], Any]:
+        """``run`` through the stream API, the consumer reading each checkpoint it is told about in the loop body."""
+        config, durability = self._config(spec), self.family.durability
+
+        def work() -> Any:
+            for event in graph.stream(None, config, stream_mode="checkpoints", durability=durability):
+                graph.get_state(event["config"])
+
+        async def awork() -> Any:
+            async for event in graph.astream(None, config, stream_mode="checkpoints", durability=durability):
+                await graph.aget_state(event["config"])
+
+        return awork if self.family.asynchronous else work
+
+    def _pool_worker(self, spec: PartySpec) -> Callable[[], Any]:
+        """One pool thread, two requests in turn: a UI reads the base's latest checkpoint by id; then a direct call
+        puts a step on it (a config built from the id, as a request handler builds it)."""
+        saver = self.savers[spec.saver]
+        latest = checkpoint_id_of(self.latest)
+
+        def work() -> Any:
+            shown = saver.get_tuple(thread_config(latest))
+            assert shown is not None
+            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
+            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
+            return saver.put(thread_config(latest), step, metadata, {})
+
+        async def awork() -> Any:
+            shown = await saver.aget_tuple(thread_config(latest))
+            assert shown is not None
+            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
+            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
+            return await saver.aput(thread_config(latest), step, metadata, {})
+
+        return awork if self.family.asynchronous else work
 
     def _rollback(self, spec: PartySpec) -> Callable[[], Any]:
         """Cancel the other party, wait for it to end, roll it back, look, answer again: in one call chain."""
@@ -776,6 +831,14 @@ CI_FAMILIES = [
         "interrupt",
         (PartySpec("A", "answer"), PartySpec("R", "rollback")),
     ),
+    Family(
+        "stream: a run whose consumer reads each checkpoint, and a run",
+        "two steps",
+        two("stream", "run"),
+        sample=CI_SAMPLE,
+    ),
+    Family("pool worker: a UI's read by id, then a step on it; and a run", "two steps", two("worker", "run")),
+    Family("pool worker, AsyncS3Saver", "two steps", two("worker", "run"), asynchronous=True),
 ]
 FULL_FAMILIES = [
     Family("delta: two runs with new input, one saver", "delta, new input", two("input"), durability="async"),
@@ -877,3 +940,24 @@ def test_a_replay_continues_its_fork_past_a_concurrent_step() -> None:
         "B:put(source=loop, step=2)",
     ]
     assert run_schedule(REPLAY_FAMILY, schedule) == []
+
+
+STREAM_FAMILY = next(f for f in CI_FAMILIES if f.name.startswith("stream:"))
+
+
+def test_a_stream_consumers_read_between_steps_leaves_the_run_fenced() -> None:
+    """Run A streams; B runs both its steps first; A's consumer then shows the checkpoint A was told about (by id,
+    no longer the head) before A puts its step on it. A's step must be refused: the consumer's read is not the run's.
+    On cfeae32 the read was recorded in the generator's context, which LangGraph copies for the run's puts, and A's
+    step committed as a fork beside B's (two children of one checkpoint)."""
+    schedule = [
+        "A:get_tuple()",
+        "B:get_tuple()",
+        "B:put(source=loop, step=1)",
+        "B:put(source=loop, step=2)",
+        "B:put_writes(task=~__pregel_pull, two, channels=steps)",
+        "B:put_writes(task=~__pregel_pull, one, channels=steps+branch:to:two)",
+        "A:get_tuple(by id)",
+        "A:put(source=loop, step=1)",
+    ]
+    assert run_schedule(STREAM_FAMILY, schedule) == []

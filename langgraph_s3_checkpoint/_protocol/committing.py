@@ -148,23 +148,24 @@ class Committing(Reading):
                 deleted=deleted,
             )
 
-        def unsent() -> list[Put]:
-            """What the put left out because the parent's head vouched for it, offered create-only before a put that
-            was to continue the parent commits on another head instead: the large values the record references
-            without sending them (a prune may have removed the parent's since), and the run-index entries of a run
-            that wrote the parent (a rollback of that run may have removed them with the parent: without them, the
-            run's next rollback would not find this checkpoint)."""
-            sent = {put.key for put in values.puts}
+        def reoffered() -> list[Put]:
+            """What a put offers again, create-only, before it commits on a head other than the one it first stood on:
+            every large value its record references (sent before, or left out because the parent's head vouched for
+            them: a prune, a rollback or a delete of the thread may have removed them since) and the run-index
+            entries of its run (a rollback or a delete may have removed them: without them, the run's next rollback
+            would not find this checkpoint)."""
+            sent = {put.key: put for put in values.puts}
             live = checkpoint["channel_values"]
             blobs = [
-                Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
+                sent.get(key)
+                or Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
                 for channel, version in values.blobs.items()
-                if (key := self.layout.blob(thread_id, ns, channel, version)) not in sent and channel in live
+                if (key := self.layout.blob(thread_id, ns, channel, version)) in sent or channel in live
             ]
-            entries = [] if run_id is None or run_entries else self._index_entries(run_id, thread_id, ns, checkpoint_id)
+            entries = [] if run_id is None else self._index_entries(run_id, thread_id, ns, checkpoint_id)
             return [*blobs, *entries]
 
-        committed_etag, deleted = yield from self._commit(c, basis, record, unsent)
+        committed_etag, deleted = yield from self._commit(c, basis, record, reoffered)
         if names:
             # Offered again once committed: gc may have deleted a name it found alone (a thread or namespace left
             # with nothing else) after the first offer was refused as existing, and before the commit. gc puts
@@ -299,7 +300,7 @@ class Committing(Reading):
         c: _Commit,
         basis: _Basis,
         record: Callable[[str | None, bool, Mapping[str, str | None]], bytes],
-        unsent: Callable[[], list[Put]],
+        reoffered: Callable[[], list[Put]],
     ) -> Plan[tuple[str | None, Mapping[str, str | None]]]:
         """Send the record and the head until the head PUT lands or :data:`~.fencing.COMMIT_TABLE` says otherwise; the
         committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
@@ -334,7 +335,7 @@ class Committing(Reading):
                     error = refusal_error(refusal, c.thread_id, c.ns, c.parent_id, self._head_id(c, head_now))
                     yield from self._withdraw(c, error)
                 case JoinAgain():
-                    basis = yield from self._join_again(basis, head_now, unsent)
+                    basis = yield from self._join_again(head_now, reoffered)
         # Meets.ATTEMPTS_SPENT
         detail = (
             f" under each of {JOIN_ATTEMPTS} attempts to commit on top of its latest checkpoint. This checkpoint was "
@@ -377,12 +378,10 @@ class Committing(Reading):
         head_is_this = head_now is not None and self.codec.peek_head_id(c.head_key, head_now.body) == c.checkpoint_id
         return COMMIT_TABLE[refused_write_meets(step, head_is_this)], head_now, step.refused
 
-    def _join_again(
-        self, basis: _Basis, head_now: StoredObject | None, unsent: Callable[[], list[Put]]
-    ) -> Plan[_Basis]:
-        """:class:`~.fencing.JoinAgain`: the next attempt stands on the head read now. A put that was to continue the
-        parent first offers what it relied on the parent's head for (large values, run-index entries)."""
-        if basis.parent is not None and (offers := unsent()):
+    def _join_again(self, head_now: StoredObject | None, reoffered: Callable[[], list[Put]]) -> Plan[_Basis]:
+        """:class:`~.fencing.JoinAgain`: the next attempt stands on the head read now, after offering again what the
+        record references (the head moved: whatever moved it may have deleted them)."""
+        if offers := reoffered():
             yield [*offers]
         return _Basis(head=head_now)
 
