@@ -331,7 +331,7 @@ def measure_postgres(dsn: str, agent: str) -> dict[str, Any]:
         conn.execute("VACUUM ANALYZE")
         row = conn.execute(
             "SELECT sum(pg_total_relation_size(c.oid))::bigint AS bytes FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+            "ON_HEAD pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
             (schema,),
         ).fetchone()
     return {"supersteps": supersteps, "seconds": round(seconds, 2), "stored_bytes": int(row["bytes"])}

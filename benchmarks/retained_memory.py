@@ -8,7 +8,7 @@ One ``S3Saver`` serves every thread, as one server process does. Each thread is 
 checkpoint), so what LangGraph itself keeps is counted too. Python's ``tracemalloc`` measures the bytes allocated
 and still alive after a full garbage collection: once after a warm-up of ``--warmup`` threads, then after every
 ``--every`` threads. Reported: the total retained growth, the saver's own accounted tables (its memory of heads,
-``Recall.retained_bytes``, bounded by ``memory_bytes``; its read cache of bodies, bounded by ``cache_bytes``),
+``Recall.retained_bytes``, bounded by ``memory_bytes``; its read cache of bodies, bounded by ``read_cache_bytes``),
 and the growth per thread beyond those budgets. Results go to ``results/retained_memory.json``.
 """
 
@@ -50,7 +50,7 @@ def retained() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-def cache_bytes(saver: S3Saver) -> int:
+def read_cache_bytes(saver: S3Saver) -> int:
     cache = saver.bucket_io.cache
     return 0 if cache is None else cache.retained_bytes
 
@@ -76,14 +76,14 @@ def main() -> None:
             graph.invoke({"log": ["in"]}, {"configurable": {"thread_id": f"t-{n}"}})
             if n % args.every == 0 or n == args.threads:
                 total = retained() - baseline
-                accounted = saver.plans.recall.retained_bytes + cache_bytes(saver)
+                accounted = saver.plans.recall.retained_bytes + read_cache_bytes(saver)
                 previous = samples[-1] if samples else {"threads": 0, "retained_growth_bytes": 0}
                 samples.append(
                     {
                         "threads": n,
                         "retained_growth_bytes": total,
                         "saver_memory_bytes": saver.plans.recall.retained_bytes,
-                        "read_cache_bytes": cache_bytes(saver),
+                        "read_cache_bytes": read_cache_bytes(saver),
                         "beyond_budgets_per_thread": max(0, total - accounted) / n,
                         # Once the budgets are full, this is what each further thread costs.
                         "growth_per_thread_since_previous": (total - previous["retained_growth_bytes"])

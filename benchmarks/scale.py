@@ -1,4 +1,4 @@
-"""Maintenance and listing at scale: what grows with the work and what grows with the bucket.
+"""ThreadEdits and listing at scale: what grows with the work and what grows with the bucket.
 
     python benchmarks/scale.py --sizes 1000,10000             # develop: a few minutes
     python benchmarks/scale.py --sizes 1000,10000,100000      # the full run (about 75 minutes on 2 cores)

@@ -56,9 +56,9 @@ def op_kind(operation: str) -> str:
 def _operation(request: Any) -> str:
     """The S3 call one of our requests is, to count it as boto3's hooks would (imported here: the peers' venvs,
     which run this file too, do not have the package)."""
-    from langgraph_s3_checkpoint._protocol.requests import S3_OPERATION
+    from langgraph_s3_checkpoint._protocol.requests import request_kind
 
-    return S3_OPERATION[type(request)]
+    return request_kind(request).operation
 
 
 class Counter:

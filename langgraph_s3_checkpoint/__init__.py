@@ -7,6 +7,7 @@ memories from another checkpointer or store into the bucket and back (docs/migra
 docs/design.md.
 """
 
+from ._transport.connect import make_client, without_expect_continue
 from .cache import S3Cache
 from .errors import (
     BucketNotFoundError,
@@ -34,7 +35,7 @@ from .errors import (
     WrongRegionError,
 )
 from .migrate import copy_store, copy_threads
-from .saver import AsyncS3Saver, BaseS3Saver, S3Saver, make_client, without_expect_continue
+from .saver import AsyncS3Saver, BaseS3Saver, S3Saver
 from .store import AsyncS3Store, BaseS3Store, S3Store
 
 __all__ = [

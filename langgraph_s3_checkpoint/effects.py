@@ -39,7 +39,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ._protocol.keys import escape
 from ._protocol.plans import one
-from ._protocol.requests import CREATE, PRECONDITION_FAILED, Delete, Get, Plan, Put
+from ._protocol.requests import CREATE, PRECONDITION_FAILED, DeleteObjects, Get, Plan, Put
 from .errors import InvalidConfigError, SaverMisuseError
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class EffectLedger:
         return (yield from one(Put(self.object_key(key), body, mode=CREATE))) is not PRECONDITION_FAILED
 
     def _remove(self, key: str) -> Plan[None]:
-        yield [Delete((self.object_key(key),))]
+        yield [DeleteObjects((self.object_key(key),))]
 
     # -- sync -----------------------------------------------------------------------------------
     def done(self, key: str) -> bool:

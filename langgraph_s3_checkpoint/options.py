@@ -28,7 +28,7 @@ _RANGES: dict[str, tuple[int, int | None, str]] = {
     "max_attempts": (1, None, " (attempts per request, the first included)"),
     "inline_threshold": (0, None, " bytes"),
     "compress_threshold": (0, None, " bytes (None turns compression off)"),
-    "cache_bytes": (0, None, " (0 turns the cache off)"),
+    "read_cache_bytes": (0, None, " (0 turns the cache off)"),
     "memory_bytes": (0, None, " (0: remember no head, every put reads it first)"),
     "ttl_days": (1, None, " days (None: nothing expires)"),
     "vector_shards": (1, 256, ""),
@@ -324,7 +324,7 @@ URL_OPTIONS: dict[str, UrlOption] = {
     "compress_threshold": UrlOption(_whole_number, _ALL),
     "max_concurrency": UrlOption(_whole_number, _ALL),
     "ttl_days": UrlOption(_whole_number, _SAVER_AND_CACHE),
-    "cache_bytes": UrlOption(_whole_number, frozenset({SAVER})),
+    "read_cache_bytes": UrlOption(_whole_number, frozenset({SAVER})),
     "memory_bytes": UrlOption(_whole_number, frozenset({SAVER})),
     "vector_shards": UrlOption(_whole_number, frozenset({STORE})),
     "create_bucket": UrlOption(parse_flag, _ALL),
@@ -362,3 +362,26 @@ def parse_url(url: str, *, used_by: str | None = None) -> tuple[str, str, dict[s
         if used_by is None or used_by in option.used_by:
             options[option.keyword or name] = value
     return parts.netloc, parts.path.strip("/"), options
+
+
+# -- defaults -----------------------------------------------------------------------------------------------
+DEFAULT_INLINE_THRESHOLD = 4096
+DEFAULT_COMPRESS_THRESHOLD = 4096
+DEFAULT_READ_CACHE_BYTES = 32 * 1024 * 1024
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open a TCP (and TLS) connection. A reachable S3 endpoint connects in milliseconds, even
+across continents well under a second; 5 s only trips on a host that drops packets or does not exist."""
+DEFAULT_READ_TIMEOUT = 10.0
+"""Seconds to wait for the next bytes of a reply (not for the whole reply). S3 answers the small requests
+of a checkpoint step in milliseconds; 10 s of silence means the server is stuck, and a retry on a fresh
+connection is the cure. botocore's 60 s made a silent endpoint block for minutes."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts per request (standard retry mode: 5xx, throttling, resets, timeouts). Three absorb the
+transient failures S3 documents; more only make a dead endpoint take longer to report."""
+DEFAULT_OPERATION_TIMEOUT = 60.0
+"""Deadline in seconds for one saver or store call (``get_tuple``, ``put``, ``setup`` ...; for ``list``, for each
+item it yields). No attempt of a request starts after it, a read still unanswered is cut at it, and a write still
+unanswered gets the read timeout more to answer (:mod:`._transport.deadline`); the call ends only once all of them have.
+It caps calls made of many sequential requests, and a request whose reply trickles in (its read timeout counts from the
+last byte received)."""

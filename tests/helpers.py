@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint._protocol.requests import Delete, Put
+from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
 
@@ -183,7 +183,7 @@ def crash_at(saver: Any, matches: Callable[[Any], bool]) -> None:
 def deletes_records(request: Any) -> bool:
     """Whether a request deletes checkpoint records (``.../c/...``): where a test stops a delete or a rollback
     that has already removed the heads (with :func:`crash_at`)."""
-    return isinstance(request, Delete) and any("/c/" in key for key in request.keys)
+    return isinstance(request, DeleteObjects) and any("/c/" in key for key in request.keys)
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
-from langgraph_s3_checkpoint._protocol.requests import Copy, Delete, DeleteIfMatch, Get, ListKeys, Put
+from langgraph_s3_checkpoint._protocol.requests import Copy, DeleteIfMatch, DeleteObjects, Get, ListKeys, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 SAMPLE_SEED = 27
@@ -567,7 +567,7 @@ def footprint_of(request: Any, into: Footprint) -> None:
         into.prefixes.add(request.prefix)
     elif isinstance(request, Put | DeleteIfMatch):
         into.writes.add(request.key)  # a conditional write reads the key too: a write conflicts with reads
-    elif isinstance(request, Delete):
+    elif isinstance(request, DeleteObjects):
         into.writes.update(request.keys)
     elif isinstance(request, Copy):
         into.reads.add(request.source)

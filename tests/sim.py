@@ -6,7 +6,7 @@ requests. Here a plan is driven one batch at a time against a :class:`MemoryBuck
 * a **fault** can be injected at batch ``k`` (:class:`Crash` after any subset of the batch landed,
   :class:`Lost` answer: a request applied twice, as botocore's retry does, the plan seeing the second
   reply, optionally with another worker's commit in between, :class:`Transient` error after the request
-  was or was not applied, surfacing to the caller as ``S3RequestError``, as the store's drivers do);
+  was or was not applied, surfacing to the caller as ``S3RequestError``, as the I/O shell's drivers do);
 * several plans can be **interleaved** batch by batch (each batch is atomic; every schedule is enumerated);
 * after each scenario the bucket is read through a fresh saver (new ``CheckpointPlans``, empty memory) and through the
   savers still alive, and compared with an **oracle**: LangGraph's ``InMemorySaver`` fed only the
@@ -38,8 +38,8 @@ from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
     Copy,
     Create,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     Emit,
     Get,
     ListKeys,
@@ -121,7 +121,7 @@ def describe(request: Request) -> str:
         return f"GET {short_key(request.key)}"
     if isinstance(request, ListKeys):
         return f"LIST {short_key(request.prefix)}"
-    if isinstance(request, Delete):
+    if isinstance(request, DeleteObjects):
         keys = ", ".join(short_key(k) for k in request.keys[:3]) + (", ..." if len(request.keys) > 3 else "")
         return f"DELETE [{keys}]"
     if isinstance(request, DeleteIfMatch):
@@ -132,7 +132,7 @@ def describe(request: Request) -> str:
 
 
 def is_mutation(request: Request) -> bool:
-    return isinstance(request, (Put, Delete, DeleteIfMatch, Copy))
+    return isinstance(request, (Put, DeleteObjects, DeleteIfMatch, Copy))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class Lost:
 @dataclass(frozen=True)
 class Transient:
     """Request ``index`` of batch ``batch`` fails after retries (applied or not); the caller gets
-    ``S3RequestError`` (the store's drivers raise out of the batch; the plan is abandoned)."""
+    ``S3RequestError`` (the I/O shell's drivers raise out of the batch; the plan is abandoned)."""
 
     batch: int
     index: int
@@ -265,7 +265,7 @@ class Op:
         return self.status == "running"
 
     def _send(self, request: Request) -> Any:
-        # Through the saver's own store (its read cache included); what reached the bucket is read
+        # Through the saver's own I/O shell (its read cache included); what reached the bucket is read
         # back from the bucket's log (runs are sequential, so the new entries are this request's).
         log = self.saver.bucket_io.backend.log
         start = len(log)
@@ -790,7 +790,7 @@ class World:
 
     def saver(self) -> S3Saver:
         """A new saver: a new process, with no memory of heads."""
-        return S3Saver(bucket=BUCKET, client=self.bucket, inline_threshold=INLINE, cache_bytes=1 << 20)
+        return S3Saver(bucket=BUCKET, client=self.bucket, inline_threshold=INLINE, read_cache_bytes=1 << 20)
 
     def next_n(self) -> int:
         self._n += 10

@@ -38,7 +38,7 @@ from langgraph_s3_checkpoint import (
     SerializationError,
     cli,
 )
-from langgraph_s3_checkpoint import cache as cache_module
+from langgraph_s3_checkpoint._protocol import cache_plans as cache_module
 from langgraph_s3_checkpoint._protocol import operator_plans
 from langgraph_s3_checkpoint._protocol.codec import MAGIC
 from langgraph_s3_checkpoint._protocol.keys import is_namespace_segment, namespace_of_segment, namespace_segment
@@ -689,7 +689,9 @@ def test_errors(cache: S3Cache[Any], monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_options_are_the_savers(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
-    url = f"s3://{bucket}/{prefix}?inline_threshold=10&cache_bytes=0&operation_timeout=5&ttl_days=3&transport=boto3"
+    url = (
+        f"s3://{bucket}/{prefix}?inline_threshold=10&read_cache_bytes=0&operation_timeout=5&ttl_days=3&transport=boto3"
+    )
     with S3Cache.from_conn_string(url, client=s3_server.client()) as cache:
         assert (cache.prefix, cache.ttl_days, cache.bucket_io.deadline, cache.bucket_io.direct) == (prefix, 3, 5, None)
         cache.set({(("n",), "k"): (1, None)})

@@ -24,10 +24,10 @@ from langgraph_s3_checkpoint._protocol import committing
 from langgraph_s3_checkpoint._protocol.fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
+    AgainOnHead,
     ClockBehindHead,
     CommitDetached,
     Committed,
-    JoinAgain,
     Meets,
     MoveHead,
     Swap,
@@ -257,8 +257,8 @@ def test_a_joining_rule_commits_on_the_head_now(met: list[Meets]) -> None:
     w.put(w.other, PARENT, OTHER)  # this saver still remembers the parent's head
     met.clear()
     w.put(w.saver, PARENT, NEW, "update")  # a direct put: continue the parent, else fork
-    assert met == [Meets.HEAD_HOLDS_PARENT, Meets.RULE_JOINS, Meets.OLDER_HEAD]
-    assert COMMIT_TABLE[Meets.RULE_JOINS] == JoinAgain()
+    assert met == [Meets.HEAD_HOLDS_PARENT, Meets.RULE_COMMITS_ON_HEAD, Meets.OLDER_HEAD]
+    assert COMMIT_TABLE[Meets.RULE_COMMITS_ON_HEAD] == AgainOnHead()
     assert w.head()[0] == cid(NEW) and w.record(NEW).previous_head == cid(OTHER)
 
 
@@ -273,8 +273,8 @@ def test_a_head_moving_under_every_attempt_withdraws_the_record(met: list[Meets]
         w.put(w.other, int(head_id[3:8]), n)
 
     w.bucket.watched, w.bucket.before_head_put = cid(NEW), move_the_head
-    with pytest.raises(CheckpointConflictError, match=f"{committing.JOIN_ATTEMPTS} attempts"):
+    with pytest.raises(CheckpointConflictError, match=f"{committing.ON_HEAD_ATTEMPTS} attempts"):
         w.put(w.saver, OLD, NEW, "fork")
-    assert met.count(Meets.RULE_JOINS) == committing.JOIN_ATTEMPTS
+    assert met.count(Meets.RULE_COMMITS_ON_HEAD) == committing.ON_HEAD_ATTEMPTS
     assert COMMIT_TABLE[Meets.ATTEMPTS_SPENT] == Withdraw()
     assert w.record(NEW) is None and w.head()[0] != cid(NEW)

@@ -59,9 +59,9 @@ def make(
 ) -> Iterator[Callable[[int], tuple[S3Saver, RequestCounter]]]:
     made: list[S3Saver] = []
 
-    def saver(cache_bytes: int) -> tuple[S3Saver, RequestCounter]:
+    def saver(read_cache_bytes: int) -> tuple[S3Saver, RequestCounter]:
         client = s3_server.client()
-        s = S3Saver(bucket=bucket, prefix=prefix, client=client, cache_bytes=cache_bytes)
+        s = S3Saver(bucket=bucket, prefix=prefix, client=client, read_cache_bytes=read_cache_bytes)
         made.append(s)
         return s, count_requests(client)
 

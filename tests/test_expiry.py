@@ -573,7 +573,7 @@ def test_requests_summary_on_memory() -> None:
     start = len(bucket.log)
     assert store.sweep_ttl() == 2000
     counts = requests_of(bucket, start)
-    assert counts == {"ListKeys": 2, "Get": 4000, "DeleteIfMatch": 2000, "Delete": 16, "Put": 1}
+    assert counts == {"ListKeys": 2, "Get": 4000, "DeleteIfMatch": 2000, "DeleteObjects": 16, "Put": 1}
 
 
 def test_a_crash_or_a_failed_request_anywhere_in_a_put() -> None:

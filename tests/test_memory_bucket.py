@@ -35,8 +35,8 @@ from langgraph_s3_checkpoint._protocol.requests import (
     BucketExists,
     Copy,
     CreateBucket,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     EnsureExpiryRule,
     Get,
     ListKeys,
@@ -145,7 +145,7 @@ def test_delete_copy_bucket_and_lifecycle() -> None:
     _put(b, "name", b"n", expires=False)
     assert b.execute(Copy("missing", "t")) is False  # deleted since it was listed: the copy says so
     assert b.execute(Copy("k", "t")) is True and b.execute(Get("t")).body == b"v"
-    assert b.execute(Delete(("k", "never-there"))) is None
+    assert b.execute(DeleteObjects(("k", "never-there"))) is None
     assert b.keys() == ["name", "t"]
     clock[0] += timedelta(days=2)
     _put(b, "fresh")
@@ -174,7 +174,7 @@ def test_a_copy_holds_the_same_objects_and_changes_apart() -> None:
     assert c.lifecycle_rules == b.lifecycle_rules
     assert c.execute(DeleteIfMatch("gone", '"x"')) is PRECONDITION_FAILED  # the variant came along
     _put(c, "only-in-copy")
-    b.execute(Delete(("k",)))
+    b.execute(DeleteObjects(("k",)))
     c.execute(RemoveExpiryRule("rule"))
     assert (b.keys(), c.keys()) == (["a/b"], ["a/b", "k", "only-in-copy"])
     assert "rule" in b.lifecycle_rules and c.lifecycle_rules == {}
@@ -208,7 +208,7 @@ requests = st.one_of(
             st.sampled_from(["etag-of:x", "etag-of:y", '"00000000000000000000000000000000"']).map(Update),
         ),
     ),
-    st.builds(Delete, st.lists(st.sampled_from(KEYS), max_size=3).map(tuple)),
+    st.builds(DeleteObjects, st.lists(st.sampled_from(KEYS), max_size=3).map(tuple)),
     st.builds(DeleteIfMatch, st.sampled_from(KEYS), st.sampled_from(["etag-of:x", "etag-of:"])),
     st.builds(Copy, st.sampled_from(KEYS), st.sampled_from(KEYS)),
     st.builds(

@@ -30,7 +30,7 @@ from sim import Op, interleavings
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.keys import Layout, escape, is_digest, named_id
-from langgraph_s3_checkpoint._protocol.requests import Delete, Put
+from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
@@ -118,7 +118,7 @@ def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -
     bucket, saver = two_threads_of_one_run()
     name_key = Layout(PREFIX).thread_name(LONG)
     if damage == "missing":
-        bucket.execute(Delete((name_key,)))
+        bucket.execute(DeleteObjects((name_key,)))
     else:
         bucket.execute(Put(name_key, b"\xff\xfe" if damage == "not utf-8" else b"short"))
 
@@ -140,7 +140,7 @@ def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -
 def test_a_dry_repair_only_reports_the_missing_name() -> None:
     bucket, saver = two_threads_of_one_run()
     name_key = Layout(PREFIX).thread_name(LONG)
-    bucket.execute(Delete((name_key,)))
+    bucket.execute(DeleteObjects((name_key,)))
     assert saver.repair_thread(LONG, dry_run=True).name_restored
     assert bucket.object(name_key) is None
 
@@ -157,7 +157,7 @@ def run_cli(saver: S3Saver, *argv: str) -> tuple[int, str]:
 def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     bucket, saver = two_threads_of_one_run()
     name_key = Layout(PREFIX).thread_name(LONG)
-    bucket.execute(Delete((name_key,)) if body is None else Put(name_key, body))
+    bucket.execute(DeleteObjects((name_key,)) if body is None else Put(name_key, body))
 
     status, listed = run_cli(saver, "threads")
     assert status == cli.EXIT_OK

@@ -50,8 +50,8 @@ from langgraph_s3_checkpoint._protocol.requests import (
     OVERWRITE,
     PRECONDITION_FAILED,
     Create,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     Get,
     ListKeys,
     Overwrite,
@@ -66,7 +66,7 @@ from langgraph_s3_checkpoint._transport.probe import Failed, probe, without_cond
 from langgraph_s3_checkpoint._transport.retries import CONFLICT_ATTEMPTS, MAX_BACKOFF, Kind, Retries, kind_of
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.saver import parse_url
+from langgraph_s3_checkpoint.options import parse_url
 
 BUCKET = "lgs3-providers"
 PROBE_REQUESTS = 19
@@ -99,7 +99,7 @@ def test_the_probe_is_five_round_trips_of_nineteen_requests_and_leaves_nothing()
         "Put": 11,
         "Get": 4,
         "DeleteIfMatch": 2,
-        "Delete": 1,
+        "DeleteObjects": 1,
     }
     assert batches[0] == [ListKeys("p/_setup/probe-x", max_keys=1)]  # a read first: no PUT meets a missing bucket
     assert all(request.key.startswith("p/_setup/probe-x") for batch in batches[1:-1] for request in batch)  # type: ignore[attr-defined]
@@ -137,7 +137,7 @@ class Misbehaving(MemoryBucket):
                 return PRECONDITION_FAILED
         if isinstance(request, DeleteIfMatch):
             if fault == "ignores conditional DELETE":
-                return super().execute(Delete((request.key,)))
+                return super().execute(DeleteObjects((request.key,)))
             if fault == "refuses conditional DELETE":
                 return PRECONDITION_FAILED
         return super().execute(request)

@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, CorruptObjectError, S3Saver
 from langgraph_s3_checkpoint._protocol.keys import Layout
-from langgraph_s3_checkpoint._protocol.requests import Delete, Put
+from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
 from langgraph_s3_checkpoint.errors import DamagedHeadError
 from langgraph_s3_checkpoint.local import LocalS3Server
 
@@ -79,7 +79,7 @@ def test_repair_racing_delete_thread_takes_its_head_back(
     def send_racing_a_delete(request: Any, *deadline: Any) -> Any:
         if isinstance(request, Put) and request.key == head and not reply:
             # The delete runs between repair's reads and its head PUT.
-            delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, Delete) for r in batch))
+            delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, DeleteObjects) for r in batch))
         return send_one(request, *deadline)
 
     repairer.bucket_io._send = send_racing_a_delete

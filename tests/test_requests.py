@@ -225,7 +225,7 @@ def test_read_cache_can_be_disabled(
     s3_server: LocalS3Server, bucket: str, prefix: str, count_requests: Callable[[Any], RequestCounter]
 ) -> None:
     client = s3_server.client()
-    saver = S3Saver(bucket=bucket, prefix=prefix, client=client, cache_bytes=0)
+    saver = S3Saver(bucket=bucket, prefix=prefix, client=client, read_cache_bytes=0)
     thread = f"t-{uuid4().hex}"
     _chain(saver, thread, 5)
     counter = count_requests(client)

@@ -95,16 +95,16 @@ class Scenario:
     start: Callable[[World, dict[str, Any]], Op]
     kind: str  # "put" | "writes" | "maintenance"
     effect: Callable[[Oracle, dict[str, Any]], None] | None = None
-    """Maintenance: the operation's effect on the oracle."""
+    """ThreadEdits: the operation's effect on the oracle."""
     rerun: Callable[[World, dict[str, Any], S3Saver], Op] | None = None
-    """Maintenance / writes: run the operation again to completion (after a crash or an error)."""
+    """ThreadEdits / writes: run the operation again to completion (after a crash or an error)."""
     threads: tuple[str, ...] = ("t",)
     """Threads (namespace "") the follow-up continues."""
     betweens: tuple[str | None, ...] = (None,)
     variants: tuple[str, ...] = ("404",)
     extra: dict[str, Any] = field(default_factory=dict)
     writes_per_task: bool = False
-    """Maintenance that rewrites a checkpoint's writes objects one at a time: after a crash, its writes may be,
+    """ThreadEdits that rewrites a checkpoint's writes objects one at a time: after a crash, its writes may be,
     task by task, those before or after (see ``sim.writes_per_task``)."""
 
 
@@ -432,7 +432,7 @@ def test_put_writes_faults(sc: Scenario) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Maintenance plans
+# ThreadEdits plans
 # ------------------------------------------------------------------------------------------------
 def _maintenance(
     name: str,

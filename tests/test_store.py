@@ -49,10 +49,10 @@ from langgraph_s3_checkpoint import (
     S3Store,
 )
 from langgraph_s3_checkpoint._protocol.requests import Put
+from langgraph_s3_checkpoint._protocol.store.objects import _python_scores, pack_vector, similarity_scores
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 from langgraph_s3_checkpoint.store import BaseS3Store, StoreLayout
-from langgraph_s3_checkpoint.store.objects import _python_scores, pack_vector, similarity_scores
 
 
 # ------------------------------------------------------------------------------------------------
@@ -587,7 +587,7 @@ def test_a_forgotten_long_label_costs_one_create_only_put(
 ) -> None:
     """On both servers: a store whose memory for names holds three of them. A put under a label it forgot sends
     one more PutObject (the name, create-only, refused); under a remembered one, the item's alone."""
-    from langgraph_s3_checkpoint.store.plans import KnownNames
+    from langgraph_s3_checkpoint._protocol.store.plans import KnownNames
 
     client = s3_server.client()
     with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
@@ -673,7 +673,7 @@ def test_encrypted_serde_leaves_no_plaintext(s3_server: LocalS3Server, bucket: s
 
 def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     # The saver's URL, saver-only options included, opens the store too.
-    url = f"s3://{bucket}/{prefix}?vector_shards=2&inline_threshold=100&ttl_days=3&cache_bytes=0"
+    url = f"s3://{bucket}/{prefix}?vector_shards=2&inline_threshold=100&ttl_days=3&read_cache_bytes=0"
     kwargs = {
         "endpoint_url": s3_server.endpoint_url,
         "region_name": s3_server.region,
@@ -730,7 +730,7 @@ def test_agent_server_store_factory_reads_the_checkpointer_environment(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
     env = {
-        "LANGGRAPH_S3_URL": f"s3://{bucket}/{prefix}?cache_bytes=0",
+        "LANGGRAPH_S3_URL": f"s3://{bucket}/{prefix}?read_cache_bytes=0",
         "LANGGRAPH_S3_ENDPOINT_URL": s3_server.endpoint_url,
         "LANGGRAPH_S3_REGION": s3_server.region,
     }

@@ -37,7 +37,7 @@ from langgraph_s3_checkpoint.options import CACHE, SAVER, STORE, URL_OPTIONS, pa
 from langgraph_s3_checkpoint.server import options_from_env
 
 BUCKET = "lgs3-url-options"
-SHARED = "vector_shards=32&inline_threshold=10&cache_bytes=0&memory_bytes=0&ttl_days=3&operation_timeout=7"
+SHARED = "vector_shards=32&inline_threshold=10&read_cache_bytes=0&memory_bytes=0&ttl_days=3&operation_timeout=7"
 """A URL's options for everyone: store-only, saver-only, saver-and-cache and shared ones."""
 SHARED_NAMES = [part.split("=")[0] for part in SHARED.split("&")]
 
@@ -229,7 +229,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
     url = (
         "s3://b/p?endpoint_url=http://127.0.0.1:9&region=eu-west-1&addressing_style=path"
         "&connect_timeout=1.5&read_timeout=2&operation_timeout=30&max_attempts=4&inline_threshold=10"
-        "&compress_threshold=20&max_concurrency=3&ttl_days=7&cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
+        "&compress_threshold=20&max_concurrency=3&ttl_days=7&read_cache_bytes=0&memory_bytes=1024&create_bucket=TRUE"
         "&require_conditional_writes=off&server_side_encryption=AES256&sse_kms_key_id=k&sse_customer_key=c"
         "&transport=direct&extra_headers=X-Tigris-Consistent:true&request_checksum_calculation=when_supported"
         "&response_checksum_validation=when_required&vector_shards=8"
@@ -248,7 +248,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         "compress_threshold": 20,
         "max_concurrency": 3,
         "ttl_days": 7,
-        "cache_bytes": 0,
+        "read_cache_bytes": 0,
         "memory_bytes": 1024,
         "create_bucket": True,
         "require_conditional_writes": False,
@@ -434,7 +434,7 @@ def test_each_new_client_reads_the_credentials_of_its_time_and_shares_the_parsed
     picked up) but parses botocore's S3 model once per process, not once per client."""
     from botocore.exceptions import ClientError
 
-    from langgraph_s3_checkpoint.saver import make_client
+    from langgraph_s3_checkpoint import make_client
 
     seaweedfs_server.create_bucket("lgs3-test")
     endpoint = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}

@@ -29,9 +29,9 @@ from test_store import GridEmbeddings
 
 from langgraph_s3_checkpoint import AsyncS3Store, S3Store
 from langgraph_s3_checkpoint._protocol.requests import Request
+from langgraph_s3_checkpoint._protocol.store.embedding import assign_vectors
 from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
-from langgraph_s3_checkpoint.store.embedding import assign_vectors
 
 NS = ("docs",)
 KEY = "k"

@@ -11,15 +11,16 @@ of which records are committed, :mod:`.chain`'s (docs/design.md, "Read this firs
 from __future__ import annotations
 
 from .committing import Committing, refusal_error
+from .delta_history import DeltaHistoryReading
 from .fencing import FENCING_TABLE, SETTLE_TABLE, HeadSeen, ParentRead, ReadId, Recall, Rule, RunReads, settle
 from .reading import CheckpointAddress, PlansState, Reading, checkpoint_config, matches, merge_writes, parse_config
-from .thread_edits import Maintenance
+from .thread_edits import ThreadEdits
 
 
-class CheckpointPlans(Maintenance):
+class CheckpointPlans(ThreadEdits, DeltaHistoryReading):
     """Plans for every saver operation over one bucket prefix: :class:`~.reading.Reading`,
-    :class:`~.committing.Committing` and :class:`~.thread_edits.Maintenance`, over the fields of
-    :class:`~.reading.PlansState`."""
+    :class:`~.delta_history.DeltaHistoryReading`, :class:`~.committing.Committing` and
+    :class:`~.thread_edits.ThreadEdits`, over the fields of :class:`~.reading.PlansState`."""
 
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "CheckpointPlans",
     "Committing",
     "HeadSeen",
-    "Maintenance",
     "ParentRead",
     "PlansState",
     "ReadId",
@@ -37,6 +37,7 @@ __all__ = [
     "Recall",
     "Rule",
     "RunReads",
+    "ThreadEdits",
     "checkpoint_config",
     "matches",
     "merge_writes",

@@ -28,13 +28,13 @@ from .chain import Standing
 from .fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
+    AgainOnHead,
     ClockBehindHead,
     CommitDetached,
     CommitOutcome,
     Committed,
     HeadNow,
     HeadSeen,
-    JoinAgain,
     MoveHead,
     Refusal,
     Rule,
@@ -53,7 +53,7 @@ from .plans import all_of, one
 from .reading import Reading, checkpoint_config, parse_config, seen_in
 from .requests import (
     CREATE,
-    Delete,
+    DeleteObjects,
     Get,
     Plan,
     PreconditionFailed,
@@ -68,7 +68,7 @@ from .writes import TaskWrites
 
 WRITE_ATTEMPTS = 8
 """How often ``put_writes`` merges into a task's writes object that another call changed meanwhile."""
-JOIN_ATTEMPTS = 5
+ON_HEAD_ATTEMPTS = 5
 """How often a forking ``put`` re-reads a head that moved under it before giving up."""
 
 
@@ -305,28 +305,20 @@ class Committing(Reading):
         """Send the record and the head until the head PUT lands or :data:`~.fencing.COMMIT_TABLE` says otherwise; the
         committed head's ETag (``None`` for a detached commit, :data:`~.fencing.SUPERSEDED` if another writer
         already continued it) and the deleted links it names."""
-        for _ in range(JOIN_ATTEMPTS):
+        for _ in range(ON_HEAD_ATTEMPTS):
             head_id = None if basis.head is None else self.codec.peek_head_id(c.head_key, basis.head.body)
-            match COMMIT_TABLE[attempt_meets(basis.parent is not None, head_id, c.checkpoint_id, c.parent_id)]:
-                case Committed():  # this very put already committed (a retry through a new saver)
-                    assert basis.head is not None
-                    return basis.head.etag, self._deleted_of(c, basis)
-                case ClockBehindHead():
-                    assert head_id is not None
-                    raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
-                case CommitDetached():
-                    yield [Put(c.record_key, record(None, True, {}))]
-                    return None, {}
-                case MoveHead(swap):
-                    # The record carries the deleted links the head it replaces names (chain.py): as the next
-                    # head, it must name them too.
-                    deleted = self._deleted_of(c, basis)
-                    body = record(c.parent_id if swap is Swap.ON_PARENT else head_id, False, deleted)
-                    reply = yield from self._move_head(c, basis, swap, head_id, body)
-                    if isinstance(reply, Written):
-                        return reply.etag, deleted
-            outcome, head_now, refusal = yield from self._after_refused_head(c, body)
-            match outcome:
+            built = COMMIT_TABLE[attempt_meets(basis.parent is not None, head_id, c.checkpoint_id, c.parent_id)]
+            if not isinstance(built, MoveHead):
+                return (yield from self._without_moving_the_head(c, basis, built, head_id, record))
+            # The record carries the deleted links the head it replaces names (chain.py): as the next head, it must
+            # name them too.
+            deleted = self._deleted_of(c, basis)
+            body = record(c.parent_id if built.swap is Swap.ON_PARENT else head_id, False, deleted)
+            reply = yield from self._move_head(c, basis, built.swap, head_id, body)
+            if isinstance(reply, Written):
+                return reply.etag, deleted
+            settled, head_now, refusal = yield from self._after_refused_head(c, body)
+            match settled:
                 case Committed(superseded):
                     assert head_now is not None
                     return (SUPERSEDED if superseded else head_now.etag), deleted
@@ -334,14 +326,39 @@ class Committing(Reading):
                     assert refusal is not None
                     error = refusal_error(refusal, c.thread_id, c.ns, c.parent_id, self._head_id(c, head_now))
                     yield from self._withdraw(c, error)
-                case JoinAgain():
+                case AgainOnHead():
                     basis = yield from self._join_again(head_now, reoffered)
+                case _:
+                    raise AssertionError(f"{settled!r} is no outcome of a refused head PUT (COMMIT_TABLE)")
         # Meets.ATTEMPTS_SPENT
         detail = (
-            f" under each of {JOIN_ATTEMPTS} attempts to commit on top of its latest checkpoint. This checkpoint was "
-            "not committed"
+            f" under each of {ON_HEAD_ATTEMPTS} attempts to commit on top of its latest checkpoint. This checkpoint "
+            "was not committed"
         )
         return (yield from self._withdraw(c, CheckpointConflictError(c.thread_id, c.ns, detail)))
+
+    def _without_moving_the_head(
+        self,
+        c: _Commit,
+        basis: _Basis,
+        built: CommitOutcome,
+        head_id: str | None,
+        record: Callable[[str | None, bool, Mapping[str, str | None]], bytes],
+    ) -> Plan[tuple[str | None, Mapping[str, str | None]]]:
+        """An attempt that moves no head (:data:`~.fencing.COMMIT_TABLE`): done already, refused for the clock, or a
+        detached commit by the record alone."""
+        match built:
+            case Committed():  # this very put already committed (a retry through a new saver)
+                assert basis.head is not None
+                return basis.head.etag, self._deleted_of(c, basis)
+            case ClockBehindHead():
+                assert head_id is not None
+                raise ClockSkewError(c.thread_id, c.ns, c.checkpoint_id, head_id, "the head")
+            case CommitDetached():
+                yield [Put(c.record_key, record(None, True, {}))]
+                return None, {}
+            case _:
+                raise AssertionError(f"{built!r} is no outcome of building an attempt (COMMIT_TABLE)")
 
     def _deleted_of(self, c: _Commit, basis: _Basis) -> Mapping[str, str | None]:
         """The deleted links the head an attempt stands on names (none when there is no head)."""
@@ -379,7 +396,7 @@ class Committing(Reading):
         return COMMIT_TABLE[refused_write_meets(step, head_is_this)], head_now, step.refused
 
     def _join_again(self, head_now: StoredObject | None, reoffered: Callable[[], list[Put]]) -> Plan[_Basis]:
-        """:class:`~.fencing.JoinAgain`: the next attempt stands on the head read now, after offering again what the
+        """:class:`~.fencing.AgainOnHead`: the next attempt stands on the head read now, after offering again what the
         record references (the head moved: whatever moved it may have deleted them)."""
         if offers := reoffered():
             yield [*offers]
@@ -387,7 +404,7 @@ class Committing(Reading):
 
     def _withdraw(self, c: _Commit, error: CheckpointConflictError) -> Plan[NoReturn]:
         """:class:`~.fencing.Withdraw`: delete the record, which never committed and never can, and raise."""
-        yield [Delete((c.record_key,))]
+        yield [DeleteObjects((c.record_key,))]
         self.recall.forget_namespace(c.thread_id, c.ns)
         raise error
 

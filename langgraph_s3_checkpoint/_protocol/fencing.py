@@ -180,7 +180,7 @@ class HeadNow(Enum):
 
 
 class Refusal(Enum):
-    """Why a put is refused: each is an error class that says what happened (``committing.refuse``)."""
+    """Why a put is refused: each is an error that says what happened (``committing.refusal_error``)."""
 
     MOVED = "another writer moved the head past the parent"
     CREATED = "another writer created the namespace"
@@ -201,11 +201,11 @@ class Step:
 
 
 COMMIT_ON_PARENT = Step(commit=True, on_parent=True)
-JOIN = Step(commit=True)
+ON_HEAD = Step(commit=True)
 DONE = Step(done=True)
 
 SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
-    (Rule.CREATE, HeadNow.NONE): JOIN,
+    (Rule.CREATE, HeadNow.NONE): ON_HEAD,
     (Rule.CREATE, HeadNow.THIS): DONE,
     (Rule.CREATE, HeadNow.OTHER): Step(refused=Refusal.CREATED),
     (Rule.CONTINUE, HeadNow.PARENT): COMMIT_ON_PARENT,
@@ -217,23 +217,23 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.CONTINUE_UNREAD, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_UNREAD, HeadNow.THIS): DONE,
     (Rule.CONTINUE_UNREAD, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
-    (Rule.CONTINUE_UNREAD, HeadNow.NONE): JOIN,
-    (Rule.CONTINUE_UNREAD, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,  # a branch's next step: it forks on
+    (Rule.CONTINUE_UNREAD, HeadNow.NONE): ON_HEAD,
+    (Rule.CONTINUE_UNREAD, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): ON_HEAD,  # a branch's next step: it forks on
     (Rule.CONTINUE_OWN, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_OWN, HeadNow.THIS): DONE,
     (Rule.CONTINUE_OWN, HeadNow.OTHER): Step(refused=Refusal.MOVED),  # or PARENT_NOT_COMMITTED: see settle
     (Rule.CONTINUE_OWN, HeadNow.NONE): Step(refused=Refusal.PARENT_NOT_COMMITTED),  # deleted under the run
-    (Rule.CONTINUE_OWN, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,  # its own fork, older than the head: on
+    (Rule.CONTINUE_OWN, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): ON_HEAD,  # its own fork, older than the head: on
     (Rule.CONTINUE_OR_FORK, HeadNow.PARENT): COMMIT_ON_PARENT,
     (Rule.CONTINUE_OR_FORK, HeadNow.THIS): DONE,
-    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER): JOIN,
-    (Rule.CONTINUE_OR_FORK, HeadNow.NONE): JOIN,
-    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,
-    (Rule.FORK, HeadNow.PARENT): JOIN,
+    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER): ON_HEAD,
+    (Rule.CONTINUE_OR_FORK, HeadNow.NONE): ON_HEAD,
+    (Rule.CONTINUE_OR_FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): ON_HEAD,
+    (Rule.FORK, HeadNow.PARENT): ON_HEAD,
     (Rule.FORK, HeadNow.THIS): DONE,
-    (Rule.FORK, HeadNow.OTHER): JOIN,
-    (Rule.FORK, HeadNow.NONE): JOIN,
-    (Rule.FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): JOIN,
+    (Rule.FORK, HeadNow.OTHER): ON_HEAD,
+    (Rule.FORK, HeadNow.NONE): ON_HEAD,
+    (Rule.FORK, HeadNow.OTHER_BESIDE_A_DETACHED_PARENT): ON_HEAD,
     # a step of a run rolled back while it ran, under any rule
     (Rule.CREATE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.CONTINUE, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
@@ -242,7 +242,7 @@ SETTLE_TABLE: Mapping[tuple[Rule, HeadNow], Step] = {
     (Rule.CONTINUE_OR_FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
     (Rule.FORK, HeadNow.NAMES_THIS_RUN_ROLLED_BACK): Step(refused=Refusal.RUN_ROLLED_BACK),
 }
-"""(rule, what the head holds now) -> what the put does. A ``JOIN`` on a head that holds another checkpoint commits
+"""(rule, what the head holds now) -> what the put does. A ``ON_HEAD`` on a head that holds another checkpoint commits
 on top of it (the record names that head as ``previous_head``), or, for an id older than the head's, as a detached
 record (``committing._commit``): "latest" is the newest id for every LangGraph saver."""
 
@@ -275,7 +275,7 @@ class Meets(Enum):
     ANSWER_LOST_AND_CONTINUED = "the head holds a checkpoint on top of this one"
     """As above, and another writer has continued it already (:data:`DONE`)."""
     RULE_REFUSES = "the put's rule refuses it on the head now"
-    RULE_JOINS = "the put's rule commits on the head now (:data:`JOIN`)"
+    RULE_COMMITS_ON_HEAD = "the put's rule commits on the head now (:data:`ON_HEAD`)"
     ATTEMPTS_SPENT = "the head moved under each of the put's attempts"
 
 
@@ -324,12 +324,12 @@ class Withdraw:
 
 
 @dataclass(frozen=True)
-class JoinAgain:
+class AgainOnHead:
     """Build the next attempt on the head as read now (first offering, create-only, the large values the record
     relied on the parent's head for: a prune may have removed them since the thread moved on)."""
 
 
-CommitOutcome = MoveHead | CommitDetached | Committed | ClockBehindHead | Withdraw | JoinAgain
+CommitOutcome = MoveHead | CommitDetached | Committed | ClockBehindHead | Withdraw | AgainOnHead
 
 COMMIT_TABLE: Mapping[Meets, CommitOutcome] = {
     # building an attempt, on the head it stands on
@@ -343,7 +343,7 @@ COMMIT_TABLE: Mapping[Meets, CommitOutcome] = {
     Meets.ANSWER_LOST: Committed(),
     Meets.ANSWER_LOST_AND_CONTINUED: Committed(superseded=True),
     Meets.RULE_REFUSES: Withdraw(),
-    Meets.RULE_JOINS: JoinAgain(),
+    Meets.RULE_COMMITS_ON_HEAD: AgainOnHead(),
     Meets.ATTEMPTS_SPENT: Withdraw(),
 }
 """What one commit attempt meets -> what the put does (``committing._commit``; ``tests/test_commit_table.py``)."""
@@ -370,7 +370,7 @@ def refused_write_meets(step: Step, head_is_this: bool) -> Meets:
         return Meets.ANSWER_LOST if head_is_this else Meets.ANSWER_LOST_AND_CONTINUED
     if step.refused is not None:
         return Meets.RULE_REFUSES
-    return Meets.RULE_JOINS
+    return Meets.RULE_COMMITS_ON_HEAD
 
 
 # -- what travels with a run -----------------------------------------------------------------------------

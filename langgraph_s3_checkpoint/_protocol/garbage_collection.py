@@ -72,21 +72,20 @@ from __future__ import annotations
 
 import collections
 import copy
-import hashlib
-import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptObjectError, InvalidConfigError
 from . import seals
 from .chain import Chain, Standing
+from .gc_run_index import SeenEntries, global_runs, run_entries
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import (
     DELETE_BATCH,
     READ_BATCH,
     SIDE_BY_SIDE,
+    age_cutoff,
     all_of,
     any_under,
     chunks,
@@ -268,18 +267,6 @@ def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
             token = page.token
 
 
-def _age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:
-    """Whether the ``i``-th key of ``page`` is old enough to go, by the server's clock."""
-    now = page.served or datetime.now(timezone.utc)
-
-    def old(i: int) -> bool:
-        if i >= len(page.modified):
-            return False  # no LastModified: its age is unknown
-        return (now - page.modified[i]).total_seconds() >= grace
-
-    return old
-
-
 def _sub_page(page: Page, prefix: str) -> Page:
     """The keys of ``page`` under ``prefix``, with their dates, ETags and sizes."""
     chosen = [i for i, key in enumerate(page.keys) if key.startswith(prefix)]
@@ -310,7 +297,7 @@ class _Collector:
         self.old_seal: dict[str, seals.Part] = {}
         """The seal of the thread being scanned, by namespace segment, as the last gc left it."""
         self.new_seal: dict[str, seals.Part] = {}
-        self.seen_entries = _SeenEntries()
+        self.seen_entries = SeenEntries()
 
     # -- deciding and deleting ------------------------------------------------------------------------
     def doom(
@@ -420,13 +407,13 @@ class _Collector:
         _, passed = yield from self.seal_cursor.upto(None)
         yield from self.remove_seals(passed)
         self.report.foreign += self.seal_cursor.foreign
-        yield from self.global_runs()
+        yield from global_runs(self)
 
         probes = f"{self.root}_setup/probe-"
 
         def setup_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
-            old = _age_cutoff(page, self.grace)
+            old = age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
                 if key.startswith(probes) and not key.endswith("/"):
                     self.doom(page, i, "setup_probe", old)
@@ -466,7 +453,7 @@ class _Collector:
         if sealed:
             yield from self.read_seal(segment)
         namespaces = yield from self.namespaces(prefix)
-        yield from self.run_entries(prefix, namespaces)
+        yield from run_entries(self, prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
         # condemns, even if a batch fails part-way.
         yield from self.flush()
@@ -560,79 +547,13 @@ class _Collector:
         yield from for_each_emitted(pages(ns_root, delimiter="/"), ns_page)
         return namespaces
 
-    def run_entries(self, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
-        """Judge a thread's run-index entries (``r/{run}/{ns}``), each with its global twin."""
-        thread_segment = prefix[len(f"{self.root}threads/") : -1]
-        entries_root = f"{prefix}r/"
-
-        def entries_page(page: Page) -> Plan[None]:
-            self.report.scanned += len(page.keys)
-            old = _age_cutoff(page, self.grace)
-            unproven: list[tuple[int, _Namespace]] = []
-            for i, key in enumerate(page.keys):
-                if classify(key[len(prefix) :]) is not KeyKind.RUN_ENTRY:
-                    self.foreign()
-                    continue
-                run_segment, ns_segment = key[len(entries_root) :].split("/")
-                self.seen_entries.add(run_segment, thread_segment, ns_segment)
-                info = namespaces.get(ns_segment)
-                if info is None or not info.committed:
-                    self.doom_entry(page, i, old, thread_segment)
-                elif info.run_segments is None or run_segment in info.run_segments:
-                    self.keep()
-                else:
-                    unproven.append((i, info))
-            yield from self.judge_unproven_entries(page, unproven, old, thread_segment)
-            yield from self.flush_if_full()
-
-        yield from for_each_emitted(pages(entries_root), entries_page)
-
-    def judge_unproven_entries(
-        self, page: Page, unproven: list[tuple[int, _Namespace]], old: Callable[[int], bool], thread_segment: str
-    ) -> Plan[None]:
-        """Judge the entries of runs that no committed record of their namespace names. Such a run may have
-        written only pending writes, to a checkpoint of another run (it resumed that one's interrupt and
-        committed nothing of its own): its entry names that checkpoint, and ``delete_for_runs`` needs it to
-        take those writes out. So an entry stays while the checkpoint it names is there and not garbage (or it
-        is the head, whose record a latest read restores), and is garbage otherwise, going once past the grace
-        as every garbage: the entry of a put that died or lost names that put's own record, garbage or gone.
-        An entry whose body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a
-        GET of each such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed
-        records of their own, the usual case, cost nothing."""
-        for start in range(0, len(unproven), READ_BATCH):
-            chunk = unproven[start : start + READ_BATCH]
-            bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
-            named: list[tuple[int, str]] = []
-            for (i, info), body in zip(chunk, bodies, strict=True):
-                checkpoint_id = _named_checkpoint(body)
-                if body is None:
-                    continue  # deleted since the listing (a rollback of the run finished)
-                if checkpoint_id is None or checkpoint_id == info.head_id:
-                    self.keep()
-                elif checkpoint_id in info.garbage_records:
-                    self.doom_entry(page, i, old, thread_segment)
-                else:
-                    named.append((i, Layout.record_in(info.prefix, checkpoint_id)))
-            listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
-            for (i, record), listing in zip(named, listings, strict=True):
-                if record in listing.keys:
-                    self.keep()
-                else:
-                    self.doom_entry(page, i, old, thread_segment)
-
-    def doom_entry(self, page: Page, i: int, old: Callable[[int], bool], thread_segment: str) -> None:
-        """Queue a dangling per-thread run-index entry and its global twin."""
-        run_segment, ns_segment = page.keys[i].rsplit("/", 2)[1:]
-        twin = f"{self.root}runs/{run_segment}/{thread_segment}/{ns_segment}"
-        self.doom(page, i, "dangling_run_entry", old, also=twin)
-
     def thread_keys(self, prefix: str, *, unsettled: bool) -> Plan[None]:
         """Judge the keys directly under a thread, once everything else was judged: its ``name`` object and
         its markers. ``unsettled``: objects of a namespace without a head stay (what a marker protects)."""
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
-            old = _age_cutoff(page, self.grace)
+            old = age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
                 relative = key[len(prefix) :]
                 kind = classify(relative)
@@ -773,7 +694,7 @@ class _Collector:
 
     def judge_keys(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> Plan[None]:
         """Judge keys of a ``c/`` page by the chain's rule, reading records at or below the head."""
-        old = _age_cutoff(page, self.grace)
+        old = age_cutoff(page, self.grace)
         chain = walk.chain
         reads = _BatchedReads(
             page.keys,
@@ -816,7 +737,7 @@ class _Collector:
         """Judge keys of a ``c/`` page in the range of a seal that holds: its records are committed, unread."""
         use = walk.seal
         assert use is not None
-        old = _age_cutoff(page, self.grace)
+        old = age_cutoff(page, self.grace)
         for i in indices:
             p = parsed[i]
             if p is None:
@@ -888,7 +809,7 @@ class _Collector:
 
     def rest_page(self, walk: _Walk, page: Page) -> None:
         """Judge the keys of a namespace outside ``c/``: blobs, the head, the ``name`` object."""
-        old = _age_cutoff(page, self.grace)
+        old = age_cutoff(page, self.grace)
         for i, key in enumerate(page.keys):
             if key.startswith(walk.records):
                 continue  # judged by the walk over c/
@@ -908,72 +829,9 @@ class _Collector:
             else:
                 self.doom(page, i, reason, old, walk)
 
-    def global_runs(self) -> Plan[None]:
-        """Global run-index entries whose per-thread twin is gone (the thread pass handled the rest)."""
-        runs_root = f"{self.root}runs/"
-
-        def runs_page(page: Page) -> Plan[None]:
-            self.report.scanned += len(page.keys)
-            old = _age_cutoff(page, self.grace)
-            ours: list[tuple[int, str]] = []
-            for i, key in enumerate(page.keys):
-                parts = key[len(runs_root) :].split("/")
-                if len(parts) != 3 or not all(map(is_own_segment, parts)):
-                    self.foreign()
-                    continue
-                run_segment, thread_segment, ns_segment = parts
-                if self.seen_entries.may_hold(run_segment, thread_segment, ns_segment):
-                    continue  # its twin was listed by the thread pass (the thread pass judged both)
-                ours.append((i, f"{self.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
-            for start in range(0, len(ours), READ_BATCH):
-                chunk = ours[start : start + READ_BATCH]
-                twins = yield from all_of([Get(twin) for _, twin in chunk])
-                for (i, _), twin in zip(chunk, twins, strict=True):
-                    if twin is None:
-                        self.doom(page, i, "dangling_run_entry", old)
-            yield from self.flush_if_full()
-
-        yield from for_each_emitted(pages(runs_root), runs_page)
-        yield from self.flush()
-
-
-class _SeenEntries:
-    """The per-thread run-index entries the thread pass listed, in fixed memory (a Bloom filter, 1 MiB): the
-    global pass reads the twin of a global entry only when the filter says it was not listed. A false "listed"
-    (about 2% at a million entries) only keeps a dangling entry until a later gc (each run salts its hashes)."""
-
-    BITS = 1 << 23
-    HASHES = 5
-
-    def __init__(self) -> None:
-        self.bits = bytearray(self.BITS // 8)
-        self.salt = uuid.uuid4().bytes
-
-    def _positions(self, run: str, thread: str, ns: str) -> list[int]:
-        digest = hashlib.blake2b(f"{run}/{thread}/{ns}".encode(), digest_size=4 * self.HASHES, key=self.salt).digest()
-        return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") % self.BITS for k in range(self.HASHES)]
-
-    def add(self, run: str, thread: str, ns: str) -> None:
-        for bit in self._positions(run, thread, ns):
-            self.bits[bit >> 3] |= 1 << (bit & 7)
-
-    def may_hold(self, run: str, thread: str, ns: str) -> bool:
-        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(run, thread, ns))
-
 
 _MARKER_REASON = {DELETING: "unfinished_delete", COPYING: "unfinished_copy"}
 """The category of a thread's marker, by its name."""
-
-
-def _named_checkpoint(entry: StoredObject | None) -> str | None:
-    """The checkpoint id a run-index entry names; ``None`` when it is missing or cannot be read."""
-    if entry is None:
-        return None
-    try:
-        checkpoint_id = entry.body.decode()
-    except UnicodeDecodeError:
-        return None
-    return checkpoint_id or None
 
 
 def _writes_reason(walk: _Walk, cid: str) -> str | None:

@@ -364,14 +364,6 @@ class Layout:
         by its name, which a digest segment would need a read to recover."""
         return f"{ns_folder}b/{escape(channel)}/{escape(version)}"
 
-    @staticmethod
-    def blob_of(key: str) -> tuple[str, str]:
-        """Channel and version of a blob key (long channel names come back as their digest)."""
-        channel, version = key.split("/")[-2:]
-        return (channel if is_digest(channel) else unescape(channel)), (
-            version if is_digest(version) else unescape(version)
-        )
-
     def run_index(self, run_id: str) -> str:
         return f"{self.prefix}runs/{escape(run_id)}/"
 

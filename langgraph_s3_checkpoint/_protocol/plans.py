@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from .keys import is_digest, is_own_segment, named_id, unescape
 from .requests import (
     PRECONDITION_FAILED,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     Emit,
     Get,
     ListKeys,
@@ -165,7 +166,7 @@ def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 
 def deletes(keys: Sequence[str]) -> list[Request]:
     """DeleteObjects requests for ``keys``, at most :data:`DELETE_BATCH` each (one parallel batch)."""
-    return [Delete(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
+    return [DeleteObjects(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
 
 
 def collect_emitted(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
@@ -210,7 +211,8 @@ def side_by_side(subplans: Sequence[Plan[R]]) -> Plan[list[R]]:
         advance(i, None)
     while waiting:
         running, waiting = list(waiting.items()), {}
-        replies = yield [request for _, step in running for request in step]
+        batch = [request for _, step in running for request in step]
+        replies = (yield batch) if batch else []  # plans that yield an empty batch go on without a round trip
         start = 0
         for i, step in running:
             advance(i, replies[start : start + len(step)])
@@ -254,3 +256,15 @@ def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]])
                 return
         else:
             reply = yield step
+
+
+def age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:
+    """Whether the ``i``-th key of ``page`` is old enough to go, by the server's clock."""
+    now = page.served or datetime.now(timezone.utc)
+
+    def old(i: int) -> bool:
+        if i >= len(page.modified):
+            return False  # no LastModified: its age is unknown
+        return (now - page.modified[i]).total_seconds() >= grace
+
+    return old

@@ -14,10 +14,10 @@ to the replies. A bare ``Request`` (a shell's view) is one whose reply type is n
 from __future__ import annotations
 
 import enum
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeGuard, TypeVar
 
 from typing_extensions import TypeVar as DefaultedTypeVar
 
@@ -33,7 +33,7 @@ class Request(Generic[R_co]):
 class Get(Request["StoredObject | None"]):
     key: str
     etag: str | None = None
-    """The ETag a listing just showed for ``key``: the store may answer from its cache of bodies
+    """The ETag a listing just showed for ``key``: the I/O shell may answer from its read cache
     when it holds ``key`` with exactly this ETag (the object has not changed since it was read)."""
 
 
@@ -79,7 +79,7 @@ class ListKeys(Request["Page"]):
 
 
 @dataclass(frozen=True)
-class Delete(Request[None]):
+class DeleteObjects(Request[None]):
     keys: tuple[str, ...]
     """At most 1000 keys (one DeleteObjects request); missing keys are not an error."""
 
@@ -139,26 +139,52 @@ class ProbeConditionalWrites(Request[None]):
     that nothing (a lifecycle rule) is installed on a server it would refuse."""
 
 
-S3_OPERATION: dict[type[Request[Any]], str] = {
-    Get: "GetObject",
-    Put: "PutObject",
-    ListKeys: "ListObjectsV2",
-    Delete: "DeleteObjects",
-    DeleteIfMatch: "DeleteObject",
-    Copy: "CopyObject",
-    BucketExists: "HeadBucket",
-    CreateBucket: "CreateBucket",
-    EnsureExpiryRule: "PutBucketLifecycleConfiguration",
-    RemoveExpiryRule: "PutBucketLifecycleConfiguration",
+@dataclass(frozen=True)
+class RequestKind:
+    """What the shells need to know of one request type: the catalogue entry of :data:`REQUEST_KINDS`."""
+
+    operation: str
+    """The S3 call it is: what errors name, whichever transport sent it, and what the default transport asks the
+    client's watch about."""
+    reads: bool
+    """It changes nothing: a deadline cuts it at once, and abandoning it changes nothing either."""
+    after_probe: bool
+    """It must wait for the conditional-write probe's verdict (an object write, the lifecycle rule, setup's ask)."""
+    direct: bool = False
+    """The direct transport sends it itself (``_transport/direct.py``); every other goes through boto3."""
+
+
+REQUEST_KINDS: Mapping[type[Request[Any]], RequestKind] = {
+    Get: RequestKind("GetObject", reads=True, after_probe=False, direct=True),
+    Put: RequestKind("PutObject", reads=False, after_probe=True, direct=True),
+    ListKeys: RequestKind("ListObjectsV2", reads=True, after_probe=False, direct=True),
+    DeleteObjects: RequestKind("DeleteObjects", reads=False, after_probe=True),
+    DeleteIfMatch: RequestKind("DeleteObject", reads=False, after_probe=True),
+    Copy: RequestKind("CopyObject", reads=False, after_probe=True),
+    BucketExists: RequestKind("HeadBucket", reads=True, after_probe=False),
+    CreateBucket: RequestKind("CreateBucket", reads=False, after_probe=False),
+    EnsureExpiryRule: RequestKind("PutBucketLifecycleConfiguration", reads=False, after_probe=True),
+    RemoveExpiryRule: RequestKind("PutBucketLifecycleConfiguration", reads=False, after_probe=False),
+    ProbeConditionalWrites: RequestKind("(the conditional-write probe)", reads=False, after_probe=True),
 }
-"""The S3 call each request is: what errors name, whichever transport sent it, and what the default transport asks
-the client's watch about."""
+"""Every request type and what it is (docs/design.md, "To add a request"). The tables that do something with each
+type — the boto3 call (``_transport/bucket_io.py``), the in-memory bucket's answer (``_transport/memory_bucket.py``)
+— are keyed by the same types, and ``tests/test_requests.py`` checks that each holds every type it must."""
+
+
+def request_kind(request: Request[Any]) -> RequestKind:
+    return REQUEST_KINDS[type(request)]
+
+
+def sent_directly(request: Request[Any]) -> TypeGuard[Get | Put | ListKeys]:
+    """Whether the direct transport sends this request itself (:attr:`RequestKind.direct`)."""
+    return REQUEST_KINDS[type(request)].direct
 
 
 def named_in_errors(request: Request[Any], bucket: str) -> str:
     """A request as both transports' errors name it: its S3 call and its key (or prefix, or else the bucket)."""
     where = getattr(request, "key", None) or getattr(request, "prefix", None) or bucket
-    return f"{S3_OPERATION[type(request)]} {where!r}"
+    return f"{request_kind(request).operation} {where!r}"
 
 
 @dataclass(frozen=True)

@@ -25,19 +25,15 @@ boto3 clients are thread-safe, so one client and one connection pool serve every
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import contextlib
-import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import (
@@ -51,29 +47,18 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
 from .._protocol.requests import (
-    PRECONDITION_FAILED,
-    S3_OPERATION,
-    BucketExists,
-    Copy,
-    CreateBucket,
-    Delete,
-    DeleteIfMatch,
     Emit,
-    EnsureExpiryRule,
-    ExpiryRule,
     Get,
     ListKeys,
-    Page,
     Plan,
     ProbeConditionalWrites,
     Put,
-    RemoveExpiryRule,
     Request,
     StoredObject,
-    Written,
-    condition_failed,
     named_in_errors,
+    request_kind,
     same_etag,
+    sent_directly,
 )
 from ..errors import (
     NotS3EndpointError,
@@ -84,9 +69,18 @@ from ..errors import (
     unreachable,
 )
 from .asyncio_sender import AsyncioSender
+from .boto3_calls import (
+    OURS,
+    Boto3Calls,
+    answer_of,
+    attempts_made,
+    error_code,
+    http_status,
+    speaks_s3,
+)
 from .deadline import Deadline, DeadlinePassed, cut_at_deadline, follow_connections
-from .direct import DirectTransport, list_arguments, put_arguments
-from .probe import WRITES, ConditionalWrites, Enforcement, without_conditions
+from .direct import DirectTransport
+from .probe import ConditionalWrites, Enforcement, without_conditions
 from .retries import Kind, Retries, final_error, kind_of
 from .watch import ClientWatch
 
@@ -118,7 +112,7 @@ class ClosesAtBlockEnd:
         self.close()
 
 
-class BodyCache:
+class ReadCache:
     """Least-recently-used bodies of objects, valid only for the ETag they were read with.
 
     A plan offers an ETag only when a listing has just shown it, so a hit is an object that has not
@@ -164,110 +158,6 @@ class BodyCache:
                 self._bytes -= len(evicted.body)
 
 
-_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
-_PRECONDITION_CODES = {"PreconditionFailed", "412"}
-"""Not ``ConditionalRequestConflict`` (409): a raced conditional write, sent again (:mod:`.retries`)."""
-
-
-def _served(reply: Mapping[str, Any]) -> datetime | None:
-    """The server's clock at the time of a reply (its ``Date`` header)."""
-    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    return parsedate_to_datetime(date) if date else None
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: ClientError) -> int | None:
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status else None
-
-
-def _attempts(exc: ClientError) -> int:
-    """How many attempts botocore made before it raised."""
-    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) + 1
-
-
-_OURS = threading.local()
-"""While a :class:`BucketIO` makes a boto3 call on this thread, the headers it adds (``headers``); the handlers
-below do nothing outside such a call, so a client shared with the application sends its own calls unchanged."""
-
-
-def _add_extra_headers(request: Any, **_: Any) -> None:
-    """``before-sign.s3``: the saver's ``extra_headers``, signed with the rest (once, even when re-signed)."""
-    for name, value in getattr(_OURS, "headers", None) or ():
-        if name in request.headers:
-            del request.headers[name]
-        request.headers[name] = value
-
-
-def _content_md5_instead_of_crc32(params: Any, **_: Any) -> None:
-    """``before-call.s3`` of the calls S3 requires a checksum for (DeleteObjects, PutBucketLifecycleConfiguration):
-    Content-MD5, as botocore sent before 1.36 and every S3 server accepts (older MinIO rejects DeleteObjects
-    without it), not the CRC32 botocore sends now (Backblaze B2 does not support ``x-amz-checksum-*``)."""
-    if getattr(_OURS, "headers", None) is None:
-        return
-    checksum = params["context"].get("checksum", {})
-    checksum.pop("request_algorithm", None)
-    checksum.pop("request_algorithm_header", None)
-    body = params.get("body") or b""
-    digest = hashlib.md5(body.encode() if isinstance(body, str) else bytes(body), usedforsecurity=False).digest()
-    params["headers"]["Content-MD5"] = base64.b64encode(digest).decode()
-
-
-def speak_like_the_saver(client: Any) -> None:
-    """Register the handlers above on ``client`` (once: by unique id). They act only on the saver's own calls."""
-    events = client.meta.events
-    events.register("before-sign.s3", _add_extra_headers, unique_id="langgraph-s3-extra-headers")
-    for operation in ("DeleteObjects", "PutBucketLifecycleConfiguration"):
-        events.register(
-            f"before-call.s3.{operation}", _content_md5_instead_of_crc32, unique_id=f"langgraph-s3-md5-{operation}"
-        )
-
-
-def _answer_of(exc: ClientError) -> str:
-    """What the server answered, in a few words: status, content type, server, start of the message."""
-    meta = exc.response.get("ResponseMetadata", {})
-    headers = meta.get("HTTPHeaders", {}) or {}
-    parts = [f"HTTP {meta.get('HTTPStatusCode', '?')}"]
-    for name in ("content-type", "server"):
-        if headers.get(name):
-            parts.append(f"{name} {headers[name]!r}")
-    message = str(exc.response.get("Error", {}).get("Message", "") or "")[:120]
-    if message:
-        parts.append(f"message {message!r}")
-    return ", ".join(parts)
-
-
-def _reply_answer(reply: Mapping[str, Any], what: str) -> str:
-    """A successful-looking reply that lacks what every S3 server sends, in a few words."""
-    meta = reply.get("ResponseMetadata", {})
-    headers = meta.get("HTTPHeaders", {}) or {}
-    parts = [f"HTTP {meta.get('HTTPStatusCode', '?')} without {what}"]
-    for name in ("content-type", "server"):
-        if headers.get(name):
-            parts.append(f"{name} {headers[name]!r}")
-    return ", ".join(parts)
-
-
-def _speaks_s3(exc: ClientError) -> bool:
-    """Whether an error reply came from an S3 server: an S3 error code parsed from an XML body, or the
-    request-id headers every S3 implementation sends. A web page or a bare 404 from another HTTP
-    server has neither. A bare 403 is taken for S3's (refused credentials are the likelier diagnosis)
-    unless it is a web page."""
-    code = _code(exc)
-    meta = exc.response.get("ResponseMetadata", {})
-    headers = meta.get("HTTPHeaders", {}) or {}
-    if str(headers.get("content-type", "")).startswith("text/html"):
-        return False
-    if code and not code.isdigit():
-        return True
-    if any(h in headers for h in ("x-amz-request-id", "x-amz-id-2", "x-amz-bucket-region")):
-        return True
-    return bool(meta.get("HTTPStatusCode") == 403)
-
-
 @dataclass
 class BucketIO:
     """Executes requests against one bucket."""
@@ -291,7 +181,7 @@ class BucketIO:
     watch: ClientWatch | None = field(default=None, repr=False)
     """With ``transport="auto"``: sends through boto3 instead of ``direct`` while something watches the client.
     ``None`` with ``transport="direct"``: always direct."""
-    cache: BodyCache | None = field(default=None, repr=False)
+    cache: ReadCache | None = field(default=None, repr=False)
     """Bodies of listed objects by key and ETag, so re-reading history costs its LIST only."""
     backend: Any = field(default=None, repr=False)
     """An in-process bucket (``memory.MemoryBucket``) that answers every request instead of boto3."""
@@ -306,6 +196,8 @@ class BucketIO:
     """Sent with every request of either transport (``extra_headers``: Tigris's ``X-Tigris-Consistent``)."""
     contention_seconds: float = 60.0
     """How long a throttled or 409-conflicting request keeps trying (:mod:`.retries`): ``operation_timeout``."""
+    _calls: Boto3Calls = field(init=False, repr=False)
+    """The boto3 call of each request (:mod:`.boto3_calls`)."""
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
     _write_grace: float = field(default=0.0, init=False, repr=False)
@@ -315,6 +207,15 @@ class BucketIO:
     """Operations for which it was logged why ``transport="auto"`` sends them through boto3."""
 
     def __post_init__(self) -> None:
+        self._calls = Boto3Calls(
+            self.client,
+            self.bucket,
+            put_args=self.put_args,
+            get_args=self.get_args,
+            copy_args=self.copy_args,
+            expiry_tag=self.expiry_tag,
+            not_s3=self.not_s3,
+        )
         if self.backend is None:
             config = getattr(getattr(self.client, "meta", None), "config", None)
             self._write_grace = float(getattr(config, "read_timeout", None) or 0.0)
@@ -381,7 +282,7 @@ class BucketIO:
         answers it (at once, no I/O), else on the pool."""
         if self.backend is not None:
             return _answered(self._fetch, request, deadline)
-        if self.native is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
+        if self.native is not None and sent_directly(request) and self._goes_direct(request):
             return self._afetch_native(self.native, request, loop, deadline)
         return loop.run_in_executor(self.pool, self._fetch, request, deadline)
 
@@ -401,7 +302,7 @@ class BucketIO:
     def _goes_direct(self, request: Get | Put | ListKeys) -> bool:
         if self.watch is None:
             return True
-        operation = S3_OPERATION[type(request)]
+        operation = request_kind(request).operation
         if not self.watch.watched(operation):
             return True
         if operation not in self._explained:
@@ -420,7 +321,7 @@ class BucketIO:
     def _send(self, request: Request, deadline: Deadline | None) -> Any:
         if self.backend is not None:
             return self.backend.execute(request)
-        if self.direct is not None and isinstance(request, (Get, Put, ListKeys)) and self._goes_direct(request):
+        if self.direct is not None and sent_directly(request) and self._goes_direct(request):
             try:
                 return self.direct.execute(request, deadline)
             except WrongRegionError as redirected:
@@ -441,19 +342,19 @@ class BucketIO:
             except ClientError as exc:
                 # botocore made its own attempts; throttling and 409 conflicts then get the longer budget, as long as
                 # the next attempt can start before the call's deadline.
-                kind = kind_of(_status(exc), _code(exc))
-                if kind in (Kind.THROTTLED, Kind.CONFLICT) and _speaks_s3(exc):
+                kind = kind_of(http_status(exc), error_code(exc))
+                if kind in (Kind.THROTTLED, Kind.CONFLICT) and speaks_s3(exc):
                     retries = retries or Retries(self.max_attempts, self.contention_seconds)
-                    wait = retries.wait_after(kind, _attempts(exc))
+                    wait = retries.wait_after(kind, attempts_made(exc))
                     if wait is not None and (deadline is None or wait < deadline.start_left()):
                         time.sleep(wait)
                         continue
-                if not _speaks_s3(exc):
-                    raise self.not_s3(_answer_of(exc)) from None
-                code = _code(exc)
-                tried = sum(retries.failed.values()) if retries is not None else _attempts(exc)
+                if not speaks_s3(exc):
+                    raise self.not_s3(answer_of(exc)) from None
+                code = error_code(exc)
+                tried = sum(retries.failed.values()) if retries is not None else attempts_made(exc)
                 what = named_in_errors(request, self.bucket)
-                error = final_error(request, self.bucket, what, _status(exc), code, code or str(exc), tried)
+                error = final_error(request, self.bucket, what, http_status(exc), code, code or str(exc), tried)
                 raise error from (exc if isinstance(error, S3RequestError) else None)
 
     @property
@@ -463,9 +364,9 @@ class BucketIO:
         return int((getattr(config, "retries", None) or {}).get("total_max_attempts") or 3)
 
     def _boto3_call(self, request: Request) -> Any:
-        _OURS.headers = self.extra_headers
+        OURS.headers = self.extra_headers
         try:
-            return self._execute(request)
+            return self._calls.call(request)
         except (BotoConnectionError, HTTPClientError) as exc:
             # Connection refused, reset, closed or timed out on every retry.
             raise unreachable(f"{self.endpoint} ({named_in_errors(request, self.bucket)})", exc) from exc
@@ -480,7 +381,7 @@ class BucketIO:
         except BotoCoreError as exc:
             raise S3RequestError(f"{named_in_errors(request, self.bucket)} failed: {exc}") from exc
         finally:
-            _OURS.headers = None
+            OURS.headers = None
 
     @property
     def endpoint(self) -> str:
@@ -491,152 +392,6 @@ class BucketIO:
             f"The endpoint {self.endpoint} does not answer like S3: it answered {answer}. Check endpoint_url "
             "(the host and port of the S3 API, e.g. SeaweedFS's S3 port 8333, not its filer or master port)."
         )
-
-    def _execute(self, request: Request) -> Any:
-        handler = _HANDLERS.get(type(request))
-        if handler is None:
-            raise TypeError(f"unknown request {request!r}")
-        return handler(self, request)
-
-    def _get(self, request: Get) -> StoredObject | None:
-        try:
-            reply = self.client.get_object(Bucket=self.bucket, Key=request.key, **self.get_args)
-        except ClientError as exc:
-            if _code(exc) in _MISSING_CODES:
-                return None
-            raise
-        if "ETag" not in reply:
-            raise self.not_s3(_reply_answer(reply, f"an ETag to GetObject {request.key!r}"))
-        return StoredObject(reply["Body"].read(), reply["ETag"], reply.get("LastModified"), _served(reply))
-
-    def _put(self, request: Put) -> Any:
-        kwargs = put_arguments(request, self.put_args, self.expiry_tag)
-        try:
-            reply = self.client.put_object(Bucket=self.bucket, Key=request.key, Body=request.body, **kwargs)
-        except ClientError as exc:
-            code = _code(exc)
-            if condition_failed(request, refused=code in _PRECONDITION_CODES, missing=code in _MISSING_CODES):
-                return PRECONDITION_FAILED
-            raise
-        if "ETag" not in reply:
-            raise self.not_s3(_reply_answer(reply, f"an ETag to PutObject {request.key!r}"))
-        return Written(reply["ETag"])
-
-    def _list(self, request: ListKeys) -> Page:
-        reply = self.client.list_objects_v2(Bucket=self.bucket, **list_arguments(request))
-        if "IsTruncated" not in reply:
-            raise self.not_s3(_reply_answer(reply, "a ListBucketResult to ListObjectsV2"))
-        contents = reply.get("Contents", ())
-        return Page(
-            keys=[o["Key"] for o in contents],
-            prefixes=[p["Prefix"] for p in reply.get("CommonPrefixes", ())],
-            token=reply.get("NextContinuationToken") if reply.get("IsTruncated") else None,
-            modified=[o["LastModified"] for o in contents],
-            etags=[o.get("ETag", "") for o in contents],
-            sizes=[int(o.get("Size", 0)) for o in contents],
-            served=_served(reply),
-        )
-
-    def _delete(self, request: Delete) -> None:
-        if not request.keys:
-            return
-        reply = self.client.delete_objects(
-            Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in request.keys], "Quiet": True}
-        )
-        errors = [e for e in reply.get("Errors", ()) if e.get("Code") not in _MISSING_CODES]
-        if errors:
-            first = errors[0]
-            raise S3RequestError(
-                f"DeleteObjects failed for {len(errors)} key(s), e.g. {first.get('Key')!r}: {first.get('Code')}"
-            )
-
-    def _delete_if_match(self, request: DeleteIfMatch) -> Any:
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=request.key, IfMatch=request.etag)
-        except ClientError as exc:
-            if _code(exc) in _PRECONDITION_CODES:
-                return PRECONDITION_FAILED
-            if _code(exc) in _MISSING_CODES:
-                return None
-            raise
-        return None
-
-    def _copy(self, request: Copy) -> bool:
-        try:
-            self.client.copy_object(
-                Bucket=self.bucket,
-                Key=request.target,
-                CopySource={"Bucket": self.bucket, "Key": request.source},
-                **self.put_args,
-                **self.copy_args,
-            )
-        except ClientError as exc:
-            if _code(exc) not in _MISSING_CODES:
-                raise
-            return False  # deleted since it was listed
-        return True
-
-    def _bucket_exists(self, request: BucketExists) -> bool:
-        try:
-            self.client.head_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            if _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}:
-                raise
-            return self._bucket_listed(exc)
-        return True
-
-    def _bucket_listed(self, head_error: ClientError) -> bool:
-        """After a 404 to HeadBucket: a HEAD reply has no body, and any web server says 404 to it. An S3
-        server names the missing bucket in the body of a GET; anything else is not S3."""
-        try:
-            listing = self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
-        except ClientError as listed:
-            if _code(listed) == "NoSuchBucket":
-                return False
-            if not _speaks_s3(listed):
-                answer = f"{_answer_of(head_error)} to HeadBucket, {_answer_of(listed)} to a listing"
-                raise self.not_s3(answer) from None
-            raise
-        if "IsTruncated" not in listing:
-            answer = f"{_answer_of(head_error)} to HeadBucket, "
-            raise self.not_s3(answer + _reply_answer(listing, "a ListBucketResult to a listing"))
-        return True
-
-    def _create_bucket(self, request: CreateBucket) -> None:
-        self.client.create_bucket(Bucket=self.bucket)
-
-    def _ensure_expiry_rule(self, request: EnsureExpiryRule) -> ExpiryRule | None:
-        """Add or replace our rule, keeping every other lifecycle rule of the bucket; then read it back."""
-        tag_key, _, tag_value = request.tag.partition("=")
-        ours = {
-            "ID": request.rule_id,
-            "Status": "Enabled",
-            "Filter": {"And": {"Prefix": request.prefix, "Tags": [{"Key": tag_key, "Value": tag_value}]}},
-            "Expiration": {"Days": request.days},
-        }
-        rules = [r for r in self._lifecycle_rules() if r.get("ID") != request.rule_id] + [ours]
-        self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
-        kept = [r for r in self._lifecycle_rules() if r.get("ID") == request.rule_id]
-        return _expiry_rule(kept[0]) if kept else None
-
-    def _remove_expiry_rule(self, request: RemoveExpiryRule) -> None:
-        rules = self._lifecycle_rules()
-        others = [r for r in rules if r.get("ID") != request.rule_id]
-        if len(others) == len(rules):
-            return
-        if others:
-            config = {"Rules": others}
-            self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration=config)
-        else:
-            self.client.delete_bucket_lifecycle(Bucket=self.bucket)
-
-    def _lifecycle_rules(self) -> list[dict[str, Any]]:
-        try:
-            return list(self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket).get("Rules", []))
-        except ClientError as exc:
-            if _code(exc) != "NoSuchLifecycleConfiguration":
-                raise
-            return []
 
     # -- drivers --------------------------------------------------------------------------------
     def _ends(self, started: float | None) -> float | None:
@@ -658,7 +413,7 @@ class BucketIO:
         then is given the client's read timeout to answer (its answer says whether it was applied)."""
         if ends is None:
             return None
-        return Deadline(ends, ends if isinstance(request, _READS) else ends + self._write_grace)
+        return Deadline(ends, ends if request_kind(request).reads else ends + self._write_grace)
 
     def _deadline_error(self, cut: list[Request]) -> S3RequestError:
         """The operation passed its deadline; ``cut``: the requests it ended, sent and unanswered."""
@@ -667,7 +422,7 @@ class BucketIO:
             f"{self.endpoint}). The server is slow or not answering; raise operation_timeout if it is "
             "expected to be this slow."
         )
-        writes = [r for r in cut if not isinstance(r, _READS)]
+        writes = [r for r in cut if not request_kind(r).reads]
         if writes:
             message += (
                 f" {len(writes)} write(s) had no answer {self._write_grace:g} s after the deadline and were cut off "
@@ -695,7 +450,7 @@ class BucketIO:
         ends = self._ends(started)
         loop = asyncio.get_running_loop()
         fetching = [self._afetch(r, loop, self._deadline_of(r, ends)) for r in missing]
-        if any(not isinstance(r, _READS) for r in missing):
+        if any(not request_kind(r).reads for r in missing):
             outcomes = await _settled_if_cancelled(_all_settled(fetching))
         else:
             outcomes = await _all_settled(fetching)  # reads: a cancelled caller abandons them at once
@@ -724,7 +479,7 @@ class BucketIO:
         """Run a streaming plan, yielding what it emits.
 
         With ``bounded``, the deadline counts the time spent getting to each emitted item (not the
-        consumer's time). Maintenance that may legitimately run long (deleting or copying a large thread)
+        consumer's time). ThreadEdits that may legitimately run long (deleting or copying a large thread)
         passes ``bounded=False``: each of its requests is still bounded by the client's timeouts."""
         reply: Any = None
         started = time.monotonic() if bounded else None
@@ -756,7 +511,7 @@ class BucketIO:
         if gate is None or gate.enforcement is Enforcement.ENFORCED:
             return self._batch(step, started)
         if gate.enforcement is None:
-            if not any(isinstance(request, WRITES) for request in step):
+            if not any(request_kind(request).after_probe for request in step):
                 return self._batch(step, started)
             try:
                 gate.settle(lambda plan: self._drive(plan, started), self._left(started))
@@ -771,7 +526,7 @@ class BucketIO:
         if gate is None or gate.enforcement is Enforcement.ENFORCED:
             return await self._abatch(step, started)
         if gate.enforcement is None:
-            if not any(isinstance(request, WRITES) for request in step):
+            if not any(request_kind(request).after_probe for request in step):
                 return await self._abatch(step, started)
             try:
                 await gate.asettle(lambda plan: self._adrive(plan, started), self._left(started))
@@ -810,38 +565,8 @@ class BucketIO:
         return _only_result([item async for item in self.aiterate(_result_of(plan), bounded=bounded)])
 
 
-_HANDLERS: dict[type, Callable[[BucketIO, Any], Any]] = {
-    Get: BucketIO._get,
-    Put: BucketIO._put,
-    ListKeys: BucketIO._list,
-    Delete: BucketIO._delete,
-    DeleteIfMatch: BucketIO._delete_if_match,
-    Copy: BucketIO._copy,
-    BucketExists: BucketIO._bucket_exists,
-    CreateBucket: BucketIO._create_bucket,
-    EnsureExpiryRule: BucketIO._ensure_expiry_rule,
-    RemoveExpiryRule: BucketIO._remove_expiry_rule,
-}
-"""The boto3 call for each request type (``BucketIO._execute``)."""
-
 _DONE = object()
 _MISS = object()
-
-
-def _expiry_rule(rule: Mapping[str, Any]) -> ExpiryRule:
-    """A lifecycle rule as boto3 parses it (``Filter`` with ``And`` or a lone ``Prefix``/``Tag``, or the older
-    top-level ``Prefix``), reduced to what the saver's rule is made of."""
-    found = rule.get("Filter") or {}
-    both = found.get("And") or {}
-    prefix = both.get("Prefix", found.get("Prefix", rule.get("Prefix")))
-    tags = [*both.get("Tags", ()), *([found["Tag"]] if "Tag" in found else [])]
-    days = (rule.get("Expiration") or {}).get("Days")
-    return ExpiryRule(
-        prefix=prefix,
-        tags=tuple((str(t.get("Key")), str(t.get("Value"))) for t in tags),
-        days=int(days) if days is not None else None,
-        answer=f"Filter {found!r}, Expiration {rule.get('Expiration')!r}",
-    )
 
 
 _WARNED: set[str] = set()
@@ -877,10 +602,6 @@ async def _answered(
     """An in-process bucket's answer, as an awaitable for the async driver's batch (run on the loop: it does no I/O,
     and a thread would cost more than the answer)."""
     return fetch(request, deadline)
-
-
-_READS = (Get, ListKeys, BucketExists)
-"""Requests that change nothing: abandoning one changes nothing either."""
 
 
 async def _all_settled(fetching: list[Awaitable[Any]]) -> list[Any]:

@@ -24,7 +24,7 @@ What it models, exactly the S3 semantics the plans rely on:
 * ListObjectsV2: keys in ascending UTF-8 byte order, ``prefix``, ``start_after``, ``max_keys`` (at most
   1,000), ``delimiter`` (common prefixes, which count towards ``max_keys``) and opaque continuation tokens;
   each page carries the ETag, LastModified and size of its keys and the server's clock (``served``);
-* DeleteObjects (missing keys are fine), CopyObject (a missing source replies ``False``, as the store maps
+* DeleteObjects (missing keys are fine), CopyObject (a missing source replies ``False``, as the I/O shell maps
   NoSuchKey), HeadBucket / CreateBucket, and lifecycle rules (recorded; :meth:`MemoryBucket.apply_lifecycle`
   runs them on demand);
 * keys longer than 1,024 bytes are refused (``KeyTooLongError``), and every request on a bucket that does
@@ -56,8 +56,8 @@ from .._protocol.requests import (
     Copy,
     Create,
     CreateBucket,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     EnsureExpiryRule,
     ExpiryRule,
     Get,
@@ -103,9 +103,9 @@ class MemoryBucket:
 
     ``missing_if_match`` says how the modelled server answers a conditional request on a key that does not
     exist: ``"404"`` (AWS, moto) or ``"412"`` (SeaweedFS). The variant is modelled at the level of the reply
-    the store produces from it:
+    the I/O shell produces from it:
 
-    * ``Put`` with ``If-Match`` on a missing key: the store maps both 404 and 412 to
+    * ``Put`` with ``If-Match`` on a missing key: the I/O shell maps both 404 and 412 to
       :data:`PRECONDITION_FAILED`, so **both variants collapse to the same reply** here;
     * ``DeleteIfMatch`` on a missing key: 404 becomes ``None`` (like a deleted object) and 412 becomes
       :data:`PRECONDITION_FAILED`, so the variants differ (the plan must cope with both).
@@ -195,44 +195,38 @@ class MemoryBucket:
             return reply
 
     def _apply(self, request: Request) -> Any:
-        if isinstance(request, BucketExists):
-            return self.exists
-        if isinstance(request, CreateBucket):
-            self.exists = True
-            return None
-        if not self.exists:
+        answer = _ANSWERS.get(type(request))
+        if answer is None:
+            raise TypeError(f"the in-memory bucket does not answer {type(request).__name__}")
+        if not self.exists and type(request) not in (BucketExists, CreateBucket):
             raise error_for_code("NoSuchBucket", self.name, type(request).__name__, "NoSuchBucket")
-        return self._apply_in_bucket(request)
+        return answer(self, request)
 
-    def _apply_in_bucket(self, request: Request) -> Any:
-        """The reply to a request on objects (or the lifecycle rules) of the existing bucket."""
-        if isinstance(request, Get):
-            obj = self._objects.get(request.key)
-            return None if obj is None else StoredObject(obj.body, obj.etag, obj.modified, self.now())
-        if isinstance(request, Put):
-            return self._put(request)
-        if isinstance(request, ListKeys):
-            return self._list(request)
-        if isinstance(request, Delete):
-            self._delete(request)
-            return None
-        if isinstance(request, DeleteIfMatch):
-            return self._delete_if_match(request)
-        if isinstance(request, Copy):
-            source = self._objects.get(request.source)
-            if source is not None:
-                self._store(request.target, source.body, source.tagged)
-            return source is not None
-        if isinstance(request, EnsureExpiryRule):
-            self.lifecycle_rules[request.rule_id] = (request.prefix, request.days)
-            key, _, value = request.tag.partition("=")
-            return ExpiryRule(request.prefix, ((key, value),), request.days, f"prefix {request.prefix!r}, tag {key}")
-        if isinstance(request, RemoveExpiryRule):
-            self.lifecycle_rules.pop(request.rule_id, None)
-            return None
-        raise TypeError(f"unknown request {request!r}")
+    def _bucket_exists(self, request: BucketExists) -> bool:
+        return self.exists
 
-    def _delete(self, request: Delete) -> None:
+    def _create_bucket(self, request: CreateBucket) -> None:
+        self.exists = True
+
+    def _get(self, request: Get) -> StoredObject | None:
+        obj = self._objects.get(request.key)
+        return None if obj is None else StoredObject(obj.body, obj.etag, obj.modified, self.now())
+
+    def _copy(self, request: Copy) -> bool:
+        source = self._objects.get(request.source)
+        if source is not None:
+            self._store(request.target, source.body, source.tagged)
+        return source is not None
+
+    def _ensure_expiry_rule(self, request: EnsureExpiryRule) -> ExpiryRule:
+        self.lifecycle_rules[request.rule_id] = (request.prefix, request.days)
+        key, _, value = request.tag.partition("=")
+        return ExpiryRule(request.prefix, ((key, value),), request.days, f"prefix {request.prefix!r}, tag {key}")
+
+    def _remove_expiry_rule(self, request: RemoveExpiryRule) -> None:
+        self.lifecycle_rules.pop(request.rule_id, None)
+
+    def _delete(self, request: DeleteObjects) -> None:
         if len(request.keys) > MAX_DELETE_KEYS:
             raise S3RequestError(f"DeleteObjects of {len(request.keys)} keys: at most {MAX_DELETE_KEYS}")
         for key in request.keys:
@@ -252,7 +246,7 @@ class MemoryBucket:
         if isinstance(request.mode, Create) and current is not None:
             return PRECONDITION_FAILED
         if isinstance(request.mode, Update):
-            # A missing key: 404 (AWS, moto) or 412 (SeaweedFS); the store maps both to PRECONDITION_FAILED.
+            # A missing key: 404 (AWS, moto) or 412 (SeaweedFS); the I/O shell maps both to PRECONDITION_FAILED.
             if current is None:
                 return PRECONDITION_FAILED
             if request.mode.etag != "*" and _bare(current.etag) != _bare(request.mode.etag):
@@ -343,3 +337,19 @@ def _decode_token(token: str) -> tuple[str, bytes]:
 
 
 __all__ = ["MemoryBucket", "_BucketObject", "etag_of"]
+
+
+_ANSWERS: dict[type, Callable[[MemoryBucket, Any], Any]] = {
+    BucketExists: MemoryBucket._bucket_exists,
+    CreateBucket: MemoryBucket._create_bucket,
+    Get: MemoryBucket._get,
+    Put: MemoryBucket._put,
+    ListKeys: MemoryBucket._list,
+    DeleteObjects: MemoryBucket._delete,
+    DeleteIfMatch: MemoryBucket._delete_if_match,
+    Copy: MemoryBucket._copy,
+    EnsureExpiryRule: MemoryBucket._ensure_expiry_rule,
+    RemoveExpiryRule: MemoryBucket._remove_expiry_rule,
+}
+"""The in-memory bucket's answer to each request type it is sent (``ProbeConditionalWrites`` never is: the drivers
+answer it; ``requests.REQUEST_KINDS`` is the catalogue this table must cover)."""

@@ -60,16 +60,13 @@ from .._protocol.plans import landed, one
 from .._protocol.requests import (
     CREATE,
     PRECONDITION_FAILED,
-    Copy,
     Create,
-    Delete,
     DeleteIfMatch,
-    EnsureExpiryRule,
+    DeleteObjects,
     Get,
     ListKeys,
     Plan,
     PreconditionFailed,
-    ProbeConditionalWrites,
     Put,
     Request,
     StoredObject,
@@ -84,9 +81,6 @@ logger = logging.getLogger("langgraph_s3_checkpoint")
 
 NO_SUCH_ETAG = '"00000000000000000000000000000000"'
 """An ETag no object of the probe has (the MD5 of none of its bodies)."""
-
-WRITES = (Put, DeleteIfMatch, Delete, Copy, EnsureExpiryRule, ProbeConditionalWrites)
-"""Requests the probe must precede: object writes, the lifecycle rule (installed after it), and setup's own ask."""
 
 CHECKS = {
     "create": "a create-only PUT (If-None-Match: *) of a new key succeeds",
@@ -127,7 +121,7 @@ def probe(key: str) -> Plan[Failed | None]:
     keys = Keys(*(f"{key}{suffix}" for suffix in ("", "-again", "-wrong", "-kept", "-deleted", "-missing", "-race")))
     yield [ListKeys(key, max_keys=1)]  # a read first: a missing bucket raises BucketNotFoundError before any PUT
     failed = yield from _checks(keys)
-    yield [Delete(tuple(keys))]
+    yield [DeleteObjects(tuple(keys))]
     return failed
 
 
@@ -266,7 +260,7 @@ def _plain(request: Request, etag: str | None) -> Request | PreconditionFailed |
     if isinstance(request, DeleteIfMatch):
         if etag is None:
             return None
-        return Delete((request.key,)) if same_etag(etag, request.etag) else PRECONDITION_FAILED
+        return DeleteObjects((request.key,)) if same_etag(etag, request.etag) else PRECONDITION_FAILED
     assert isinstance(request, Put)
     mode = request.mode
     if isinstance(mode, Create):

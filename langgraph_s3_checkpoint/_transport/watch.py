@@ -13,7 +13,7 @@ as something else would: from the first request after a hook is registered, a st
 What counts as botocore's own:
 
 * handlers whose code lives in ``botocore`` or ``boto3``, except ``botocore.stub`` (the Stubber's), and this
-  package's own (:func:`.bucket_io.speak_like_the_saver`: the headers the direct transport sends itself);
+  package's own (:func:`.boto3_calls.speak_like_the_saver`: the headers the direct transport sends itself);
 * moto's stubber, which moto adds to every client once it is imported, only while ``mock_aws`` enables it;
 * the functions a request passes through (the client's method, ``_make_api_call``, the endpoint's
   ``make_request`` and ``_send``, the HTTP session's ``send``) only while they are botocore's own: not

@@ -51,32 +51,24 @@ from .._protocol.keys import MAX_KEY_BYTES, Layout, key_bytes
 from .._protocol.requests import (
     Plan,
 )
+from .._protocol.store.checks import check_index, check_op, check_ttl, index_fields
+from .._protocol.store.embedding import assign_vectors, last_writes, texts_to_embed
+from .._protocol.store.layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout
+from .._protocol.store.objects import StoreCodec
+from .._protocol.store.plans import StorePlans
 from .._transport.bucket_io import BucketIO, ClosesAtBlockEnd
+from .._transport.connect import open_bucket
 from ..errors import (
     InvalidConfigError,
 )
 from ..options import (
+    DEFAULT_COMPRESS_THRESHOLD,
+    DEFAULT_OPERATION_TIMEOUT,
     STORE,
-    check_encryption,
-    check_extra_headers,
-    check_flags,
-    check_location,
-    check_seconds,
     check_serde,
     check_whole_numbers,
     parse_url,
 )
-from ..saver import (
-    DEFAULT_COMPRESS_THRESHOLD,
-    DEFAULT_OPERATION_TIMEOUT,
-    make_bucket_io,
-    make_client,
-)
-from .checks import check_index, check_op, check_ttl, index_fields
-from .embedding import assign_vectors, last_writes, texts_to_embed
-from .layout import DEFAULT_VECTOR_SHARDS, Place, StoreLayout
-from .objects import StoreCodec
-from .plans import StorePlans
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -169,32 +161,35 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
         extra_headers: Mapping[str, str] | str | None = None,
         **client_options: Any,
     ) -> None:
-        prefix = check_location(bucket, prefix)
-        check_whole_numbers(
-            max_concurrency=max_concurrency, compress_threshold=compress_threshold, vector_shards=vector_shards
-        )
-        check_flags(create_bucket=create_bucket, require_conditional_writes=require_conditional_writes)
+        check_whole_numbers(compress_threshold=compress_threshold, vector_shards=vector_shards)
         check_serde(serde)
-        check_encryption(server_side_encryption, sse_kms_key_id, sse_customer_key)
         check_ttl(ttl)
         check_index(index)
-        headers = check_extra_headers(extra_headers)
-        if client is None:
-            client_options.setdefault("max_pool_connections", max(64, max_concurrency * 2))
-            client = make_client(**client_options)
-        elif client_options:
-            raise InvalidConfigError(
-                f"client options {sorted(client_options)} only apply when the store creates the client"
-            )
+        opened = open_bucket(
+            "store",
+            bucket=bucket,
+            prefix=prefix,
+            client=client,
+            client_options=client_options,
+            max_concurrency=max_concurrency,
+            create_bucket=create_bucket,
+            require_conditional_writes=require_conditional_writes,
+            server_side_encryption=server_side_encryption,
+            sse_kms_key_id=sse_kms_key_id,
+            sse_customer_key=sse_customer_key,
+            transport=transport,
+            extra_headers=extra_headers,
+            operation_timeout=operation_timeout,
+            native_async=True,  # the async methods of both classes send from the loop with the direct transport
+        )
         self.bucket = bucket
-        self.prefix = prefix
-        self.client = client
+        self.prefix = opened.prefix
+        self.client = opened.client
         self.create_bucket = create_bucket
         self.require_conditional_writes = require_conditional_writes
-        self.operation_timeout = (
-            None if operation_timeout is None else check_seconds("operation_timeout", operation_timeout)
-        )
+        self.operation_timeout = opened.deadline
         """Deadline of one call, as the saver's (the TTL sweep, which reads every item, is bounded per request only)."""
+        self._bucket_io = opened.bucket_io
         self.serde: SerializerProtocol = maybe_add_typed_methods(serde or JsonPlusSerializer())
         self.ttl_config = ttl
         self.index_config: dict[str, Any] | None = None
@@ -207,21 +202,6 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
                 (p, tokenize_path(p)) if p != "$" else (p, p) for p in (config["fields"] or ["$"])
             ]
             self.index_config = config
-        self._bucket_io = make_bucket_io(
-            client,
-            bucket,
-            prefix=self.prefix,
-            require_conditional_writes=require_conditional_writes,
-            extra_headers=headers,
-            max_concurrency=max_concurrency,
-            server_side_encryption=server_side_encryption,
-            sse_kms_key_id=sse_kms_key_id,
-            sse_customer_key=sse_customer_key,
-            transport=transport,
-            native_async=True,  # the async methods of both classes send from the loop with the direct transport
-            serves="store",
-            deadline=self.operation_timeout,
-        )
         codec = Codec(self.serde, compress_threshold=compress_threshold)
         self._codec = codec
         self._plans = StorePlans(

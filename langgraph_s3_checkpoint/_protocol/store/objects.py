@@ -13,13 +13,13 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import _cosine_similarity
 
-from .._protocol.codec import Codec
-from .._protocol.requests import (
-    StoredObject,
-)
-from ..errors import (
+from ...errors import (
     CorruptObjectError,
     DecryptionError,
+)
+from ..codec import Codec
+from ..requests import (
+    StoredObject,
 )
 
 

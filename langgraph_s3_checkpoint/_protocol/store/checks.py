@@ -14,11 +14,11 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from .._protocol.keys import has_lone_surrogate
-from ..errors import (
+from ...errors import (
     InvalidArgumentTypeError,
     InvalidConfigError,
 )
+from ..keys import has_lone_surrogate
 from .objects import DISTANCES
 
 # ------------------------------------------------------------------------------------------------

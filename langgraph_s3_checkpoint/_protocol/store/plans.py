@@ -24,14 +24,19 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import _compare_values, _does_match
 
-from .._protocol import expiry
-from .._protocol.keys import is_digest
-from .._protocol.plans import all_pages, chunks, one
-from .._protocol.requests import (
+from ...errors import (
+    CorruptObjectError,
+    InvalidArgumentTypeError,
+    StoreConflictError,
+)
+from .. import expiry
+from ..keys import is_digest
+from ..plans import all_pages, chunks, one, side_by_side
+from ..requests import (
     CREATE,
     PRECONDITION_FAILED,
-    Delete,
     DeleteIfMatch,
+    DeleteObjects,
     Get,
     ListKeys,
     Page,
@@ -42,11 +47,6 @@ from .._protocol.requests import (
     Update,
     Written,
     same_etag,
-)
-from ..errors import (
-    CorruptObjectError,
-    InvalidArgumentTypeError,
-    StoreConflictError,
 )
 from .layout import (
     DEFAULT_VECTOR_SHARDS,
@@ -64,35 +64,6 @@ from .objects import Expiry, StoreCodec, Stored, expires_at, pack_vector, simila
 # ------------------------------------------------------------------------------------------------
 # Plan helpers
 # ------------------------------------------------------------------------------------------------
-def parallel(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
-    """Run independent plans side by side: each round trip carries every plan's next batch."""
-    results: list[Any] = [None] * len(plans)
-    steps: dict[int, list[Request]] = {}
-    for i, plan in enumerate(plans):
-        _step(plan, None, i, steps, results)
-    while steps:
-        order = list(steps.items())
-        batch = [request for _, step in order for request in step]
-        replies = (yield batch) if batch else []
-        steps = {}
-        at = 0
-        for i, step in order:
-            _step(plans[i], replies[at : at + len(step)], i, steps, results)
-            at += len(step)
-    return results
-
-
-def _step(plan: Plan[Any], reply: Any, i: int, steps: dict[int, list[Request]], results: list[Any]) -> None:
-    try:
-        step = plan.send(reply)
-    except StopIteration as stop:
-        results[i] = stop.value
-        return
-    if not isinstance(step, list):
-        raise TypeError("parallel() runs plans that yield request batches only")
-    steps[i] = step
-
-
 def matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
     """InMemoryStore's filter; a comparison that cannot be made (missing or non-numeric field) is False."""
     if not filter:
@@ -321,7 +292,7 @@ class StorePlans:
             else:
                 raise InvalidArgumentTypeError(f"Unknown operation type: {type(op)}")
         if reads:
-            answers = yield from parallel([plan for _, plan in reads])
+            answers = yield from side_by_side([plan for _, plan in reads])
             for (i, _), answer in zip(reads, answers, strict=True):
                 results[i] = answer
         if writes:
@@ -404,12 +375,12 @@ class StorePlans:
         for segment, real in new_names.items():
             requests.append(Put(self.layout.name(segment), self.codec.encode_name(real), mode=CREATE))
         for start in range(0, len(deletes), 1000):
-            requests.append(Delete(tuple(deletes[start : start + 1000])))
-        # parallel() hands each round trip's replies to the plans in order: _send (first) fills in the
+            requests.append(DeleteObjects(tuple(deletes[start : start + 1000])))
+        # side_by_side() hands each round trip's replies to the plans in order: _send (first) fills in the
         # ETags before any shard plan builds the body of its PUT.
         plans: list[Plan[Any]] = [self._send(requests, entries)]
         plans += [self.update_shard(shard, changes, versions) for shard, changes in shard_updates.items()]
-        yield from parallel(plans)
+        yield from side_by_side(plans)
         for segment, real in new_names.items():
             self.names.remember(segment, real)
 
@@ -553,7 +524,7 @@ class StorePlans:
         vectors_prefix = self.layout.vectors(op.namespace_prefix)
         listed: list[_Candidate] | None = None
         if op.filter:
-            item_pages, shard_pages = yield from parallel(
+            item_pages, shard_pages = yield from side_by_side(
                 [all_pages(self.layout.items(op.namespace_prefix)), all_pages(vectors_prefix)]
             )
             listed = self._listed_candidates(item_pages, {})
@@ -677,12 +648,11 @@ class StorePlans:
         checks: dict[tuple[str, ...], list[str]] = {}
         """Namespace to report -> listing prefixes of which one must hold an item."""
         while frontier or checks:
-            listings, proven = yield from parallel(
-                [
-                    parallel([all_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
-                    self._namespaces_holding_items(checks, found),
-                ]
-            )
+            level: list[Plan[Any]] = [
+                side_by_side([all_pages(self.layout.items(ns), delimiter="/") for ns in frontier]),
+                self._namespaces_holding_items(checks, found),
+            ]
+            listings, proven = yield from side_by_side(level)
             found |= proven
             checks, children = self._split_level(walk, frontier, listings)
             labels = yield from self._learn_names(segment for _, segment in children)
@@ -697,7 +667,7 @@ class StorePlans:
         pending = [
             (result, prefix) for result, prefixes in checks.items() if result not in found for prefix in prefixes
         ]
-        verdicts = yield from parallel([self._holds_item(prefix) for _, prefix in pending])
+        verdicts = yield from side_by_side([self._holds_item(prefix) for _, prefix in pending])
         return {result for (result, _), holds in zip(pending, verdicts, strict=True) if holds}
 
     def _split_level(
@@ -792,7 +762,7 @@ class StorePlans:
         for e in gone:
             shard = self.layout.shard(e.namespace, e.item_key, self.vector_shards)
             updates.setdefault(shard, {})[e.item_key] = None
-        yield from parallel([self.update_shard(k, v) for k, v in updates.items()])
+        yield from side_by_side([self.update_shard(k, v) for k, v in updates.items()])
 
 
 Wanted = dict[str, tuple["str | None", "list[Any] | None"]]

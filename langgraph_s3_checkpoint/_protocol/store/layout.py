@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._protocol.keys import MAX_SEGMENT, is_digest, made_by
+from ..keys import MAX_SEGMENT, is_digest, made_by
 
 HERE = "~"
 """The segment holding a namespace's own items (never an escaped label: labels are not empty)."""
