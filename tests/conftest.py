@@ -144,6 +144,24 @@ def s3_client(s3_server: local.LocalS3Server) -> Any:
 
 
 @pytest.fixture
+def make_saver(s3_server: local.LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same bucket and prefix;
+    every saver made is closed at the end of the test."""
+    savers: list[S3Saver] = []
+
+    def make() -> S3Saver:
+        saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+        savers.append(saver)
+        return saver
+
+    try:
+        yield make
+    finally:
+        for saver in savers:
+            saver.close()
+
+
+@pytest.fixture
 def prefix() -> str:
     """A key prefix unique to this test."""
     return f"t/{uuid4().hex[:12]}"

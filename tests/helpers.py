@@ -19,7 +19,7 @@ from typing import IO, Annotated, Any, Literal, TypedDict, cast
 from unittest import mock
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import S3Saver
@@ -239,27 +239,26 @@ LONG_THREAD = "long-" + "x" * 300
 """A thread id too long to be a key segment (stored behind a digest and a ``name`` object)."""
 
 
-@contextlib.contextmanager
-def saver_factory(server: Any, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make()`` opens another saver (another process, with its own memory) on the same bucket and prefix; every
-    saver made is closed at the end."""
-    savers: list[S3Saver] = []
-
-    def make() -> S3Saver:
-        saver = S3Saver(bucket=bucket, prefix=prefix, client=server.client())
-        savers.append(saver)
-        return saver
-
-    try:
-        yield make
-    finally:
-        for saver in savers:
-            saver.close()
+OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
+"""Checkpoint numbers of the decision tables: an older checkpoint, the parent, another writer's, the one put
+(newest)."""
 
 
 def cid(n: int, sub: int = 0) -> str:
-    """Checkpoint ids that sort by (n, sub)."""
-    return f"1f0{n:06d}-{sub:04d}-6000-8000-000000000000"
+    """Checkpoint id number ``n`` (and ``sub``), shaped like LangGraph's (uuid6) ids: they sort by (n, sub), for
+    ``n`` below a million. (``sim.cid`` is the simulation's own format, which its names are read back from.)"""
+    return f"1f{n:06d}-{sub:04d}-6000-8000-000000000000"
+
+
+def cid_number(checkpoint_id: str) -> int:
+    """The ``n`` of ``cid(n, sub)``."""
+    return int(checkpoint_id[2:8])
+
+
+def checkpoint(n: int | str, parent: Checkpoint | None = None) -> Checkpoint:
+    """Checkpoint :func:`cid` ``(n)`` (``n`` itself when it is a string): empty, or with ``parent``'s channel values
+    and versions."""
+    return create_checkpoint(parent or empty_checkpoint(), None, 0, id=cid(n) if isinstance(n, int) else n)
 
 
 def ver(n: int, tag: str = "0") -> str:

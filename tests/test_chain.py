@@ -9,8 +9,7 @@ from __future__ import annotations
 import contextvars
 
 import pytest
-from helpers import cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import cfg, checkpoint, cid
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver
 from langgraph_s3_checkpoint._protocol.chain import Chain, Standing
@@ -161,16 +160,6 @@ def test_what_prune_does_not_keep(head: str | None, checkpoint_id: str, expected
 
 
 # -- the rows on a bucket ----------------------------------------------------------------------------------
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, n)
-    cp["id"] = cid(n)
-    return cp
-
-
 class World:
     """A saver on an in-memory bucket, and a history of checkpoints put one on top of the other."""
 

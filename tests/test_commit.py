@@ -9,22 +9,13 @@ walked on the in-memory bucket in test_simulation.py; real processes are killed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from helpers import cfg, cid, crash_before_head, drive, head_put_of, ids, put, put_plan, saver_factory, send
+from helpers import cfg, cid, crash_before_head, drive, head_put_of, ids, put, put_plan, send
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_head_put_whose_answer_was_lost_is_not_taken_for_a_conflict(make_saver: Callable[[], S3Saver]) -> None:

@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers import cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import NEW, OLD, OTHER, PARENT, cfg, checkpoint, cid, cid_number
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ClockSkewError, S3Saver
 from langgraph_s3_checkpoint._protocol import committing
@@ -35,19 +34,6 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 )
 from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Get, Put, Request, Update
 from langgraph_s3_checkpoint.memory import MemoryBucket
-
-OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
-"""Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""
-
-
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int | str) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, 1)
-    cp["id"] = cid(n) if isinstance(n, int) else n
-    return cp
 
 
 class Bucket(MemoryBucket):
@@ -270,7 +256,7 @@ def test_a_head_moving_under_every_attempt_withdraws_the_record(met: list[Meets]
     def move_the_head() -> None:
         head_id, _ = w.head()
         n = next(movers)
-        w.put(w.other, int(head_id[3:8]), n)
+        w.put(w.other, cid_number(head_id), n)
 
     w.bucket.watched, w.bucket.before_head_put = cid(NEW), move_the_head
     with pytest.raises(CheckpointConflictError, match=f"{committing.JOIN_ATTEMPTS} attempts"):

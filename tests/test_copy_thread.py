@@ -8,26 +8,18 @@ on every server kind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from helpers import BIG, Crash, cfg, cid, crash_at, deletes_records, ids, lose_first_answer, put, saver_factory, ver
+from helpers import BIG, Crash, cfg, cid, crash_at, deletes_records, ids, lose_first_answer, put, ver
 
 from langgraph_s3_checkpoint import S3Saver, TargetThreadExistsError
 from langgraph_s3_checkpoint._protocol import thread_edits
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, export_thread, import_thread, verify_thread
 from langgraph_s3_checkpoint._protocol.requests import CREATE, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_copy_onto_a_target_created_meanwhile_raises_and_keeps_the_other_writers_checkpoint(

@@ -11,23 +11,13 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from helpers import BIG, cfg, cid, crash_before_head, put, saver_factory, ver
+from helpers import BIG, cfg, cid, cid_number, crash_before_head, put, ver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
-
 
 DIFF_OPS = int(os.environ.get("LGS3_DIFF_OPS", "300"))
 DIFF_SEED = int(os.environ.get("LGS3_DIFF_SEED", "20261130"))
@@ -223,7 +213,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
             if op == "fork":
                 do_put(thread, ns, parent, cid(next(counter)), "fork", s)
             elif parent != committed[-1]:
-                head_n = int(committed[-1][3:9])
+                head_n = cid_number(committed[-1])
                 checkpoint_id = cid(head_n - 1, rng.randrange(1, 9999))
                 if checkpoint_id not in used:
                     do_put(thread, ns, parent, checkpoint_id, "update", s)

@@ -27,7 +27,6 @@ from helpers import (
     fake_client_options,
     put,
     run_cli,
-    saver_factory,
 )
 from langgraph.checkpoint.base import empty_checkpoint
 
@@ -48,13 +47,6 @@ from langgraph_s3_checkpoint._transport import bucket_io
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_objects_of_a_newer_release_stop_readers_repair_and_gc_and_change_nothing(

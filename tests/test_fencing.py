@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Run, cfg, cid, ids, put, saver_factory
+from helpers import Run, cfg, cid, ids, put
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import fence_graph, finish, release, spawn, worker_env
@@ -25,13 +25,6 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 WORKERS = 8
 COMMITS_PER_WORKER = 4
 ATTEMPTS_PER_WORKER = 60
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another "worker") on the same bucket and prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def chain(saver: S3Saver, thread_id: str) -> list[CheckpointTuple]:

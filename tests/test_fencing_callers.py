@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import pytest
-from helpers import Run, cfg
+from helpers import Run, cfg, checkpoint, cid
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -35,13 +35,6 @@ def bucket() -> MemoryBucket:
 
 def saver_on(bucket: MemoryBucket) -> S3Saver:
     return S3Saver(bucket="b", client=bucket)
-
-
-def checkpoint(n: int, parent: Checkpoint | None = None) -> Checkpoint:
-    """A checkpoint with a LangGraph-shaped id: ``n`` orders it in time."""
-    cp = create_checkpoint(parent or empty_checkpoint(), None, n)
-    cp["id"] = f"1f0{n:05d}-0000-6000-8000-000000000000"
-    return cp
 
 
 def put(saver: S3Saver, parent: RunnableConfig, n: int, source: str = "loop") -> RunnableConfig:
@@ -191,7 +184,7 @@ def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(buc
     assert ids == [
         forked["configurable"]["checkpoint_id"],
         moved["configurable"]["checkpoint_id"],
-        "1f000001-0000-6000-8000-000000000000",
+        cid(1),
     ]
 
 

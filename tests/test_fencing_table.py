@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from helpers import Run, cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import NEW, OLD, OTHER, PARENT, Run, cfg, checkpoint, cid
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
 from langgraph_s3_checkpoint._protocol.fencing import (
@@ -34,19 +33,6 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 )
 from langgraph_s3_checkpoint._protocol.requests import Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
-
-OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
-"""Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""
-
-
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, n)
-    cp["id"] = cid(n)
-    return cp
 
 
 def test_the_tables_are_complete() -> None:

@@ -17,27 +17,18 @@ from __future__ import annotations
 import asyncio
 import operator
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Annotated, Any
 
 import pytest
-from helpers import Crash, Run, cfg, cid, drive, head_put_of, ids, latest_id, put, put_plan, saver_factory, send
+from helpers import Crash, Run, cfg, checkpoint, cid, drive, head_put_of, ids, latest_id, put, put_plan, send
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import AsyncS3Saver, CheckpointConflictError, ParentNotCommittedError, S3Saver
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process's) on the same bucket and prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 class Steps(TypedDict):
@@ -140,9 +131,7 @@ def test_2_a_pool_workers_latest_read_does_not_refuse_a_later_deliberate_edit(
         assert pool.submit(saver.get_tuple, cfg("t")).result() is not None
         put(other, "t", cid(2), cid(1))
         metadata = {"step": 1} if source is None else {"source": source, "step": 1}
-        checkpoint = empty_checkpoint()
-        checkpoint["id"] = cid(3)
-        edited = pool.submit(saver.put, cfg("t", "", cid(1)), checkpoint, metadata, {}).result()
+        edited = pool.submit(saver.put, cfg("t", "", cid(1)), checkpoint(3), metadata, {}).result()
     latest = make_saver().get_tuple(cfg("t"))
     assert latest is not None and latest.config == edited
     assert latest.parent_config == cfg("t", "", cid(1))
@@ -251,8 +240,8 @@ def test_5_a_callers_own_step_then_an_update_of_the_same_parent(make_saver: Call
     put(saver, "t", cid(1), source="input")
     read = saver.get_tuple(cfg("t"))
     assert read is not None
-    stepped = saver.put(read.config, _checkpoint(2), {"source": "loop", "step": 1}, {})
-    edited = saver.put(read.config, _checkpoint(3), {"source": "update", "step": 1}, {})
+    stepped = saver.put(read.config, checkpoint(2), {"source": "loop", "step": 1}, {})
+    edited = saver.put(read.config, checkpoint(3), {"source": "update", "step": 1}, {})
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(2), cid(1)]
     assert edited != stepped
 
@@ -290,9 +279,3 @@ def test_5_no_refusal_blames_another_writer(make_saver: Callable[[], S3Saver]) -
     assert cid(4) in str(created.value)
     for refused in (moved, created):
         assert "another writer" not in str(refused.value).lower()
-
-
-def _checkpoint(n: int) -> Any:
-    checkpoint = empty_checkpoint()
-    checkpoint["id"] = cid(n)
-    return checkpoint

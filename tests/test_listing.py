@@ -5,22 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from helpers import assert_one_error_line, cfg, chat, cid, cli_env, ids, put, run_cli, saver_factory
+from helpers import assert_one_error_line, cfg, chat, cid, cli_env, ids, put, run_cli
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver
 from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_list_before_an_empty_checkpoint_id_is_unbounded(make_saver: Callable[[], S3Saver]) -> None:

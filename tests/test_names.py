@@ -18,31 +18,23 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import BIG, LONG_THREAD, Crash, cfg, cid, drive, put, put_plan, saver_factory, ver
-from langgraph.checkpoint.base import empty_checkpoint
+from helpers import BIG, LONG_THREAD, Crash, cfg, checkpoint, cid, drive, put, put_plan, ver
 from sim import Op, interleavings
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.keys import Layout, escape, is_digest, named_id
 from langgraph_s3_checkpoint._protocol.requests import Delete, Put
-from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 LONG = "L" * 200
 """An id longer than a key segment: stored as a digest, with a ``name`` object."""
 PREFIX = "p"
-
-
-def checkpoint(n: int) -> Any:
-    c = empty_checkpoint()
-    c["id"] = f"1f0{n:029d}"
-    return c
 
 
 def config(thread_id: str, ns: str = "") -> dict[str, Any]:
@@ -171,13 +163,6 @@ def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     status, verified = run_cli(saver, "verify")
     assert status == cli.EXIT_OK, verified
     assert "in 2 thread(s): OK" in verified
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_put_retried_after_its_name_put_failed_writes_the_name(make_saver: Callable[[], S3Saver]) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
-from helpers import BIG, cfg, cid, drive, head_put_of, ids, is_record_key, put, put_plan, saver_factory, ver
+from helpers import BIG, cfg, cid, drive, head_put_of, ids, is_record_key, put, put_plan, ver
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -150,13 +150,6 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     assert len([k for k in remaining if is_record_key(k)]) == 1
     latest = saver.get_tuple(config)
     assert latest is not None and latest.checkpoint["channel_values"]["big"] == "x" * 10_000 + "2"
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_prune_spares_the_fresh_large_value_of_a_fork_in_flight(make_saver: Callable[[], S3Saver]) -> None:

@@ -11,7 +11,7 @@ interleaving on the in-memory bucket in test_simulation.py.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from helpers import (
     Crash,
     Run,
     cfg,
+    checkpoint,
     cid,
     crash_at,
     crash_before_head,
@@ -30,11 +31,9 @@ from helpers import (
     latest_id,
     put,
     put_plan,
-    saver_factory,
     send,
     ver,
 )
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
@@ -42,14 +41,6 @@ from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
 from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Get
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_rollback_moves_the_head_back_to_a_committed_checkpoint_never_to_a_leftover(
@@ -186,9 +177,7 @@ def test_run_ids_that_are_not_str_match_as_text(make_saver: Callable[[], S3Saver
     saver = make_saver()
     run = uuid.UUID(int=7)
     for n, run_id in ((1, "keep"), (2, 12), (3, run)):
-        checkpoint = empty_checkpoint()
-        checkpoint["id"] = cid(n)
-        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint, {"source": "loop", "run_id": run_id}, {})
+        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint(n), {"source": "loop", "run_id": run_id}, {})
     make_saver().delete_for_runs(["12"])
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(1)]
     make_saver().delete_for_runs([run])  # type: ignore[list-item]

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from uuid import uuid4
 
 import pytest
-from helpers import RequestCounter, cfg, cid, ids, put, saver_factory
+from helpers import RequestCounter, cfg, cid, ids, put
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
@@ -272,13 +272,6 @@ def test_writes_order_matches_in_memory_saver_randomized() -> None:
             for _ in range(rng.randint(1, 5))
         ]
         _same_writes_as_in_memory(S3Saver(bucket="b", client=MemoryBucket()), calls)
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 WRITE_CALLS = [
