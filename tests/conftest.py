@@ -162,6 +162,16 @@ def make_saver(s3_server: local.LocalS3Server, bucket: str, prefix: str) -> Iter
 
 
 @pytest.fixture
+def weed(seaweedfs_server: local.LocalS3Server, prefix: str) -> Iterator[tuple[local.LocalS3Server, S3Saver]]:
+    """SeaweedFS with the suite's bucket, and a saver on this test's prefix (for tests whose child processes the
+    test gives the server's address)."""
+    seaweedfs_server.create_bucket(BUCKET)
+    saver = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
+    yield seaweedfs_server, saver
+    saver.close()
+
+
+@pytest.fixture
 def prefix() -> str:
     """A key prefix unique to this test."""
     return f"t/{uuid4().hex[:12]}"

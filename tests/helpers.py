@@ -6,6 +6,7 @@ import collections
 import contextlib
 import io
 import itertools
+import json
 import logging
 import operator
 import os
@@ -15,6 +16,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Annotated, Any, Literal, TypedDict, cast
 from unittest import mock
 
@@ -39,6 +41,15 @@ def selected_server_kinds() -> list[str]:
     if not kinds or set(kinds) - set(ALL_SERVER_KINDS):
         raise pytest.UsageError(f"S3_SERVERS={raw!r}: expected a comma list of {ALL_SERVER_KINDS}")
     return kinds
+
+
+def write_stats(variable: str, stats: Any) -> None:
+    """With the environment variable ``variable`` set to a path, write ``stats`` there as JSON (what a simulation
+    explored)."""
+    path = os.environ.get(variable)
+    if path:
+        with open(path, "w") as f:
+            json.dump(stats, f, indent=1, sort_keys=True)
 
 
 def requires_server(kind: str) -> pytest.MarkDecorator:
@@ -329,6 +340,19 @@ def drive(saver: S3Saver, plan: Any, on_batch: Callable[[list[Any]], list[Any] |
         reply = send(saver, step) if answered is None else answered
 
 
+def run_plan(plan: Any, answer: Callable[[list[Any]], list[Any]]) -> tuple[Any, list[list[Any]]]:
+    """Run a plan without a saver, ``answer(batch)`` replying to each of its batches: its result and its batches."""
+    batches: list[list[Any]] = []
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            return done.value, batches
+        batches.append(step)
+        reply = answer(step)
+
+
 def head_put_of(saver: S3Saver, thread: str, ns: str = "") -> Callable[[Any], bool]:
     """Whether a request is the PUT of the head of ``thread``'s namespace ``ns``."""
     key = saver.plans.layout.head(thread, ns)
@@ -515,6 +539,22 @@ def _exit_status(code: object, stderr: IO[str]) -> int:
         return code
     print(code, file=stderr)
     return 1
+
+
+def run_python_file(code: str, server: Any, path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` written to ``path`` and run there as a user runs a script (``python FILE`` in its folder), with the
+    local server's address and credentials as the only AWS settings."""
+    path.write_text(code, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
+    environ.update(
+        AWS_ENDPOINT_URL=server.endpoint_url,
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
+        AWS_DEFAULT_REGION=server.region,
+    )
+    return subprocess.run(
+        [sys.executable, path.name], cwd=path.parent, env=environ, capture_output=True, text=True, timeout=180
+    )
 
 
 def cli_env(server: Any, url: str) -> dict[str, str]:

@@ -190,8 +190,8 @@ def _blocked_on(frame: Any) -> Any:
     return waiter
 
 
-class Scheduler:
-    """Gates the sync parties' calls and releases one at a time (see the module docstring)."""
+class _Schedule:
+    """What both schedulers hold: the parties, the calls gated and the one released and running."""
 
     def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
         self.journal = journal
@@ -199,6 +199,19 @@ class Scheduler:
         self.parties: list[Party] = []
         self.gated: list[Call] = []
         self.running: Call | None = None
+
+    # called from the scheduler's thread
+    def add(self, name: str, work: Callable[[], Any]) -> Party:
+        party = Party(name, work)
+        self.parties.append(party)
+        return party
+
+
+class Scheduler(_Schedule):
+    """Gates the sync parties' calls and releases one at a time (see the module docstring)."""
+
+    def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
+        super().__init__(journal, timeout)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
@@ -240,11 +253,6 @@ class Scheduler:
             self._changed.notify_all()
 
     # called from the scheduler's thread
-    def add(self, name: str, work: Callable[[], Any]) -> Party:
-        party = Party(name, work)
-        self.parties.append(party)
-        return party
-
     def start(self) -> None:
         for party in self.parties:
             thread = threading.Thread(target=self._main, args=(party,), name=f"party {party.name}", daemon=True)
@@ -416,19 +424,12 @@ def party_executors(scheduler: Scheduler) -> Iterator[None]:
 
 
 # -- the async world: every party a task of one event loop -------------------------------------------------------------
-class AsyncScheduler:
+class AsyncScheduler(_Schedule):
     """The scheduler for ``AsyncS3Saver`` parties: tasks of one event loop (one Agent Server process).
 
     Quiescent: no released call is running and the loop has nothing ready to run but the scheduler itself, so
     every party task waits on a gate or on its own tasks. Nodes must be ``async def`` (a sync node runs on a
     thread the loop cannot see)."""
-
-    def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
-        self.journal = journal
-        self.timeout = timeout
-        self.parties: list[Party] = []
-        self.gated: list[Call] = []
-        self.running: Call | None = None
 
     def gate(self, method: str, label: str) -> Call | None:
         """A blocking call outside any party (a sync saver writing the base history) passes; inside one it would
@@ -453,11 +454,6 @@ class AsyncScheduler:
         if call is not None:
             assert self.running is call
             self.running = None
-
-    def add(self, name: str, work: Callable[[], Any]) -> Party:
-        party = Party(name, work)
-        self.parties.append(party)
-        return party
 
     def start(self) -> None:
         for party in self.parties:

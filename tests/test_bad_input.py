@@ -168,10 +168,8 @@ def test_graph_node_returning_an_unserializable_value(saver: S3Saver) -> None:
         return {"troublemaker": Plain()}
 
     builder = StateGraph(RefusingState)
-    builder.add_node("ok", ok)
-    builder.add_node("bad", bad)
+    builder.add_sequence([("ok", ok), ("bad", bad)])
     builder.add_edge(START, "ok")
-    builder.add_edge("ok", "bad")
     builder.add_edge("bad", END)
     graph = builder.compile(checkpointer=saver)
     config: RunnableConfig = {"configurable": {"thread_id": "refusing-graph"}}

@@ -21,7 +21,6 @@ import collections
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +55,6 @@ SMALL_DELETE_BATCH = 4
 SIGKILLED = -9
 
 BUCKET = "lgs3-test"
-
-
-@pytest.fixture
-def weed(seaweedfs_server: LocalS3Server, prefix: str) -> Iterator[tuple[LocalS3Server, S3Saver]]:
-    seaweedfs_server.create_bucket(BUCKET)
-    saver = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
-    yield seaweedfs_server, saver
-    saver.close()
 
 
 def fresh(server: LocalS3Server, saver: S3Saver) -> S3Saver:

@@ -57,10 +57,8 @@ def _confirm(state: State) -> State:
 
 def _graph(saver: S3Saver) -> Any:
     builder = StateGraph(State)
-    builder.add_node("collect", _collect)
-    builder.add_node("confirm", _confirm)
+    builder.add_sequence([("collect", _collect), ("confirm", _confirm)])
     builder.add_edge(START, "collect")
-    builder.add_edge("collect", "confirm")
     builder.add_edge("confirm", END)
     return builder.compile(checkpointer=saver)
 
@@ -237,14 +235,20 @@ def test_sse_kms_without_a_kms_fails_at_setup_on_seaweedfs(request: pytest.Fixtu
             saver.setup()
 
 
-def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
-    server = _server("seaweedfs", request)
+def _sse_c_roundtrip_on(kind: str, request: pytest.FixtureRequest, prefix: str) -> tuple[local.LocalS3Server, Any, str]:
+    """The round trip with a customer key on a ``kind`` server; the server, a client without the key, and the key of
+    the thread's head."""
+    server = _server(kind, request)
     with contextlib.closing(
         S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=server.client(), sse_customer_key=AES_KEY)
     ) as saver:
         _sse_roundtrip(saver)
     client = server.client()
-    head = next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+    return server, client, next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+
+
+def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
+    server, client, head = _sse_c_roundtrip_on("seaweedfs", request, prefix)
     # Objects are only readable with the customer key.
     with pytest.raises(client.exceptions.ClientError):
         client.get_object(Bucket=SSE_BUCKET, Key=head)
@@ -266,13 +270,7 @@ def test_sse_c_copy_thread_on_seaweedfs(request: pytest.FixtureRequest, prefix: 
 
 def test_sse_c_is_accepted_but_not_enforced_by_moto(request: pytest.FixtureRequest, prefix: str) -> None:
     """moto stores SSE-C objects and serves them without the key: it cannot test SSE-C semantics."""
-    server = _server("moto", request)
-    with contextlib.closing(
-        S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=server.client(), sse_customer_key=AES_KEY)
-    ) as saver:
-        _sse_roundtrip(saver)
-    client = server.client()
-    head = next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+    _, client, head = _sse_c_roundtrip_on("moto", request, prefix)
     assert client.get_object(Bucket=SSE_BUCKET, Key=head)["Body"].read().startswith(MAGIC)
 
 

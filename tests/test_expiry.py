@@ -214,6 +214,22 @@ def judge_common(bucket: MemoryBucket, ops: list[Op]) -> list[str]:
     return problems + uncovered(bucket)
 
 
+def left_by_a_later_sweep(bucket: MemoryBucket, clock: Clock, minutes: float) -> list[str]:
+    """A sweep ``minutes`` later, when every item has expired: a problem if it left items or markers."""
+    clock.advance(minutes)
+    open_store(bucket, clock).sweep_ttl()
+    if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
+        return [f"left after a later sweep: {bucket.keys('store/')}"]
+    return []
+
+
+def every_interleaving(build: Callable[[], tuple[Any, list[Op]]], judge: Callable[..., list[str]]) -> int:
+    """Runs every interleaving, fails on the first ten problems found; the number of interleavings."""
+    runs, failures = interleavings(build, judge)
+    assert failures == [], "\n".join(failures[:10])
+    return runs
+
+
 def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
     """The item expired and its marker is due; a put writes it again (a new value, a TTL of 5 minutes). Whatever
     the order, the new value stays and is filed; the sweep deletes at most the expired version."""
@@ -236,16 +252,9 @@ def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
         values = [frame.get("value") for frame in items(bucket).values()]
         if len(values) != 1:
             problems.append(f"the item written last is gone: {len(values)} item(s) left")
-        clock.advance(10)
-        later = open_store(bucket, clock)
-        later.sweep_ttl()
-        if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
-            problems.append(f"left after a later sweep: {bucket.keys('store/')}")
-        return problems
+        return problems + left_by_a_later_sweep(bucket, clock, 10)
 
-    runs, failures = interleavings(build, judge)
-    assert failures == [], "\n".join(failures[:10])
-    assert runs >= 10
+    assert every_interleaving(build, judge) >= 10
 
 
 @pytest.mark.parametrize("reader_behind", [0.0, 1.5], ids=["same clock", "reader's clock 1.5 min behind"])
@@ -281,15 +290,9 @@ def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: floa
             problems.append("the refreshed version was deleted")
         if not reader_behind and not bucket.keys("store/ns/"):
             problems.append("an item that had not expired was deleted")
-        clock.advance(30)
-        open_store(bucket, clock).sweep_ttl()
-        if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
-            problems.append(f"left after a later sweep: {bucket.keys('store/')}")
-        return problems
+        return problems + left_by_a_later_sweep(bucket, clock, 30)
 
-    runs, failures = interleavings(build, judge)
-    assert failures == [], "\n".join(failures[:10])
-    assert runs >= 5
+    assert every_interleaving(build, judge) >= 5
 
 
 @pytest.mark.parametrize("server", ["404", "412"])

@@ -280,6 +280,15 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
     assert head is not None and head.config == winner
 
 
+def _doomed_run(writer: S3Saver, thread: str, earlier_run: bool) -> tuple[RunnableConfig, RunnableConfig]:
+    """run-1's checkpoint on a new ``thread``, on run-0's with ``earlier_run``: the config of its parent (the
+    thread's, without) and its own."""
+    parent: RunnableConfig = cfg(thread)
+    if earlier_run:
+        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
+    return parent, writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+
+
 @pytest.mark.parametrize("earlier_run", [False, True], ids=["head-deleted", "head-moved-back"])
 def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any, earlier_run: bool) -> None:
     """delete_for_runs reads the head, then moves it back (or deletes it, when the run was the thread's
@@ -287,10 +296,7 @@ def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any
     next run while it rolls back the cancelled one), that checkpoint stays the head; the doomed run's
     records still go."""
     roller, writer = make_saver(), make_saver()
-    parent: RunnableConfig = cfg("rolled")
-    if earlier_run:
-        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
-    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    _, doomed = _doomed_run(writer, "rolled", earlier_run)
     committed = _roll_back_while(
         roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
     )
@@ -306,10 +312,7 @@ def test_rollback_also_removes_what_the_cancelled_run_commits_meanwhile(make_sav
     and rolls back concurrently). That checkpoint is the run's too: the rollback starts over and
     removes it, instead of failing or leaving it behind."""
     roller, writer = make_saver(), make_saver()
-    parent: RunnableConfig = cfg("cancelled")
-    if earlier_run:
-        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
-    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    parent, doomed = _doomed_run(writer, "cancelled", earlier_run)
     late = _roll_back_while(
         roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-1"}, {})
     )

@@ -188,19 +188,26 @@ def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(buc
     ]
 
 
+class _Steps(TypedDict):
+    steps: Annotated[list[str], lambda x, y: x + y]
+
+
+def _one_step_graph() -> StateGraph:
+    """START -> ``step`` (appends ``ran``) -> END, not compiled."""
+    builder = StateGraph(_Steps)
+    builder.add_node("step", lambda s: {"steps": ["ran"]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder
+
+
 def test_b_update_state_on_a_checkpoint_the_process_last_saw_as_the_head(s3_server: LocalS3Server, prefix: str) -> None:
     """The same through LangGraph: ``update_state(config_of_H)`` in the process that last saw H as the head."""
     s3_server.create_bucket("lgs3-test")
     a = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
     b = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
 
-    class State(TypedDict):
-        steps: Annotated[list[str], lambda x, y: x + y]
-
-    builder = StateGraph(State)
-    builder.add_node("step", lambda s: {"steps": ["ran"]})
-    builder.add_edge(START, "step")
-    builder.add_edge("step", END)
+    builder = _one_step_graph()
     graph_a, graph_b = builder.compile(checkpointer=a), builder.compile(checkpointer=b)
     thread: RunnableConfig = {"configurable": {"thread_id": "fork"}}
     graph_a.invoke({"steps": ["one"]}, thread)
@@ -221,13 +228,7 @@ def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
     the saver, and the thread's latest state is the update."""
     s3_server.create_bucket("lgs3-test")
 
-    class State(TypedDict):
-        steps: Annotated[list[str], lambda x, y: x + y]
-
-    builder = StateGraph(State)
-    builder.add_node("step", lambda s: {"steps": ["ran"]})
-    builder.add_edge(START, "step")
-    builder.add_edge("step", END)
+    builder = _one_step_graph()
     phantom = "1f000000-0000-6000-8000-000000000bad"
     outcomes = []
     for saver in (InMemorySaver(), S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())):

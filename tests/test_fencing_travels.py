@@ -47,11 +47,8 @@ def three_steps(saver: Any, during: dict[str, Callable[[], None]] | None = None)
         return run
 
     builder = StateGraph(Steps)
-    for name in ("one", "two", "three"):
-        builder.add_node(name, node(name))
+    builder.add_sequence([(name, node(name)) for name in ("one", "two", "three")])
     builder.add_edge(START, "one")
-    builder.add_edge("one", "two")
-    builder.add_edge("two", "three")
     builder.add_edge("three", END)
     return builder.compile(checkpointer=saver)
 

@@ -50,12 +50,8 @@ def _approval_graph(saver: Any) -> Any:
         return {"log": ["publish"]}
 
     builder = StateGraph(State)
-    builder.add_node("draft", draft)
-    builder.add_node("review", review)
-    builder.add_node("publish", publish)
+    builder.add_sequence([("draft", draft), ("review", review), ("publish", publish)])
     builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "publish")
     builder.add_edge("publish", END)
     return builder.compile(checkpointer=saver)
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-import json
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pytest
+from helpers import write_stats
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import create_checkpoint, get_checkpoint_metadata
@@ -100,32 +100,33 @@ def _node(name: str, asynchronous: bool) -> Callable[..., Any]:
     return astep if asynchronous else step
 
 
+def _one_node_graph(
+    state: type[Any], name: str, node: Callable[[Any], dict[str, Any]], asynchronous: bool
+) -> StateGraph:
+    """START -> ``name`` -> END; with ``asynchronous`` the node is an ``async def`` that calls ``node``."""
+
+    async def anode(state: Any) -> dict[str, Any]:
+        return node(state)
+
+    builder = StateGraph(state)
+    builder.add_node(name, anode if asynchronous else node)
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    return builder
+
+
 def delta_graph(asynchronous: bool) -> StateGraph:
     def reply(state: Chat) -> dict[str, Any]:
         return {"messages": [f"reply to {state['messages'][-1]}"]}
 
-    async def areply(state: Chat) -> dict[str, Any]:
-        return reply(state)
-
-    builder = StateGraph(Chat)
-    builder.add_node("reply", areply if asynchronous else reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder
+    return _one_node_graph(Chat, "reply", reply, asynchronous)
 
 
 def interrupt_graph(asynchronous: bool) -> StateGraph:
     def ask(state: Steps) -> dict[str, Any]:
         return {"steps": [f"answer {interrupt('approve?')}"]}
 
-    async def aask(state: Steps) -> dict[str, Any]:
-        return ask(state)
-
-    builder = StateGraph(Steps)
-    builder.add_node("ask", aask if asynchronous else ask)
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", END)
-    return builder
+    return _one_node_graph(Steps, "ask", ask, asynchronous)
 
 
 def join_graph(asynchronous: bool) -> StateGraph:
@@ -866,13 +867,10 @@ FAMILIES = CI_FAMILIES + (FULL_FAMILIES if FULL else [])
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_stats() -> Any:
+def _report_stats() -> Iterator[None]:
     """With LGS3_LG_SIM_STATS=path, write the counts (schedules, points, outcomes, seconds) there as JSON."""
     yield
-    path = os.environ.get("LGS3_LG_SIM_STATS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(STATS, f, indent=1, sort_keys=True)
+    write_stats("LGS3_LG_SIM_STATS", STATS)
 
 
 def explored(family: Family) -> Exploration:

@@ -21,14 +21,13 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli
+from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli, run_python_file
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -93,10 +92,8 @@ def _finish(state: State) -> State:
 
 def graph(saver: BaseCheckpointSaver[Any]) -> Any:
     review = StateGraph(Review)
-    review.add_node("check", _check)
-    review.add_node("ask", _ask)
+    review.add_sequence([("check", _check), ("ask", _ask)])
     review.add_edge(START, "check")
-    review.add_edge("check", "ask")
     review.add_edge("ask", END)
     builder = StateGraph(State)
     builder.add_node("draft", _draft)
@@ -674,17 +671,7 @@ def test_the_api_example_of_the_migration_guide_runs_as_a_file(server: local.Loc
         store.setup()
         store.put(("users", "u-1"), "m-1", {"text": "prefers short answers"})
     server.create_bucket("agent-state")
-    (tmp_path / "guide.py").write_text(block, encoding="utf-8")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
-    environ.update(
-        AWS_ENDPOINT_URL=server.endpoint_url,
-        AWS_ACCESS_KEY_ID=server.access_key,
-        AWS_SECRET_ACCESS_KEY=server.secret_key,
-        AWS_DEFAULT_REGION=server.region,
-    )
-    done = subprocess.run(
-        [sys.executable, "guide.py"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=180
-    )
+    done = run_python_file(block, server, tmp_path / "guide.py")
     assert done.returncode == 0, done.stderr
     assert f"guide copied {checkpoints} " in done.stdout or "guide complete 0 " in done.stdout, done.stdout
     assert "items copied," in done.stdout

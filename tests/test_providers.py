@@ -27,7 +27,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from dialectproxy import Dialect, DialectProxy
-from helpers import RequestCounter, cfg, client_options
+from helpers import RequestCounter, cfg, client_options, run_plan
 from langgraph.checkpoint.base import empty_checkpoint
 from test_conformance import assert_conformance
 from workers.common import fence_graph
@@ -77,15 +77,7 @@ PROBE_REQUESTS = 19
 # -- the probe, without a server --------------------------------------------------------------------
 def _drive(plan: Any, bucket: MemoryBucket) -> tuple[Any, list[list[Request]]]:
     """Run a plan on an in-memory bucket, one request after the other; its result and its batches."""
-    batches: list[list[Request]] = []
-    reply: Any = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value, batches
-        batches.append(step)
-        reply = [bucket.execute(request) for request in step]
+    return run_plan(plan, lambda step: [bucket.execute(request) for request in step])
 
 
 def test_the_probe_is_five_round_trips_of_nineteen_requests_and_leaves_nothing() -> None:

@@ -143,19 +143,25 @@ def test_rollback_of_the_run_that_answered_an_interrupt(
     assert _view(graph, rolled) == _view(graph, reference)
 
 
-def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkpoint(seaweed_saver: S3Saver) -> None:
-    """r1 answers, and its node fails before r1 commits any checkpoint: r1 leaves only writes, on r0's checkpoint
-    (the resume value, the node's error), and the run index still finds them."""
-    graph = _approval_graph(seaweed_saver)
+def _answered_and_stopped(saver: S3Saver) -> tuple[Any, str, str, Any]:
+    """Run r0 on two threads, ``rolled`` and ``reference``, up to the question; then r1 answers on ``rolled``, and
+    its node fails before r1 commits any checkpoint. The graph, the two threads, and ``rolled`` as r0 left it."""
+    graph = _approval_graph(saver)
     rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
     for thread in (rolled, reference):
         graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
     before = _view(graph, rolled)
-
     with pytest.raises(RuntimeError, match="cancelled"):
-        _approval_graph(seaweed_saver, review_fails=True).invoke(
+        _approval_graph(saver, review_fails=True).invoke(
             Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
         )
+    return graph, rolled, reference, before
+
+
+def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkpoint(seaweed_saver: S3Saver) -> None:
+    """r1 answers, and its node fails before r1 commits any checkpoint: r1 leaves only writes, on r0's checkpoint
+    (the resume value, the node's error), and the run index still finds them."""
+    graph, rolled, reference, before = _answered_and_stopped(seaweed_saver)
     history = list(seaweed_saver.list({"configurable": {"thread_id": rolled}}))
     assert not [t for t in history if t.metadata.get("run_id") == "r1"], "r1 must not have committed a checkpoint"
     assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
@@ -170,15 +176,7 @@ def test_gc_keeps_the_index_a_rollback_of_a_run_that_only_answered_needs(seaweed
     """As above, with gc in between: r1 committed nothing, so no record names it, and its run-index entries name
     r0's checkpoint, where its writes are. gc (reading the records, then again trusting its seal of them) must
     keep those entries, or ``delete_for_runs(["r1"])`` would find nothing and leave r1's answer in place."""
-    graph = _approval_graph(seaweed_saver)
-    rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
-    for thread in (rolled, reference):
-        graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
-    before = _view(graph, rolled)
-    with pytest.raises(RuntimeError, match="cancelled"):
-        _approval_graph(seaweed_saver, review_fails=True).invoke(
-            Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
-        )
+    graph, rolled, reference, before = _answered_and_stopped(seaweed_saver)
     assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
     time.sleep(3)  # a gc seals records older than 2 s (LastModified has whole seconds)
     first, second = gc(seaweed_saver, grace_seconds=0), gc(seaweed_saver, grace_seconds=0)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from helpers import write_stats
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -76,13 +76,10 @@ def _count(name: str, n: int) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_stats() -> Any:
+def _report_stats() -> Iterator[None]:
     """With LGS3_SIM_STATS=path, write what was explored (counts) there as JSON."""
     yield
-    path = os.environ.get("LGS3_SIM_STATS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(STATS, f, indent=1, sort_keys=True)
+    write_stats("LGS3_SIM_STATS", STATS)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1367,36 +1364,18 @@ class ProtocolWithGc(Protocol):
         _count("gc runs that used a seal", int(op.result.records_sealed > 0))
 
 
-def test_random_histories_with_gc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random histories with gc and seals (``LGS3_SIM_GC_EXAMPLES`` histories of ``LGS3_SIM_STEPS`` steps)."""
-    engine = importlib.import_module("hypothesis.internal.conjecture.engine")
-    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
-        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", int(os.environ.get("LGS3_SIM_SHRINK_SECONDS", "45")))
-    run_state_machine_as_test(
-        ProtocolWithGc,
-        settings=settings(
-            max_examples=int(os.environ.get("LGS3_SIM_GC_EXAMPLES", "200")),
-            stateful_step_count=int(os.environ.get("LGS3_SIM_STEPS", "25")),
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-
-
-def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random histories of puts, writes and maintenance with faults: deterministic (derandomized) and
-    bounded (``LGS3_SIM_EXAMPLES`` histories of up to ``LGS3_SIM_STEPS`` steps)."""
+def _run_histories(machine: type[RuleBasedStateMachine], examples: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``examples`` random histories of ``machine``, of up to ``LGS3_SIM_STEPS`` steps: deterministic
+    (derandomized) and bounded."""
     # Bounded time even when a bug is found: shrinking a failing history stops after this many seconds
     # (Hypothesis' own limit is 300); the history reported may then be a little longer than minimal.
     engine = importlib.import_module("hypothesis.internal.conjecture.engine")
     if hasattr(engine, "MAX_SHRINKING_SECONDS"):
         monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", int(os.environ.get("LGS3_SIM_SHRINK_SECONDS", "45")))
     run_state_machine_as_test(
-        Protocol,
+        machine,
         settings=settings(
-            max_examples=int(os.environ.get("LGS3_SIM_EXAMPLES", "150")),
+            max_examples=examples,
             stateful_step_count=int(os.environ.get("LGS3_SIM_STEPS", "25")),
             derandomize=True,
             database=None,
@@ -1404,6 +1383,17 @@ def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+def test_random_histories_with_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random histories with gc and seals (``LGS3_SIM_GC_EXAMPLES`` histories of ``LGS3_SIM_STEPS`` steps)."""
+    _run_histories(ProtocolWithGc, int(os.environ.get("LGS3_SIM_GC_EXAMPLES", "200")), monkeypatch)
+
+
+def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random histories of puts, writes and maintenance with faults: deterministic (derandomized) and
+    bounded (``LGS3_SIM_EXAMPLES`` histories of up to ``LGS3_SIM_STEPS`` steps)."""
+    _run_histories(Protocol, int(os.environ.get("LGS3_SIM_EXAMPLES", "150")), monkeypatch)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -54,12 +54,8 @@ def pay(args: argparse.Namespace) -> None:
         return {"status": "confirmed"}
 
     builder = StateGraph(Checkout)
-    builder.add_node("prepare", prepare)
-    builder.add_node("pay", pay_node)
-    builder.add_node("confirm", confirm)
+    builder.add_sequence([("prepare", prepare), ("pay", pay_node), ("confirm", confirm)])
     builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "pay")
-    builder.add_edge("pay", "confirm")
     builder.add_edge("confirm", END)
     saver = saver_from_env()
     graph = builder.compile(checkpointer=saver)
