@@ -16,6 +16,9 @@ from langgraph_s3_checkpoint._protocol.chain import Chain, Standing
 from langgraph_s3_checkpoint._protocol.requests import Get, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 # Ids as the chain compares them: "9" is the newest. A history 1 <- 3 <- 5 <- 7 (head), with 6 an orphan beside it.
 HEAD, LINK, ORPHAN_ID, BELOW = "7", "5", "6", "3"
 

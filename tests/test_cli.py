@@ -529,6 +529,7 @@ def test_exit_codes_for_configuration_and_s3_errors(env: Env) -> None:
 
 
 # -- in-process pieces --------------------------------------------------------------------------
+@pytest.mark.memory
 def test_progress_draws_only_when_enabled() -> None:
     shown = io.StringIO()
     bar = Progress("verify", total=4, enabled=True, stream=shown)
@@ -546,6 +547,7 @@ def test_progress_draws_only_when_enabled() -> None:
     assert quiet.done == 10
 
 
+@pytest.mark.memory
 def test_values_render_as_json() -> None:
     message = AIMessage("hi", id="m1")
     assert jsonable({"m": [message], "b": b"\x00", "t": (1, 2)}) == {

@@ -35,6 +35,9 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Get, Put, Request, Update
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 class Bucket(MemoryBucket):
     """An in-memory bucket that runs ``on_head_put`` (and may answer for it) when the head PUT of ``watched`` comes."""

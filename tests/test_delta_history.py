@@ -134,6 +134,7 @@ class _Chat(TypedDict):
     notes: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=2)]
 
 
+@pytest.mark.memory
 def test_every_checkpoint_matches_the_default_walk() -> None:
     """For every checkpoint of a graph's thread (and the latest, asked without an id), with two DeltaChannels
     whose seeds are an inline value and a large value: what LangGraph's default walk over ``get_tuple`` finds."""

@@ -194,6 +194,7 @@ def test_missing_bucket(s3_server: LocalS3Server) -> None:
             s.put(cfg("t"), empty_checkpoint(), {"step": 0}, {})
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["direct", "boto3"])
 def test_unreachable_endpoint(transport: str) -> None:
     """Both transports name the endpoint and the S3 call that could not be sent, alike."""
@@ -210,6 +211,7 @@ def test_unreachable_endpoint(transport: str) -> None:
         saver.get_tuple(cfg("t"))
 
 
+@pytest.mark.memory
 def test_unsupported_settings_are_refused() -> None:
     with pytest.raises(InvalidConfigError, match="transport must be one of 'auto', 'boto3', 'direct', got 'http'"):
         S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", transport="http")
@@ -234,6 +236,7 @@ def no_aws_settings_around(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> No
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("options", "name", "url"),
     [
@@ -294,6 +297,7 @@ def test_requests_go_where_botocore_sends_them(options: dict[str, Any], name: st
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.usefixtures("no_aws_settings_around")
 def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
     client = boto3.session.Session().client(
@@ -303,6 +307,7 @@ def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
         DirectTransport(client, "agents--usw2-az1--x-s3")
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_proxy_from_the_environment_is_refused_not_bypassed(monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
     """boto3 sends through HTTP_PROXY/HTTPS_PROXY; the direct transport would silently go around it."""
@@ -356,6 +361,7 @@ def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any
     return captured[0]
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("region", "endpoint_url"),
     [("eu-west-1", None), ("us-east-1", None), ("us-east-1", "http://127.0.0.1:8333")],
@@ -426,6 +432,7 @@ def test_the_request_and_its_signature_are_botocores(
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("status", "headers", "body", "redirect"),
     [

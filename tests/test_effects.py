@@ -274,6 +274,7 @@ def test_idempotency_key_is_stable_per_task_and_distinct_between_tasks(weed: tup
     assert not other_thread & set(per_task), "keys differ between threads"
 
 
+@pytest.mark.memory
 def test_idempotency_key_outside_a_task() -> None:
     with pytest.raises(SaverMisuseError):
         idempotency_key()

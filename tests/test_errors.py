@@ -122,6 +122,7 @@ def unknown_aws_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> str:
     return "lgs3-no-such-profile"
 
 
+@pytest.mark.memory
 def test_an_aws_profile_that_does_not_exist_is_a_config_error_naming_it(unknown_aws_profile: str) -> None:
     """botocore raises ProfileNotFound when the client is made; every way of opening the saver, store or cache (and
     the CLI) says instead which profile is missing and what to do, as a package error, before anything is sent."""
@@ -192,6 +193,7 @@ def web_server() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 def test_a_web_server_on_the_endpoint_does_not_answer_like_s3(web_server: str, transport: str) -> None:
     url = f"s3://bucket/p?max_attempts=1&transport={transport}"
@@ -233,6 +235,7 @@ class _BrokenXml(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.memory
 def test_an_unparsable_reply_is_not_s3() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BrokenXml)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -251,6 +254,7 @@ def test_an_unparsable_reply_is_not_s3() -> None:
         server.server_close()
 
 
+@pytest.mark.memory
 def test_everything_derives_from_the_package_error() -> None:
     import langgraph_s3_checkpoint
     import langgraph_s3_checkpoint.errors as errors

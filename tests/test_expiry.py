@@ -230,6 +230,7 @@ def every_interleaving(build: Callable[[], tuple[Any, list[Op]]], judge: Callabl
     return runs
 
 
+@pytest.mark.memory
 def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
     """The item expired and its marker is due; a put writes it again (a new value, a TTL of 5 minutes). Whatever
     the order, the new value stays and is filed; the sweep deletes at most the expired version."""
@@ -257,6 +258,7 @@ def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
     assert every_interleaving(build, judge) >= 10
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("reader_behind", [0.0, 1.5], ids=["same clock", "reader's clock 1.5 min behind"])
 def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: float) -> None:
     """``refresh_on_read`` moves the expiry without a marker of its own: the old marker comes due and the sweep
@@ -295,6 +297,7 @@ def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: floa
     assert every_interleaving(build, judge) >= 5
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("server", ["404", "412"])
 @pytest.mark.parametrize("between", [None, "put"], ids=["retried", "a put lands before the retry"])
 def test_a_lost_answer_of_the_conditional_delete(server: str, between: str | None) -> None:
@@ -355,6 +358,7 @@ def mixed_store() -> tuple[MemoryBucket, Clock, S3Store]:
     return bucket, clock, store
 
 
+@pytest.mark.memory
 def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
     """Wherever a sweep stops, no item it must keep is gone and every item with an expiry stays filed; the next
     sweep finishes the work."""
@@ -384,6 +388,7 @@ def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
 # ------------------------------------------------------------------------------------------------
 # Behaviour
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_markers_are_written_before_their_items() -> None:
     bucket, clock = MemoryBucket(keep_log=True), Clock()
     store = open_store(bucket, clock)
@@ -394,6 +399,7 @@ def test_markers_are_written_before_their_items() -> None:
     assert [r.key.split("/")[1] for r in second] == ["ns", "ns"], "then the items"
 
 
+@pytest.mark.memory
 def test_the_sweep_after_a_mixed_history() -> None:
     bucket, clock, store = mixed_store()
     with contextlib.closing(store):
@@ -415,6 +421,7 @@ def test_the_sweep_after_a_mixed_history() -> None:
         assert uncovered(bucket) == []
 
 
+@pytest.mark.memory
 def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(caplog: pytest.LogCaptureFixture) -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -437,6 +444,7 @@ def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(capl
     assert bucket.keys("store/") == ["store/ttl-filed"]
 
 
+@pytest.mark.memory
 def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -456,6 +464,7 @@ def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
     assert newer in bucket.keys("store/ns/")
 
 
+@pytest.mark.memory
 def test_foreign_objects_in_the_marker_folder_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -481,6 +490,7 @@ def test_foreign_objects_in_the_marker_folder_are_left_alone(caplog: pytest.LogC
     assert bucket.keys("store/ns/") == []
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     "namespace",
     [("L" * 210, "M" * 300), ("n" * 175,) * 5, ("a/b c", "ü" * 80)],
@@ -500,6 +510,7 @@ def test_long_labels_and_keys(namespace: tuple[str, ...]) -> None:
     assert {len(k) for k in bucket.keys("store/ttl/")} == {len("store/ttl/") + 9 + 1 + 32}
 
 
+@pytest.mark.memory
 def test_a_writer_whose_clock_is_behind() -> None:
     """An item that expired on arrival (its writer's clock is behind by more than its TTL) is filed under a minute
     already passed: the next sweep lists from a day before the minute it swept last, so it finds it; one filed
@@ -520,6 +531,7 @@ def test_a_writer_whose_clock_is_behind() -> None:
     assert bucket.keys("store/ns/") == []
 
 
+@pytest.mark.memory
 def test_a_sweep_lists_from_a_day_before_where_it_swept_last() -> None:
     """Filer-backed servers (SeaweedFS) keep the emptied folder of every minute and walk them in a listing; the
     sweep seeks past them with ``start_after``, and records where it swept at most once an hour."""
@@ -542,6 +554,7 @@ def test_a_sweep_lists_from_a_day_before_where_it_swept_last() -> None:
     assert [type(r) for r, _ in bucket.log[start:]] == [Get, ListKeys]
 
 
+@pytest.mark.memory
 def test_full_sweep_files_what_an_older_release_wrote_meanwhile() -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -552,6 +565,7 @@ def test_full_sweep_files_what_an_older_release_wrote_meanwhile() -> None:
     assert store.sweep_ttl(full=True) == 1
 
 
+@pytest.mark.memory
 def test_setup_of_a_store_that_holds_items_does_not_mark_it_filed() -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -562,6 +576,7 @@ def test_setup_of_a_store_that_holds_items_does_not_mark_it_filed() -> None:
     assert store.sweep_ttl() == 1
 
 
+@pytest.mark.memory
 def test_requests_summary_on_memory() -> None:
     """The same counts as on the servers, per request type, for a sweep with nothing due over many items."""
     bucket, clock = MemoryBucket(keep_log=True), Clock()
@@ -579,6 +594,7 @@ def test_requests_summary_on_memory() -> None:
     assert counts == {"ListKeys": 2, "Get": 4000, "DeleteIfMatch": 2000, "Delete": 16, "Put": 1}
 
 
+@pytest.mark.memory
 def test_a_crash_or_a_failed_request_anywhere_in_a_put() -> None:
     """A put files its marker before writing its item: wherever it stops, every item with an expiry is filed."""
 

@@ -21,6 +21,9 @@ from langgraph_s3_checkpoint._protocol.operator_plans import Exported, export_th
 from langgraph_s3_checkpoint._protocol.requests import Emit
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 LARGE = 64
 """Bytes above which a value gets its own object (the saver's ``inline_threshold`` here)."""
 

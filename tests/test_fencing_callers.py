@@ -68,6 +68,7 @@ def latest_config(saver: S3Saver, config: RunnableConfig) -> RunnableConfig:
     return tup.config
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("reader", "read"),
     [("a UI", read) for read in READS_OF_THE_PARENT] + [("the slow run itself", read) for read in READS_OF_THE_PARENT],
@@ -168,6 +169,7 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
 
 
 # -- b: a fork from a checkpoint this process once saw as the head ---------------------------------------------
+@pytest.mark.memory
 def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(bucket: MemoryBucket) -> None:
     """Process A last saw H as the head; process B moves the thread on; A reads H by id and puts a child of H.
     That is a fork (InMemorySaver and a fresh process store it), not a conflict."""
@@ -243,6 +245,7 @@ def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
     assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.memory
 def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: MemoryBucket) -> None:
     """A checkpoint rolled back by ``delete_for_runs``: a step of the rolled-back run is refused as such; a step of
     another run on it is refused naming the missing parent, no other writer; read by id first with the config the put
@@ -264,6 +267,7 @@ def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: Mem
     assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
 
 
+@pytest.mark.memory
 def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_found_it_empty(
     bucket: MemoryBucket,
 ) -> None:
@@ -285,6 +289,7 @@ def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_fo
     ]
 
 
+@pytest.mark.memory
 def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: MemoryBucket) -> None:
     """An ``update`` child of an older checkpoint, put directly without reading it: InMemorySaver stores it and
     so does the saver (a fork on top of the head). A ``loop`` child in the same place is a straggler's and is
@@ -301,6 +306,7 @@ def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: Mem
     assert not isinstance(refused.value, ParentNotCommittedError)
 
 
+@pytest.mark.memory
 def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(bucket: MemoryBucket) -> None:
     """A run's step whose parent the thread never had, on a namespace in use: refused as a missing parent (no
     writer is blamed); on an empty namespace it is stored, as InMemorySaver stores it."""
@@ -318,6 +324,7 @@ def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(buc
     assert latest_id(saver_on(bucket), "empty") == stored["configurable"]["checkpoint_id"]
 
 
+@pytest.mark.memory
 def test_two_runs_of_one_saver_that_both_found_the_thread_empty_commit_exactly_one(bucket: MemoryBucket) -> None:
     """Two runs through one saver instance both find a new thread empty and both put a first checkpoint: one
     commits, the other raises (before, one saver's second first put joined the first's head: both succeeded)."""

@@ -34,6 +34,9 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 from langgraph_s3_checkpoint._protocol.requests import Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 def test_the_tables_are_complete() -> None:
     assert set(FENCING_TABLE) == {(p, r, s) for p in (False, True) for r in ParentRead for s in Source} - {

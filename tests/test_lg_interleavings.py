@@ -65,6 +65,9 @@ from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 THREAD = "t"
 NOT_AS_BEFORE = "[not as before the run] "
 """Marks the rollback oracle's finding that the thread does not read as before the rolled-back run began."""

@@ -560,6 +560,7 @@ def test_a_target_thread_with_a_history_of_its_own_is_left_alone(here: Location)
 # ------------------------------------------------------------------------------------------------
 # Locations
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_locations_are_parsed_and_refused_with_what_to_do(tmp_path: Path) -> None:
     assert shown("postgresql://app:s3cret@db:5432/agents") == "postgresql://app:***@db:5432/agents"
     assert shown("sqlite:///x.db") == "sqlite:///x.db"

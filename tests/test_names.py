@@ -57,6 +57,7 @@ def readable_name(bucket: MemoryBucket, key: str) -> bool:
     return named_id(segment, None if obj is None else obj.body) is not None
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(("thread_id", "ns"), [(LONG, ""), ("t", "N" * 200)], ids=["long thread", "long namespace"])
 def test_gc_never_leaves_a_committed_thread_without_its_name(thread_id: str, ns: str) -> None:
     """The race: a thread rolled back to nothing keeps an old ``name`` (a first put's create-only offer of it
@@ -105,6 +106,7 @@ def two_threads_of_one_run() -> tuple[MemoryBucket, S3Saver]:
     return bucket, saver
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("damage", ["missing", "not utf-8", "another id"])
 def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -> None:
     bucket, saver = two_threads_of_one_run()
@@ -129,6 +131,7 @@ def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -
     assert saver.get_tuple(config(LONG)) is None
 
 
+@pytest.mark.memory
 def test_a_dry_repair_only_reports_the_missing_name() -> None:
     bucket, saver = two_threads_of_one_run()
     name_key = Layout(PREFIX).thread_name(LONG)
@@ -145,6 +148,7 @@ def run_cli(saver: S3Saver, *argv: str) -> tuple[int, str]:
     return args.handler(ctx, args), out.getvalue()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("body", [None, b"\xff\xfe", b"short"], ids=["missing", "not utf-8", "another id"])
 def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     bucket, saver = two_threads_of_one_run()

@@ -90,6 +90,7 @@ async def test_the_sync_saver_and_the_boto3_transport_do_not_use_it(s3_server: L
         assert boto3_saver.bucket_io.native is None and boto3_saver.bucket_io.direct is None
 
 
+@pytest.mark.memory
 async def test_memory_bucket_ignores_the_transport() -> None:
     saver = AsyncS3Saver(bucket="memory", client=MemoryBucket(), transport="direct")
     try:
@@ -211,6 +212,7 @@ def _client(endpoint: str, **kwargs: Any) -> Any:
     )
 
 
+@pytest.mark.memory
 async def test_a_silent_server_fails_within_the_timeouts() -> None:
     with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=0.5, max_attempts=2)
@@ -224,6 +226,7 @@ async def test_a_silent_server_fails_within_the_timeouts() -> None:
             saver.close()
 
 
+@pytest.mark.memory
 async def test_the_operation_deadline_abandons_native_requests() -> None:
     with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=30)
@@ -238,6 +241,7 @@ async def test_the_operation_deadline_abandons_native_requests() -> None:
             saver.close()
 
 
+@pytest.mark.memory
 async def test_a_refused_port() -> None:
     saver = AsyncS3Saver(bucket="b", client=_client("http://127.0.0.1:9", max_attempts=2), transport="direct")
     try:
@@ -276,6 +280,7 @@ def _web_server(tls: ssl.SSLContext | None = None) -> Iterator[int]:
         server.server_close()
 
 
+@pytest.mark.memory
 async def test_a_web_server_that_is_not_s3() -> None:
     with _web_server() as port:
         saver = AsyncS3Saver(bucket="b", client=_client(f"http://127.0.0.1:{port}"), transport="direct")
@@ -306,6 +311,7 @@ def tls_context(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
     return context
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("sender", ["native", "blocking"])
 @pytest.mark.parametrize("verify", ["default", "bundle", "off"])
 async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> None:
@@ -334,6 +340,7 @@ async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> N
             saver.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("sender", ["native", "blocking"])
 @pytest.mark.parametrize("presented", [False, True])
 async def test_mutual_tls_presents_the_clients_certificate(
@@ -481,6 +488,7 @@ def test_close_from_another_thread(seaweedfs_server: LocalS3Server, prefix: str)
         loop.close()
 
 
+@pytest.mark.memory
 def test_without_expect_continue_is_exported() -> None:
     client = _client("http://127.0.0.1:9")
     assert without_expect_continue(client) is client

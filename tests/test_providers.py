@@ -80,6 +80,7 @@ def _drive(plan: Any, bucket: MemoryBucket) -> tuple[Any, list[list[Request]]]:
     return run_plan(plan, lambda step: [bucket.execute(request) for request in step])
 
 
+@pytest.mark.memory
 def test_the_probe_is_five_round_trips_of_nineteen_requests_and_leaves_nothing() -> None:
     bucket = MemoryBucket()
     found, batches = _drive(probe("p/_setup/probe-x"), bucket)
@@ -135,6 +136,7 @@ class Misbehaving(MemoryBucket):
         return super().execute(request)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("fault", "check"),
     [
@@ -159,6 +161,7 @@ def test_each_check_of_the_probe_names_itself(fault: str, check: str | None) -> 
     assert bucket.keys() == []
 
 
+@pytest.mark.memory
 def test_without_conditions_keeps_every_reply_and_sends_no_conditional_header() -> None:
     """The single-writer stand-in: a LIST of the key, then the plain request if the condition holds."""
     bucket = MemoryBucket(keep_log=True)
@@ -717,6 +720,7 @@ def test_extra_headers_reach_every_request_of_both_transports(
 
 
 # -- the retry budget, without a server ---------------------------------------------------------------
+@pytest.mark.memory
 def test_throttling_gets_more_attempts_while_its_waits_fit_in_the_time_budget() -> None:
     clock = [0.0]
     retries = Retries(3, 60.0, clock=lambda: clock[0])
@@ -731,6 +735,7 @@ def test_throttling_gets_more_attempts_while_its_waits_fit_in_the_time_budget() 
     assert Retries(3, 60.0).wait_after(None) is None  # not worth another attempt (a 403, a 400)
 
 
+@pytest.mark.memory
 def test_a_conflict_is_sent_again_a_bounded_number_of_times() -> None:
     retries = Retries(3, 60.0, clock=lambda: 0.0)
     attempts = 1
@@ -741,12 +746,14 @@ def test_a_conflict_is_sent_again_a_bounded_number_of_times() -> None:
     assert [over_time.wait_after(Kind.CONFLICT) is not None for _ in range(3)] == [True, True, False]
 
 
+@pytest.mark.memory
 def test_botocores_attempts_count_toward_the_budget() -> None:
     """The boto3 path: botocore made its own attempts (3 for a throttled call) before the saver asks."""
     retries = Retries(3, 0.0, clock=lambda: 0.0)
     assert retries.wait_after(Kind.THROTTLED, attempts=3) is None  # out of time and of the ordinary attempts
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("status", "code", "kind"),
     [
@@ -792,6 +799,7 @@ def _answered(direct: DirectTransport, request: Any, *answers: Any) -> Any:
     raise AssertionError("the conversation did not end")
 
 
+@pytest.mark.memory
 def test_a_409_conflict_is_sent_again_and_a_501_to_a_condition_is_unsupported() -> None:
     direct = _direct()
     put = Put("k", b"v", mode=CREATE)
@@ -811,6 +819,7 @@ def test_a_409_conflict_is_sent_again_and_a_501_to_a_condition_is_unsupported() 
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(("encoding", "listed"), [("<EncodingType>url</EncodingType>", "a b/c+d"), ("", "a+b/c%2Bd")])
 def test_listed_keys_are_decoded_only_when_the_server_says_it_encoded_them(encoding: str, listed: str) -> None:
     direct = _direct()
@@ -824,6 +833,7 @@ def test_listed_keys_are_decoded_only_when_the_server_says_it_encoded_them(encod
     direct.close()
 
 
+@pytest.mark.memory
 def test_the_direct_transport_sends_the_checksums_the_clients_setting_asks_for() -> None:
     """botocore's when_supported: a CRC32 on PUT, checksum mode on GET (and a body that does not match the
     checksum it came with is a failed attempt); when_required, as the saver's own clients: neither."""
@@ -842,6 +852,7 @@ def test_the_direct_transport_sends_the_checksums_the_clients_setting_asks_for()
 
 
 # -- configuration -------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_aws_region_alone_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
         monkeypatch.delenv(name, raising=False)
@@ -856,6 +867,7 @@ def test_aws_region_alone_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.memory
 def test_the_clients_the_saver_makes_send_checksums_only_where_required() -> None:
     config = make_client(
         endpoint_url="http://127.0.0.1:9", aws_access_key_id="a", aws_secret_access_key="b"
@@ -873,6 +885,7 @@ def test_the_clients_the_saver_makes_send_checksums_only_where_required() -> Non
         )
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("kind", [S3Saver, S3Store])
 @pytest.mark.parametrize(
     "name", ["my bucket", "agents/prod", "-agents", "agents.", "a..b", "192.168.1.1", "x" * 256, "agents?"]
@@ -883,6 +896,7 @@ def test_an_invalid_bucket_name_is_refused_at_construction(kind: Any, name: str)
     assert "letters, digits" in str(raised.value)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("headers", "problem"),
     [
@@ -898,6 +912,7 @@ def test_extra_headers_are_checked_at_construction(headers: Any, problem: str) -
         S3Saver(bucket="agents", endpoint_url="http://127.0.0.1:9", extra_headers=headers)
 
 
+@pytest.mark.memory
 def test_extra_headers_in_the_location_url() -> None:
     _, _, options = parse_url("s3://agents/p?extra_headers=X-Tigris-Consistent:true,X-Other:1")
     assert options["extra_headers"] == (("X-Tigris-Consistent", "true"), ("X-Other", "1"))

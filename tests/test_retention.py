@@ -321,6 +321,7 @@ def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
         s.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("skew_hours", [0, 30, -30], ids=["same clock", "client 30 h behind", "client 30 h ahead"])
 def test_ttl_renewal_judges_a_values_age_on_one_clock(monkeypatch: pytest.MonkeyPatch, skew_hours: int) -> None:
     """Defect: a value read back from the bucket was dated by the server's LastModified and compared with this

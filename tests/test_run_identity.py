@@ -26,6 +26,9 @@ from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.fencing import RUNTIME_KEY
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 class Watching(S3Saver):
     """An S3Saver that notes, for every call, the namespace and the runtime object it carries."""

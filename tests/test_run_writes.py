@@ -255,6 +255,7 @@ def test_a_special_write_written_again_keeps_its_place(s3_server: LocalS3Server,
     saver.close()
 
 
+@pytest.mark.memory
 def test_writes_order_matches_in_memory_saver_randomized() -> None:
     """Random sequences of put_writes calls (tasks written under several paths, special channels written
     again, duplicates in a call) read back exactly as InMemorySaver returns them (on the in-memory bucket)."""

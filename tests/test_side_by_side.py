@@ -24,6 +24,9 @@ from langgraph_s3_checkpoint._protocol.plans import SIDE_BY_SIDE, side_by_side
 from langgraph_s3_checkpoint._protocol.requests import Emit, Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 THREADS = 2 * SIDE_BY_SIDE + 6
 """Two full groups and part of a third."""
 GROUPS = math.ceil(THREADS / SIDE_BY_SIDE)

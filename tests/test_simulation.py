@@ -65,6 +65,9 @@ from langgraph_s3_checkpoint._protocol.repair import repair_plan
 from langgraph_s3_checkpoint._protocol.requests import ListKeys, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 COMMIT = "another worker's commit"
 """Interference run between the two applications of a request whose answer was lost."""
 

@@ -24,6 +24,9 @@ from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.requests import Request
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 def config(checkpoint_id: str | None = None) -> dict[str, Any]:
     configurable = {"thread_id": "t", "checkpoint_ns": ""}
