@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
+import contextvars
 import io
 import itertools
 import json
@@ -15,19 +17,21 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal, TypedDict, cast
+from typing import IO, Annotated, Any, Literal, TypedDict, TypeVar, cast
 from unittest import mock
 
 import pytest
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
 from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint._protocol.requests import Delete, Put
+from langgraph_s3_checkpoint._protocol.requests import Delete, Put, Step
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
+T = TypeVar("T")
 
 _ids = itertools.count()
 
@@ -50,6 +54,16 @@ def write_stats(variable: str, stats: Any) -> None:
     if path:
         with open(path, "w") as f:
             json.dump(stats, f, indent=1, sort_keys=True)
+
+
+def create_task_in(
+    loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T], context: contextvars.Context
+) -> asyncio.Task[T]:
+    """``loop.create_task(coroutine, context=context)``, which Python 3.10 lacks: there the task runs in a copy of
+    ``context`` taken when it is created."""
+    if sys.version_info >= (3, 11):
+        return loop.create_task(coroutine, context=context)
+    return context.run(loop.create_task, coroutine)
 
 
 def requires_server(kind: str) -> pytest.MarkDecorator:
@@ -118,12 +132,12 @@ class Run:
     def __init__(self) -> None:
         self.runtime = Runtime()
 
-    def of(self, config: Any) -> dict[str, Any]:
+    def of(self, config: RunnableConfig) -> RunnableConfig:
         """``config`` as a call of this run makes it."""
         return {**config, "configurable": {**config["configurable"], "__pregel_runtime": self.runtime}}
 
 
-def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:
     """A LangGraph config for a thread (and namespace, and checkpoint when given)."""
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
@@ -319,7 +333,14 @@ def latest_id(saver: S3Saver, thread: str, ns: str = "") -> str | None:
     return None if tup is None else tup.checkpoint["id"]
 
 
-def send(saver: S3Saver, requests: list[Any]) -> list[Any]:
+def tuple_at(saver: Any, config: RunnableConfig) -> CheckpointTuple:
+    """What ``saver.get_tuple(config)`` reads, where the test expects a checkpoint."""
+    found: CheckpointTuple | None = saver.get_tuple(config)
+    assert found is not None, f"no checkpoint at {config}"
+    return found
+
+
+def send(saver: S3Saver, requests: Step) -> list[Any]:
     """Send one batch of requests through the saver's I/O shell, as its drivers would."""
 
     def one_batch() -> Any:

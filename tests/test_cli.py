@@ -34,6 +34,7 @@ from helpers import (
     run_cli_process,
 )
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -149,7 +150,7 @@ class Env:
         return [t.config["configurable"]["checkpoint_id"] for t in self.saver.list(config)]
 
 
-def _config(thread_id: str) -> dict[str, Any]:
+def _config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import NEW, OLD, OTHER, PARENT, cfg, checkpoint, cid, cid_number
+from langgraph.checkpoint.base import CheckpointMetadata
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ClockSkewError, S3Saver
 from langgraph_s3_checkpoint._protocol import committing
@@ -80,7 +81,9 @@ class World:
         """A put in a call chain of its own (it read nothing)."""
         parent_id = cid(parent) if isinstance(parent, int) else parent
         config = cfg("t", "", parent_id)
-        return contextvars.Context().run(saver.put, config, checkpoint(n), {"source": source, "step": 1}, {})
+        return contextvars.Context().run(
+            saver.put, config, checkpoint(n), cast(CheckpointMetadata, {"source": source, "step": 1}), {}
+        )
 
     def head(self) -> tuple[str, str]:
         stored = self.bucket.execute(Get(self.layout.head("t", "")))

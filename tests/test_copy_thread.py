@@ -37,7 +37,7 @@ def test_a_copy_onto_a_target_created_meanwhile_raises_and_keeps_the_other_write
         put(writer, "dst", cid(9), source="input")  # lands between the copy's check and its commit
         return original_names(thread_id, ns)
 
-    copier.plans._names = names_then_a_writer  # type: ignore[method-assign]
+    copier.plans._names = names_then_a_writer
     with pytest.raises(TargetThreadExistsError, match="another writer"):
         copier.copy_thread("src", "dst")
     reader = make_saver()
@@ -55,7 +55,7 @@ def test_a_copy_carries_the_writes_of_a_task_named_head(make_saver: Callable[[],
     saver.put_writes(cfg("source", "", cid(1)), [("ch", "from another task")], "other")
     saver.copy_thread("source", "target")
     copied = make_saver().get_tuple(cfg("target"))
-    assert copied is not None
+    assert copied is not None and copied.pending_writes is not None
     assert sorted(copied.pending_writes) == [
         ("head", "ch", "from the task named head"),
         ("other", "ch", "from another task"),
@@ -91,7 +91,7 @@ def test_a_copy_takes_a_new_snapshot_when_the_source_is_pruned_meanwhile(
             make_saver().prune(["src"])
         return (yield from original(source_id, target_id, needed))
 
-    copier.plans._copy_history = copy_after_the_source_moved  # type: ignore[method-assign]
+    copier.plans._copy_history = copy_after_the_source_moved  # type: ignore[assignment]
     copier.copy_thread("src", "dst")
     copied = make_saver().get_tuple(cfg("dst"))
     assert moved and copied is not None

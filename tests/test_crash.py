@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from helpers import RequestCounter, cfg, checkpoint_id_of, is_record_key
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import (
     crash_graph,
     crash_input,
@@ -347,7 +347,7 @@ def test_a_put_interrupted_before_its_head_stays_invisible_after_later_commits(
     head = resumed.get_tuple(cfg("phantom"))
     assert head is not None
     chain_ids = set()
-    tup = head
+    tup: CheckpointTuple | None = head
     while tup is not None:
         chain_ids.add(tup.checkpoint["id"])
         tup = resumed.get_tuple(tup.parent_config) if tup.parent_config else None

@@ -58,7 +58,7 @@ def test_a_delete_racing_a_new_threads_first_put_leaves_the_thread_deleted(
                 while True:
                     reply = send(writer, plan.send(reply))
 
-    deleter.plans._delete_thread_once = a_pass_then_the_head_lands  # type: ignore[method-assign]
+    deleter.plans._delete_thread_once = a_pass_then_the_head_lands
     deleter.delete_thread("t")
     assert len(passes) == 2
     assert make_saver().get_tuple(cfg("t")) is None

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from helpers import BIG, cfg, cid, cid_number, crash_before_head, put, ver
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
@@ -34,11 +35,11 @@ class Reference(InMemorySaver):
         for (thread, ns, checkpoint_id), writes in list(self.writes.items()):
             if thread == source:
                 self.writes[(target, ns, checkpoint_id)] = dict(writes)
-        for (thread, *rest), blob in list(self.blobs.items()):
+        for (thread, ns, channel, version), blob in list(self.blobs.items()):
             if thread == source:
-                self.blobs[(target, *rest)] = blob
+                self.blobs[(target, ns, channel, version)] = blob
 
-    def delete_for_runs(self, run_ids: list[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         for thread, namespaces in self.storage.items():
             for ns, checkpoints in namespaces.items():
                 for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
@@ -46,7 +47,7 @@ class Reference(InMemorySaver):
                         del checkpoints[checkpoint_id]
                         self.writes.pop((thread, ns, checkpoint_id), None)
 
-    def prune(self, thread_ids: list[str]) -> None:
+    def prune(self, thread_ids: Sequence[str]) -> None:  # type: ignore[override]
         for thread in thread_ids:
             for ns, checkpoints in self.storage[thread].items():
                 for checkpoint_id in sorted(checkpoints)[:-1]:
@@ -120,7 +121,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
                     [_norm(t) for t in ref.list(cfg(thread, ns), before=bound, limit=limit)],
                     f"list before {bound['configurable']['checkpoint_id']} limit {limit}",
                 )
-        everywhere = {"configurable": {"thread_id": thread}}
+        everywhere: RunnableConfig = {"configurable": {"thread_id": thread}}
         check(
             sorted(map(_norm_key, saver.list(everywhere))), sorted(map(_norm_key, ref.list(everywhere))), "list all ns"
         )
@@ -144,7 +145,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
     def do_put(thread: str, ns: str, parent: str | None, checkpoint_id: str, source: str, s: int) -> None:
         base = ref.get_tuple(cfg(thread, ns, parent)) if parent else None
         values = dict(base.checkpoint["channel_values"]) if base else {}
-        versions = dict(base.checkpoint["channel_versions"]) if base else {}
+        versions: dict[str, Any] = dict(base.checkpoint["channel_versions"]) if base else {}
         new: dict[str, str] = {}
         for channel in ("n", "note", "big"):
             if base is None or channel == "n" or rng.random() < 0.3:

@@ -21,6 +21,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import (
@@ -54,7 +55,7 @@ def test_graph_state_and_history_match_the_boto3_transport(s3_server: LocalS3Ser
             S3Saver(bucket=bucket, prefix=f"{prefix}/{transport}", client=s3_server.client(), transport=transport)
         ) as saver:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             graph.invoke({"n": 0, "log": []}, config, durability="sync")
             history = [s.values for s in graph.get_state_history(config)]
             states[transport] = (graph.get_state(config).values, history)
@@ -75,7 +76,7 @@ async def test_async_saver_with_the_direct_transport(s3_server: LocalS3Server, b
     assert saver.bucket_io.native is not None  # GET, PUT and LIST go out from the event loop
     try:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "async"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "async"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config)
         assert result["n"] == 5
         assert len([s async for s in graph.aget_state_history(config)]) == 7
@@ -121,7 +122,7 @@ def test_request_counts_equal_the_boto3_transport(
             S3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         ) as saver:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
                 before = counting_proxy.snapshot()["requests"]
@@ -144,7 +145,7 @@ def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, bucket:
         S3Saver(bucket=bucket, prefix=prefix, client=seaweedfs_server.client(), transport="direct", **options)
     ) as saver:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "sse"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "sse"}}
         graph.invoke({"n": 0, "log": []}, config)
         assert graph.get_state(config).values["n"] == 5
     client = seaweedfs_server.client()
@@ -314,7 +315,7 @@ def test_a_proxy_from_the_environment_is_refused_not_bypassed(monkeypatch: pytes
     for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(f"{scheme.upper()}_PROXY", "http://someone:hunter2@proxy.invalid:3128")
-    options = {
+    options: dict[str, Any] = {
         "endpoint_url": f"{scheme}://127.0.0.1:9",
         "region_name": "us-east-1",
         "aws_access_key_id": "AKIA",

@@ -21,6 +21,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import client_options, run_cli, selected_server_kinds
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -73,7 +74,7 @@ def _objects(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
 
 def _run_thread(saver: S3Saver, thread_id: str, secret: str) -> Any:
     graph = _graph(saver)
-    config = {"configurable": {"thread_id": thread_id}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     graph.invoke({"secret": secret}, config)
     graph.invoke(Command(resume=f"yes {secret}"), config)
     # A second pause leaves a pending interrupt write holding the secret in the bucket.
@@ -328,7 +329,7 @@ def test_compressed_and_plain_objects_stay_readable_together(savers: tuple[S3Sav
     secret = "mixed " * 20
     for writer, reader, thread_id in ((plain, packing, "a"), (packing, plain, "b")):
         state = _run_thread(writer, thread_id, secret)
-        config = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         assert _graph(reader).get_state(config).values == state.values
         assert [t.config for t in reader.list(config)] == [t.config for t in writer.list(config)]
         # The reader continues the thread with its own setting: one thread now holds both encodings.

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import RequestCounter
@@ -52,7 +52,7 @@ class Clock:
 
 
 def open_store(bucket: MemoryBucket, clock: Clock, **kwargs: Any) -> S3Store:
-    store = S3Store(bucket="b", client=bucket, **kwargs)  # type: ignore[arg-type]
+    store = S3Store(bucket="b", client=bucket, **kwargs)
     store.plans.now = clock
     return store
 
@@ -64,7 +64,7 @@ def driver(store: S3Store) -> Any:
 
 def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
     """Every item's frame, by key."""
-    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec
     out = {}
     for key in bucket.keys("store/ns/"):
         obj = bucket.object(key)
@@ -78,7 +78,7 @@ def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
 
 def markers(bucket: MemoryBucket) -> dict[str, list[int]]:
     """Item key -> the minutes of the markers naming it."""
-    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec
     out: dict[str, list[int]] = {}
     for key in bucket.keys("store/ttl/"):
         obj = bucket.object(key)
@@ -108,6 +108,7 @@ def uncovered(bucket: MemoryBucket) -> list[str]:
 
 def requests_of(bucket: MemoryBucket, start: int) -> dict[str, int]:
     counts: dict[str, int] = {}
+    assert bucket.log is not None
     for request, _ in bucket.log[start:]:
         counts[type(request).__name__] = counts.get(type(request).__name__, 0) + 1
     return counts
@@ -125,7 +126,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
     (expired) or a PUT filing it again (refreshed on read), then one DeleteObjects of the markers."""
     client = s3_server.client()
     clock = Clock()
-    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
         store.plans.now = clock
         store.setup()  # an empty store is filed at once: no sweep of it ever reads every item
         counter = count_requests(client)
@@ -139,7 +140,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
         counter.reset()
         assert store.sweep_ttl() == 0
         assert counter.snapshot() == {"ListObjectsV2": 1}, "nothing due: one LIST"
-        with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as fresh:  # type: ignore[arg-type]
+        with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as fresh:
             fresh.plans.now = clock
             counter.reset()
             assert fresh.sweep_ttl() == 0
@@ -171,7 +172,7 @@ def test_the_first_sweep_of_a_store_an_older_release_wrote_reads_every_item_once
     the first sweep, which deletes the expired ones and files the others; the next sweeps cost what came due."""
     client = s3_server.client()
     clock = Clock()
-    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
         store.plans.now = clock
         write_as_an_older_release(store, [PutOp(NS, f"k{i}", {"v": i}, ttl=1 if i < 5 else 10) for i in range(30)])
         store.batch([PutOp(NS, f"forever{i}", {"v": i}) for i in range(5)])
@@ -394,7 +395,7 @@ def test_markers_are_written_before_their_items() -> None:
     store = open_store(bucket, clock)
     plan = store.plans.batch([PutOp(NS, "a", {"v": 1}, ttl=5), PutOp(NS, "b", {"v": 2})], {}, {})
     op = Op("put", driver(store), plan).finish()
-    first, second = op.batches
+    first, second = cast(list[list[Put]], op.batches)
     assert [r.key.split("/")[1] for r in first] == ["ttl"], "the marker of the item with a TTL, alone"
     assert [r.key.split("/")[1] for r in second] == ["ns", "ns"], "then the items"
 
@@ -536,6 +537,7 @@ def test_a_sweep_lists_from_a_day_before_where_it_swept_last() -> None:
     """Filer-backed servers (SeaweedFS) keep the emptied folder of every minute and walk them in a listing; the
     sweep seeks past them with ``start_after``, and records where it swept at most once an hour."""
     bucket, clock = MemoryBucket(keep_log=True), Clock()
+    assert bucket.log is not None
     store = open_store(bucket, clock)
     store.setup()
     assert store.sweep_ttl() == 0
@@ -580,6 +582,7 @@ def test_setup_of_a_store_that_holds_items_does_not_mark_it_filed() -> None:
 def test_requests_summary_on_memory() -> None:
     """The same counts as on the servers, per request type, for a sweep with nothing due over many items."""
     bucket, clock = MemoryBucket(keep_log=True), Clock()
+    assert bucket.log is not None
     store = open_store(bucket, clock)
     store.setup()
     store.batch([PutOp(NS, f"k{i}", {"v": i}, ttl=60) for i in range(2000)])

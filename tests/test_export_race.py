@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import cfg, checkpoint, cid
+from langgraph.checkpoint.base import ChannelVersions
 
 from langgraph_s3_checkpoint import S3Saver, ThreadChangedError
 from langgraph_s3_checkpoint._protocol.operator_plans import Exported, export_thread, import_thread
@@ -60,7 +61,7 @@ def step(saver: S3Saver, n: int) -> None:
     cp = checkpoint(n)
     cp["channel_values"] = {"doc": f"draft {n} " + "x" * 200, "notes": "n" * 200}
     cp["channel_versions"] = {"doc": f"{n:032d}", "notes": f"{1:032d}"}
-    new_versions = {"doc": f"{n:032d}"} if n > 1 else dict(cp["channel_versions"])
+    new_versions: ChannelVersions = {"doc": f"{n:032d}"} if n > 1 else dict(cp["channel_versions"])
     parent = cfg("t", "", cid(n - 1)) if n > 1 else cfg("t")
     contextvars.Context().run(saver.put, parent, cp, {"source": "loop", "step": n}, new_versions)
 

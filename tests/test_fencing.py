@@ -334,6 +334,7 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
     with contextlib.suppress(StopIteration):
         while True:
             step = plan.send(reply)
+            assert isinstance(step, list)
             moves_head = any(
                 isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
             )
@@ -396,7 +397,7 @@ def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
                 first_done.wait(timeout=30)  # b writes after a's commit: no If-Match race decides it
         return tup
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
     outcomes: dict[str, str] = {}
 
     def update(name: str) -> None:
@@ -415,7 +416,7 @@ def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
     for t in threads:
         t.join(timeout=60)
     assert outcomes == {"a": "committed", "b": "conflict"}
-    saver.get_tuple = original  # type: ignore[method-assign]
+    saver.get_tuple = original
     assert graph.get_state(config).values["steps"] == ["one", "a"]
     assert_linear(make_saver(), "updates")
 

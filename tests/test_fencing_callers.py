@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import pytest
 from helpers import Run, cfg, checkpoint, cid
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -38,7 +38,7 @@ def saver_on(bucket: MemoryBucket) -> S3Saver:
 
 
 def put(saver: S3Saver, parent: RunnableConfig, n: int, source: str = "loop") -> RunnableConfig:
-    return saver.put(parent, checkpoint(n), {"source": source, "step": n}, {})
+    return saver.put(parent, checkpoint(n), cast(CheckpointMetadata, {"source": source, "step": n}), {})
 
 
 def latest_id(saver: S3Saver, thread_id: str) -> str | None:
@@ -126,8 +126,8 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
             assert ui_done.wait(timeout=30)
         return original_put(config, *args)
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
-    saver.put = put  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
+    saver.put = put  # type: ignore[assignment]
     builder = StateGraph(Chat)
     builder.add_node("reply", lambda state: {"messages": [f"reply {len(state['messages'])}"]})
     builder.add_edge(START, "reply")
@@ -157,7 +157,7 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
     for t in runs:
         t.join(timeout=60)
     assert outcomes == {"fast": "committed", "slow": "conflict"}
-    saver.get_tuple, saver.put = original_get_tuple, original_put  # type: ignore[method-assign]
+    saver.get_tuple, saver.put = original_get_tuple, original_put
     fresh = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
     final = builder.compile(checkpointer=fresh).get_state(thread).values["messages"]
     assert final == ["hello", "reply 1", "from fast", "reply 3"]

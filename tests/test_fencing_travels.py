@@ -20,11 +20,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import pytest
 from helpers import Crash, Run, cfg, checkpoint, cid, drive, head_put_of, ids, latest_id, put, put_plan, send
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointMetadata
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
@@ -38,7 +39,7 @@ class Steps(TypedDict):
 def three_steps(saver: Any, during: dict[str, Callable[[], None]] | None = None) -> Any:
     """one -> two -> three, each appending its name; ``during[name]`` runs inside that node first."""
 
-    def node(name: str) -> Callable[[Steps], dict[str, list[str]]]:
+    def node(name: str) -> Callable[..., dict[str, list[str]]]:
         def run(state: Steps) -> dict[str, list[str]]:
             if during and name in during:
                 during[name]()
@@ -127,7 +128,7 @@ def test_2_a_pool_workers_latest_read_does_not_refuse_a_later_deliberate_edit(
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(saver.get_tuple, cfg("t")).result() is not None
         put(other, "t", cid(2), cid(1))
-        metadata = {"step": 1} if source is None else {"source": source, "step": 1}
+        metadata = cast(CheckpointMetadata, {"step": 1} if source is None else {"source": source, "step": 1})
         edited = pool.submit(saver.put, cfg("t", "", cid(1)), checkpoint(3), metadata, {}).result()
     latest = make_saver().get_tuple(cfg("t"))
     assert latest is not None and latest.config == edited
@@ -251,7 +252,10 @@ def test_5_a_head_rewritten_by_a_rollback_of_another_run_is_continued(make_saver
     put(saver, "t", cid(1), run="r0", source="input")
     r1 = Run()
     assert saver.get_tuple(r1.of(cfg("t"))) is not None
-    resumed = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(1)}, "metadata": {}}
+    resumed: RunnableConfig = {
+        "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(1)},
+        "metadata": {},
+    }
     resumed["metadata"]["run_id"] = "rB"
     operator_saver.put_writes(resumed, [("steps", ["rB"])], "task-rB")
     operator_saver.delete_for_runs(["rB"])

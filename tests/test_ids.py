@@ -10,6 +10,7 @@ import pytest
 from helpers import cfg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -37,11 +38,11 @@ def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Save
     s.close()
 
 
-def _put(saver: S3Saver, thread_id: str, ns: str = "", value: Any = "v") -> dict[str, Any]:
+def _put(saver: S3Saver, thread_id: str, ns: str = "", value: Any = "v") -> RunnableConfig:
     cp = empty_checkpoint()
     cp["channel_values"] = {"ch": value}
     cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
-    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
     return saver.put(config, cp, {"step": 0, "source": "input"}, cp["channel_versions"])
 
 

@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pytest
-from helpers import write_stats
+from helpers import create_task_in, write_stats
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import create_checkpoint, get_checkpoint_metadata
+from langgraph.checkpoint.base import CheckpointMetadata, create_checkpoint, get_checkpoint_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Durability, interrupt
 from lgsim import (
     AsyncGatedSaver,
     AsyncScheduler,
@@ -112,7 +112,8 @@ def _one_node_graph(
         return node(state)
 
     builder = StateGraph(state)
-    builder.add_node(name, anode if asynchronous else node)
+    chosen: Callable[..., Any] = anode if asynchronous else node
+    builder.add_node(name, chosen)
     builder.add_edge(START, name)
     builder.add_edge(name, END)
     return builder
@@ -221,7 +222,7 @@ class Family:
     parties: tuple[PartySpec, ...]
     savers: int = 1
     asynchronous: bool = False
-    durability: str = "sync"
+    durability: Durability = "sync"
     reduce: bool = False
     """Explore with the partial-order reduction (``lgsim.explore``) instead of every schedule."""
     sample: int | None = None
@@ -455,14 +456,22 @@ class ThreadWorld(World):
             shown = saver.get_tuple(thread_config(latest))
             assert shown is not None
             step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
+            metadata: CheckpointMetadata = {
+                "source": "loop",
+                "step": shown.metadata["step"] + 1,
+                "run_id": self.run_ids[spec.name],
+            }
             return saver.put(thread_config(latest), step, metadata, {})
 
         async def awork() -> Any:
             shown = await saver.aget_tuple(thread_config(latest))
             assert shown is not None
             step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
+            metadata: CheckpointMetadata = {
+                "source": "loop",
+                "step": shown.metadata["step"] + 1,
+                "run_id": self.run_ids[spec.name],
+            }
             return await saver.aput(thread_config(latest), step, metadata, {})
 
         return awork if self.family.asynchronous else work
@@ -477,7 +486,7 @@ class ThreadWorld(World):
 
         def work() -> Any:
             party = next(p for p in self.scheduler.parties if p.name == victim.name)
-            self.scheduler.leave(self.scheduler.gate("cancel", f"cancel {victim.name}"))  # type: ignore[union-attr]
+            self.scheduler.leave(self.scheduler.gate("cancel", f"cancel {victim.name}"))
             party.done.wait()
             saver.delete_for_runs([self.rollback.run])
             self.rollback.after = in_own_chain(thread_view, self.bucket, self.graph)
@@ -512,7 +521,7 @@ class ThreadWorld(World):
             return await graph.aget_state(thread_config()), [s async for s in graph.aget_state_history(thread_config())]
 
         try:
-            state, history = await asyncio.get_running_loop().create_task(read(), context=contextvars.Context())
+            state, history = await create_task_in(asyncio.get_running_loop(), read(), contextvars.Context())
         except Exception as error:
             self.reader_errors.append(f"the reader at point {point.index} raised {type(error).__name__}: {error}")
             return
@@ -702,7 +711,8 @@ class ThreadWorld(World):
             elif entry.method == "put_writes":
                 # the run that wrote them, by LangGraph's rule (the config's run_id, as put records it)
                 run = get_checkpoint_metadata(entry.args[0], {}).get("run_id")
-                oracle.put_writes(*entry.args, None if run is None else str(run))
+                config, writes, task_id, task_path = entry.args
+                oracle.put_writes(config, writes, task_id, task_path, None if run is None else str(run))
             elif entry.method == "delete_for_runs":
                 oracle.delete_for_runs(*entry.args)
         problems = []
@@ -748,7 +758,7 @@ _ALONE: dict[tuple[str, str, str | None], Any] = {}
 def _time_travel_alone(family: Family, traveller: PartySpec, first: PartySpec | None = None) -> Any:
     """The checkpoints the time travel puts on InMemorySaver from the base history (ids aside): alone, or
     (``first``) after the other party's whole act, the serial order in which the other goes first."""
-    key = (family.graph, traveller.act, first and first.act)
+    key = (family.graph, traveller.act, first.act if first else None)
     if key not in _ALONE:
         graph_spec = GRAPHS[family.graph]
         saver = RecordingSaver()

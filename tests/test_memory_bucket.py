@@ -16,8 +16,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from helpers import tuple_at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from test_conformance import assert_conformance
@@ -318,12 +320,12 @@ def test_graph_on_memory_bucket_sync() -> None:
     saver = S3Saver(bucket="b", client=bucket, transport="direct")
     saver.setup()
     app = _graph().compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     app.invoke({"log": []}, config)
     assert app.invoke(Command(resume="ada"), config)["log"] == ["start", "ada"]
     # Another "process" on the same bucket sees the same thread.
     other = S3Saver(bucket="b", client=bucket)
-    assert other.get_tuple(config).checkpoint["channel_values"]["log"] == ["start", "ada"]
+    assert tuple_at(other, config).checkpoint["channel_values"]["log"] == ["start", "ada"]
     assert len(list(other.list(config))) == len(list(saver.list(config))) >= 3
 
 
@@ -332,7 +334,7 @@ async def test_graph_on_memory_bucket_async() -> None:
     saver = AsyncS3Saver(bucket="b", client=MemoryBucket())
     await saver.setup()
     app = _graph().compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     await app.ainvoke({"log": []}, config)
     assert (await app.ainvoke(Command(resume="bob"), config))["log"] == ["start", "bob"]
     saver.close()

@@ -29,6 +29,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli, run_python_file
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
@@ -108,7 +109,7 @@ def graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+def _config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     configurable = {"thread_id": thread_id}
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id
@@ -159,7 +160,7 @@ def states(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[tuple[Any, .
     ]
 
 
-def task_paths(saver: InMemorySaver, thread_id: str) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
+def task_paths(saver: InMemorySaver, thread_id: str) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
     """Every pending write an ``InMemorySaver`` holds for a thread, with its index and task path."""
     return {
         key[1:]: sorted(
@@ -600,7 +601,7 @@ def test_a_location_whose_package_is_missing_names_the_package(here: Location) -
 # Long-term memory
 # ------------------------------------------------------------------------------------------------
 INDEX = {"dims": 12, "embed": DeterministicFakeEmbedding(size=12), "fields": ["text"]}
-ITEMS = {
+ITEMS: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {
     ("users", "u-1", "memories"): {"m-1": {"text": "prefers short answers"}, "m-2": {"text": "likes tea"}},
     ("users", "u-2", "memories"): {"m-1": {"text": "writes in French"}},
     ("users", "u-2"): {"profile": {"text": "a profile", "age": 41}},

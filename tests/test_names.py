@@ -23,7 +23,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import BIG, LONG_THREAD, Crash, cfg, checkpoint, cid, drive, put, put_plan, ver
+from helpers import BIG, LONG_THREAD, Crash, cfg, checkpoint, cid, drive, put, put_plan, tuple_at, ver
+from langchain_core.runnables import RunnableConfig
 from sim import Op, interleavings
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
@@ -37,7 +38,7 @@ LONG = "L" * 200
 PREFIX = "p"
 
 
-def config(thread_id: str, ns: str = "") -> dict[str, Any]:
+def config(thread_id: str, ns: str = "") -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
 
 
@@ -188,20 +189,20 @@ def test_a_saver_writes_the_name_again_after_its_own_delete_or_copy(make_saver: 
     """After delete_thread by the same saver (or copy_thread onto the thread), the saver must not believe the thread's
     ``name`` object still exists: its next put writes it, and list(None) shows the thread id, not a digest."""
     saver = make_saver()
-    big = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
+    big: dict[str, Any] = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
     put(saver, LONG_THREAD, cid(1), run="run-1", **big)
     saver.delete_thread(LONG_THREAD)
     put(saver, LONG_THREAD, cid(2), run="run-1", **big)
     reader = make_saver()
     assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
 
     saver.delete_thread(LONG_THREAD)
     put(saver, "source", cid(3), **big)
     saver.copy_thread("source", LONG_THREAD)
     put(saver, LONG_THREAD, cid(4), cid(3), **big, new={})
     assert {t.config["configurable"]["thread_id"] for t in reader.list(None)} == {LONG_THREAD, "source"}
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
 
 
 def test_a_saver_writes_the_name_again_after_another_savers_delete(make_saver: Callable[[], S3Saver]) -> None:
@@ -214,6 +215,6 @@ def test_a_saver_writes_the_name_again_after_another_savers_delete(make_saver: C
     put(saver, LONG_THREAD, cid(2), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
     reader = make_saver()
     assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
     reader.delete_for_runs(["run-1"])
     assert reader.get_tuple(cfg(LONG_THREAD)) is None

@@ -28,6 +28,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph, silent_server
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import (
@@ -70,7 +71,7 @@ async def test_requests_go_out_on_the_event_loop(
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
     try:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "native"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "native"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config, durability="sync")
         assert result["n"] == 5
         assert (await graph.aget_state(config)).values["n"] == 5
@@ -121,7 +122,7 @@ async def test_request_counts_equal_the_boto3_transport(
         saver = AsyncS3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         try:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
                 before = counting_proxy.snapshot()["requests"]
@@ -320,9 +321,8 @@ async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> N
     the event loop's, and the blocking one of the sync saver (on the event loop's thread here, as a sync
     call is)."""
     with _web_server(tls_context) as port:
-        option: dict[str, Any] = {"default": {}, "bundle": {"verify": tls_context.cert_file}, "off": {"verify": False}}[
-            verify
-        ]
+        cert_file = tls_context.cert_file  # type: ignore[attr-defined]
+        option: dict[str, Any] = {"default": {}, "bundle": {"verify": cert_file}, "off": {"verify": False}}[verify]
         client = _client(f"https://127.0.0.1:{port}", max_attempts=1, **option)
         saver = (AsyncS3Saver if sender == "native" else S3Saver)(bucket="b", client=client, transport="direct")
 

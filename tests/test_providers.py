@@ -28,6 +28,7 @@ import pytest
 from botocore.config import Config
 from dialectproxy import Dialect, DialectProxy
 from helpers import RequestCounter, cfg, client_options, run_plan
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from test_conformance import assert_conformance
 from workers.common import fence_graph
@@ -546,7 +547,7 @@ def test_conflict_bursts_are_retried_never_a_conflict(
     proxy = through(conflicts=2)
     saver = S3Saver(**_options(server, proxy, transport=transport))
     graph = fence_graph(saver)
-    config = {"configurable": {"thread_id": "bursts"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "bursts"}}
     graph.invoke({"pending": "one"}, config, durability="sync")
     assert graph.get_state(config).values["steps"] == ["one"]
     assert proxy.seen["409"] > 2 * 13  # two for each conditional request: the probe's 13, and the graph's
@@ -593,7 +594,7 @@ def test_a_per_key_write_limit_slows_a_fast_graph_down_without_failing_it(
     proxy = through(write_interval=0.2, throttle_status=status, throttle_code=code)
     saver = S3Saver(**_options(server, proxy, transport=transport))
     graph = fence_graph(saver)
-    config = {"configurable": {"thread_id": "fast"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "fast"}}
     graph.invoke({"pending": "one"}, config, durability="sync")  # two heads at once: the second is throttled
     assert graph.get_state(config).values["steps"] == ["one"]
     throttled = proxy.seen[str(status)]
@@ -839,14 +840,16 @@ def test_the_direct_transport_sends_the_checksums_the_clients_setting_asks_for()
     checksum it came with is a failed attempt); when_required, as the saver's own clients: neither."""
     checked = _direct(request_checksum_calculation="when_supported", response_checksum_validation="when_supported")
     put = next(checked.exchanges(Put("k", b"hello")))
+    assert isinstance(put, Exchange)
     assert put.headers["x-amz-checksum-crc32"] == "NhCmhg==" and put.headers["x-amz-sdk-checksum-algorithm"] == "CRC32"
     good = (200, {"etag": '"e"', "x-amz-checksum-crc32": "NhCmhg=="}, b"hello")
     damaged = (200, {"etag": '"e"', "x-amz-checksum-crc32": "NhCmhg=="}, b"hellO")
     reply, sent = _answered(checked, Get("k"), damaged, good)
     assert reply.body == b"hello" and len(sent) == 2 and sent[0].headers["x-amz-checksum-mode"] == "ENABLED"
     plain = _direct(request_checksum_calculation="when_required", response_checksum_validation="when_required")
-    assert not any("checksum" in name for name in next(plain.exchanges(Put("k", b"hello"))).headers)
-    assert not any("checksum" in name for name in next(plain.exchanges(Get("k"))).headers)
+    for request in (Put("k", b"hello"), Get("k")):
+        sent = next(plain.exchanges(request))
+        assert isinstance(sent, Exchange) and not any("checksum" in name for name in sent.headers)
     checked.close()
     plain.close()
 

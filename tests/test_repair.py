@@ -56,7 +56,7 @@ def test_repair_racing_delete_thread_takes_its_head_back(
     deleting = deleter.plans.delete_thread("t")
     reply: Any = None
 
-    def delete_until(done: Callable[[list[Any]], bool]) -> None:
+    def delete_until(done: Callable[[Any], bool]) -> None:
         nonlocal reply
         with contextlib.suppress(StopIteration):
             while True:
@@ -74,7 +74,7 @@ def test_repair_racing_delete_thread_takes_its_head_back(
             delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, Delete) for r in batch))
         return send_one(request, *deadline)
 
-    repairer.bucket_io._send = send_racing_a_delete
+    repairer.bucket_io._send = send_racing_a_delete  # type: ignore[assignment]
     [outcome] = repairer.repair_thread("t").namespaces
     assert outcome.status == "changed" and "delete" in outcome.reason
     delete_until(lambda batch: False)

@@ -32,6 +32,7 @@ from helpers import (
     put,
     put_plan,
     send,
+    tuple_at,
     ver,
 )
 from langgraph.checkpoint.memory import InMemorySaver
@@ -177,7 +178,7 @@ def test_run_ids_that_are_not_str_match_as_text(make_saver: Callable[[], S3Saver
     saver = make_saver()
     run = uuid.UUID(int=7)
     for n, run_id in ((1, "keep"), (2, 12), (3, run)):
-        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint(n), {"source": "loop", "run_id": run_id}, {})
+        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint(n), {"source": "loop", "run_id": run_id}, {})  # type: ignore[typeddict-item]
     make_saver().delete_for_runs(["12"])
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(1)]
     make_saver().delete_for_runs([run])  # type: ignore[list-item]
@@ -199,7 +200,7 @@ def test_a_saver_forgets_the_run_index_entries_its_own_rollback_deleted(make_sav
     assert ids(reader.list(cfg("t"))) == [cid(1)]
     put(saver, "t", cid(4), cid(1), run="run-c", values={"big": "1" * BIG}, versions={"big": ver(1)}, new={})
     assert ids(reader.list(cfg("t"))) == [cid(4), cid(1)]
-    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+    assert tuple_at(reader, cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
 
 
 def test_a_rollback_to_a_detached_checkpoint_keeps_the_history_below_it(make_saver: Callable[[], S3Saver]) -> None:

@@ -143,7 +143,7 @@ def test_two_runs_at_once_carry_two_runtimes(saver: Watching) -> None:
         gate.wait()  # both runs have read before either goes on: both runtimes are alive
         return found
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -164,7 +164,7 @@ def test_two_runs_at_once_carry_two_runtimes(saver: Watching) -> None:
 @pytest.mark.parametrize("durability", ["exit", "async"])
 def test_durability_modes_keep_one_runtime_per_run(saver: Watching, durability: str) -> None:
     graph = _steps(saver, "one", "two", "three")
-    graph.invoke({"steps": []}, {"configurable": {"thread_id": "t"}}, durability=durability)  # type: ignore[arg-type]
+    graph.invoke({"steps": []}, {"configurable": {"thread_id": "t"}}, durability=durability)
     by_ns = saver.runtimes_by_namespace()
     assert list(by_ns) == [""] and len(by_ns[""]) == 1 and None not in by_ns[""]
     assert [m for m, _, _ in saver.calls if m == "put"], "the run put its checkpoint"

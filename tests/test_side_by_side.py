@@ -139,6 +139,7 @@ def _gc_counts(threads: int) -> tuple[int, int]:
         except StopIteration as done:
             assert done.value.total == 0
             return len(sizes), sum(sizes)
+        assert isinstance(step, list)
         sizes.append(len(step))
         reply = send(saver, step)
 

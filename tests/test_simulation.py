@@ -32,6 +32,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from sim import (
     Crash,
@@ -221,7 +222,7 @@ def _put_scenario(
     name: str,
     *,
     saver: str = "W",
-    read: str | None = None,
+    read: str | int | None = None,
     parent: str | int | None = "head",
     big: bool = False,
     run: str = "r1",
@@ -241,7 +242,9 @@ def _put_scenario(
         if read == "latest":
             w.latest(s, thread, runtime=runtime)
         elif isinstance(read, int):
-            config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid(read)}}
+            config: RunnableConfig = {
+                "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid(read)}
+            }
             config["configurable"]["__pregel_runtime"] = runtime
             run_plan(s, s.plans.get_tuple(config))
         p = ctx["head"] if parent == "head" else parent
@@ -920,7 +923,11 @@ def _judge(w: World, base: Oracle, actors: list[Actor], exactly_one: bool = Fals
             committed = w.settle_put(op, a.spec)  # feeds w.oracle; we rebuild candidates below
             if committed:
                 spec = a.spec
-                effects.append(lambda o, s=spec: o.put(s.config(), s.checkpoint(), s.metadata()))
+
+                def put_spec(o: Oracle, s: Any = spec) -> None:
+                    o.put(s.config(), s.checkpoint(), s.metadata())
+
+                effects.append(put_spec)
             if op.status == "raised" and isinstance(op.error, CheckpointConflictError) and not a.may_conflict:
                 problems.append(f"{op.label} raised CheckpointConflictError")
         elif op.status == "returned":
@@ -1176,7 +1183,9 @@ def test_interleavings_three_plans() -> None:
         w.latest(s, "t", runtime=runtime)
         spec = w.spec("t", ctx["head"], run=None, runtime=runtime)
         writes = [("x", "w")]
-        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(ctx["head"])}}
+        config: RunnableConfig = {
+            "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(ctx["head"])}
+        }
         m = w.saver()
         return [
             Actor(w.put_op(s, spec), spec=spec),

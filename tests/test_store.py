@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import uuid4
 
 import pytest
@@ -83,7 +83,7 @@ def order_key(layout: StoreLayout, namespace: Sequence[str], key: str) -> bytes:
     return layout.item(namespace, key).encode("utf-8", "surrogatepass")
 
 
-def plain(items: Sequence[Any] | None) -> Any:
+def plain(items: Any) -> Any:
     if items is None:
         return None
     if isinstance(items, list):
@@ -98,14 +98,15 @@ def plain(items: Sequence[Any] | None) -> Any:
 
 def expected_search(layout: StoreLayout, memory: InMemoryStore, op: SearchOp, has_query: bool) -> list[Any]:
     """InMemoryStore's answer under our documented order."""
-    full = memory.batch([op._replace(limit=10**9, offset=0)])[0]
-    assert isinstance(full, list)
+    answer = memory.batch([op._replace(limit=10**9, offset=0)])[0]
+    assert isinstance(answer, list)
+    full = cast(list[SearchItem], answer)
     if not has_query:
         ranked = sorted(full, key=lambda i: order_key(layout, i.namespace, i.key))
         return plain(ranked[op.offset : op.offset + op.limit])
     scored = sorted(
         (i for i in full if i.score is not None),
-        key=lambda i: (-i.score, order_key(layout, i.namespace, i.key)),
+        key=lambda i: (-cast(float, i.score), order_key(layout, i.namespace, i.key)),
     )
     kept = scored[op.offset : op.offset + op.limit]
     scoreless = sorted((i for i in full if i.score is None), key=lambda i: order_key(layout, i.namespace, i.key))
@@ -201,7 +202,7 @@ def expected_namespaces(memory: InMemoryStore, op: ListNamespacesOp) -> list[tup
         del memory._data[namespace]
     answer = memory.batch([op])[0]
     assert isinstance(answer, list)
-    return answer
+    return cast(list[tuple[str, ...]], answer)
 
 
 def check_batch(layout: StoreLayout, memory: InMemoryStore, ops: list[Op], got: list[Any], before: Any) -> None:
@@ -282,7 +283,7 @@ async def test_differential_memory_bucket_async(indexed: bool) -> None:
         bucket="b",
         prefix="p",
         client=MemoryBucket(),
-        index={"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None,  # type: ignore[typeddict-item]
+        index={"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None,
     )
     memory = reference(indexed)
     loop = asyncio.get_running_loop()
@@ -301,6 +302,7 @@ def test_differential_live(s3_server: LocalS3Server, bucket: str, prefix: str, f
     index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None
     cls = S3Store if flavour == "sync" else AsyncS3Store
     store = cls(bucket=bucket, prefix=prefix, client=s3_server.client(), index=index)  # type: ignore[arg-type]
+    call: Callable[[list[Op]], list[Any]]
     if flavour == "sync":
         call = store.batch
     else:
@@ -567,13 +569,13 @@ def test_what_a_store_remembers_of_long_labels_is_bounded() -> None:
     recently used first out, and forgetting one costs only its create-only PUT again (refused: the name exists);
     listing reads the names again, and every namespace is still listed."""
     bucket = MemoryBucket(keep_log=True)
-    store = S3Store(bucket="b", prefix="p", client=bucket)  # type: ignore[arg-type]
+    store = S3Store(bucket="b", prefix="p", client=bucket)
     namespaces = [(f"{i:04d}-" + "L" * 1000,) for i in range(2000)]
     for i, namespace in enumerate(namespaces):
         store.put(namespace, "k", {"v": i})
     names = store.plans.names
     assert 0 < len(names) < len(namespaces)
-    assert names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+    assert names.retained_bytes <= names.max_bytes
 
     def puts_of(namespace: tuple[str, ...]) -> list[str]:
         assert bucket.log is not None
@@ -585,7 +587,7 @@ def test_what_a_store_remembers_of_long_labels_is_bounded() -> None:
     assert puts_of(namespaces[0]) == ["item", "name"]  # forgotten: one create-only PUT again, refused
     assert puts_of(namespaces[0]) == ["item"]  # and remembered again
     assert store.list_namespaces(limit=len(namespaces)) == sorted(namespaces)
-    assert len(names) < len(namespaces) and names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+    assert len(names) < len(namespaces) and names.retained_bytes <= names.max_bytes
 
 
 def test_a_forgotten_long_label_costs_one_create_only_put(
@@ -680,7 +682,7 @@ def test_encrypted_serde_leaves_no_plaintext(s3_server: LocalS3Server, bucket: s
 def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     # The saver's URL, saver-only options included, opens the store too.
     url = f"s3://{bucket}/{prefix}?vector_shards=2&inline_threshold=100&ttl_days=3&cache_bytes=0"
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "endpoint_url": s3_server.endpoint_url,
         "region_name": s3_server.region,
         "aws_access_key_id": s3_server.access_key,
@@ -905,8 +907,8 @@ def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
 
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef0123456789abcdef")
     bucket, clock = MemoryBucket(), Clock()
-    writer = S3Store(bucket="b", client=bucket, serde=serde)  # type: ignore[arg-type]
-    sweeper = S3Store(bucket="b", client=bucket)  # type: ignore[arg-type]
+    writer = S3Store(bucket="b", client=bucket, serde=serde)
+    sweeper = S3Store(bucket="b", client=bucket)
     for store in (writer, sweeper):
         store.plans.now = clock
     with contextlib.closing(writer), contextlib.closing(sweeper):
@@ -945,7 +947,7 @@ def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> 
     for name, value in items.items():
         reference.put(("docs",), name, value)
     expected = [(r.key, r.score) for r in reference.search(("docs",), query="apple pie")]
-    assert expected[0] == ("a", pytest.approx(1.0))
+    assert expected[0][0] == "a" and expected[0][1] == pytest.approx(1.0)
     for extra in (
         {"text_fields": ["title"]},
         {"text_fields": "title"},
@@ -1132,7 +1134,7 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
         (lambda s: s.search(("a",), filter={"n": {"$gt": 0, "eq": 1}}), ValueError, "Unsupported operator: eq"),
         (lambda s: s.search(("a",), filter={"m": {"n": {"$gte ": 1}}}), ValueError, r"Unsupported operator: \$gte "),
         (lambda s: s.search("ab"), TypeError, "not the str 'ab'"),
-        (lambda s: s.batch([("a", "k")]), ValueError, "Unknown operation type"),  # type: ignore[list-item]
+        (lambda s: s.batch([("a", "k")]), ValueError, "Unknown operation type"),
         (lambda s: s.get("ab", "k"), TypeError, "not the str 'ab'"),
         (lambda s: s.batch([PutOp(("a",), 5, {"v": 1})]), TypeError, "key must be a str, got int 5"),  # type: ignore[arg-type]
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl=0), ValueError, "positive number of minutes"),

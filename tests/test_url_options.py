@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from helpers import run_cli
 from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import TTLConfig
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import (
@@ -331,7 +332,11 @@ def test_keyword_values_of_the_wrong_type_are_config_errors() -> None:
             S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", **kwargs)
 
 
-_LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aws_secret_access_key": "secret"}
+_LOCAL: dict[str, Any] = {
+    "endpoint_url": "http://127.0.0.1:9",
+    "aws_access_key_id": "AKIA",
+    "aws_secret_access_key": "secret",
+}
 
 
 @pytest.mark.memory
@@ -427,17 +432,19 @@ def test_an_untyped_serde_is_wrapped_as_langgraph_does(kind: Any) -> None:
 @pytest.mark.memory
 def test_good_store_options_are_kept() -> None:
     embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
-    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
+    ttl: TTLConfig = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
     with contextlib.closing(
         S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
     ) as store:
         assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
         # PostgresStore's cosine distance and a store's own index_config (with its tokenized fields) are accepted
         assert store.index_config is not None
-        with contextlib.closing(S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)):
+        with contextlib.closing(
+            S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)  # type: ignore[arg-type]
+        ):
             pass
     for kind in (S3Saver, S3Store):
-        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
+        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:  # type: ignore[arg-type]
             assert made.prefix == ""
 
 
@@ -451,7 +458,7 @@ def test_each_new_client_reads_the_credentials_of_its_time_and_shares_the_parsed
     from langgraph_s3_checkpoint.saver import make_client
 
     seaweedfs_server.create_bucket("lgs3-test")
-    endpoint = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}
+    endpoint: dict[str, Any] = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs_server.secret_key)
     before = make_client(**endpoint)
