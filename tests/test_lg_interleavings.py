@@ -40,7 +40,13 @@ import pytest
 from helpers import create_task_in, write_stats
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import CheckpointMetadata, create_checkpoint, get_checkpoint_metadata
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    create_checkpoint,
+    get_checkpoint_metadata,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Durability, interrupt
@@ -452,27 +458,23 @@ class ThreadWorld(World):
         saver = self.savers[spec.saver]
         latest = checkpoint_id_of(self.latest)
 
-        def work() -> Any:
-            shown = saver.get_tuple(thread_config(latest))
+        def step_on(shown: CheckpointTuple | None) -> tuple[Checkpoint, CheckpointMetadata]:
+            """The step put on the checkpoint the UI was shown, and its metadata."""
             assert shown is not None
-            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata: CheckpointMetadata = {
+            step = shown.metadata["step"] + 1
+            return create_checkpoint(shown.checkpoint, None, step), {
                 "source": "loop",
-                "step": shown.metadata["step"] + 1,
+                "step": step,
                 "run_id": self.run_ids[spec.name],
             }
-            return saver.put(thread_config(latest), step, metadata, {})
+
+        def work() -> Any:
+            shown = saver.get_tuple(thread_config(latest))
+            return saver.put(thread_config(latest), *step_on(shown), {})
 
         async def awork() -> Any:
             shown = await saver.aget_tuple(thread_config(latest))
-            assert shown is not None
-            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata: CheckpointMetadata = {
-                "source": "loop",
-                "step": shown.metadata["step"] + 1,
-                "run_id": self.run_ids[spec.name],
-            }
-            return await saver.aput(thread_config(latest), step, metadata, {})
+            return await saver.aput(thread_config(latest), *step_on(shown), {})
 
         return awork if self.family.asynchronous else work
 
