@@ -66,10 +66,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the tests of ``LONGEST_FIRST`` to the front, in its order (a stable sort keeps the rest in place)."""
+    """Move the tests of ``LONGEST_FIRST`` to the front, in its order (a stable sort keeps the rest in place); refuse
+    a test marked ``memory`` that takes a server fixture."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     last = len(rank)
     items.sort(key=lambda item: rank.get(getattr(item, "originalname", item.name), last))
+    served = [item.nodeid for item in items if _in_memory(item) and "_server_pool" in getattr(item, "fixturenames", ())]
+    if served:
+        raise pytest.UsageError(f"marked memory, yet they take a server fixture: {served}")
+
+
+def _in_memory(item: pytest.Item | None) -> bool:
+    """Whether a test is marked ``memory``: it needs no S3 server (pyproject's markers)."""
+    return item is not None and item.get_closest_marker("memory") is not None
+
+
+_RUNNING: list[pytest.Item] = []
+"""The test this process is running (for :class:`_ServerPool` to refuse a server to a ``memory`` test)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _RUNNING.append(item)
+    try:
+        return (yield)
+    finally:
+        _RUNNING.remove(item)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -89,6 +111,8 @@ class _ServerPool:
         self._lock = threading.Lock()
 
     def get(self, kind: str) -> local.LocalS3Server:
+        if _RUNNING and _in_memory(_RUNNING[-1]):
+            pytest.fail(f"{_RUNNING[-1].nodeid} is marked memory, yet it asks for the {kind} server")
         with self._lock:
             if kind not in self._servers:
                 self._servers[kind] = local.start(kind)
@@ -141,6 +165,34 @@ def bucket(s3_server: local.LocalS3Server) -> str:
 @pytest.fixture
 def s3_client(s3_server: local.LocalS3Server) -> Any:
     return s3_server.client()
+
+
+@pytest.fixture
+def make_saver(s3_server: local.LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
+    """``make_saver()`` opens another saver (another process, with its own memory) on the same bucket and prefix;
+    every saver made is closed at the end of the test."""
+    savers: list[S3Saver] = []
+
+    def make() -> S3Saver:
+        saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
+        savers.append(saver)
+        return saver
+
+    try:
+        yield make
+    finally:
+        for saver in savers:
+            saver.close()
+
+
+@pytest.fixture
+def weed(seaweedfs_server: local.LocalS3Server, prefix: str) -> Iterator[tuple[local.LocalS3Server, S3Saver]]:
+    """SeaweedFS with the suite's bucket, and a saver on this test's prefix (for tests whose child processes the
+    test gives the server's address)."""
+    seaweedfs_server.create_bucket(BUCKET)
+    saver = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
+    yield seaweedfs_server, saver
+    saver.close()
 
 
 @pytest.fixture

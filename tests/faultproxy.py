@@ -42,6 +42,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from typing_extensions import Self
+
 ALL_FAULTS = ("slowdown", "internal", "reset", "lost", "lost_500")
 QUEUED_FAULTS = (*ALL_FAULTS, "redirect", "delay")
 """Faults :meth:`FaultProxy.inject` queues; ``redirect`` and ``delay`` are never drawn at random."""
@@ -147,7 +149,7 @@ class FaultProxy:
         with self._lock:
             return sum(rule.remaining for rule in self._rules)
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._server.serve_forever, name="faultproxy", daemon=True)
         self._thread.start()
         return self
@@ -172,7 +174,7 @@ class FaultProxy:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
+import contextvars
 import io
 import itertools
+import json
 import logging
 import operator
 import os
@@ -14,18 +17,21 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Annotated, Any, Literal, TypedDict, cast
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Annotated, Any, Literal, TypedDict, TypeVar, cast
 from unittest import mock
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
 from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
+from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put, Step
 
 ALL_SERVER_KINDS = ("seaweedfs", "moto")
+T = TypeVar("T")
 
 _ids = itertools.count()
 
@@ -39,6 +45,25 @@ def selected_server_kinds() -> list[str]:
     if not kinds or set(kinds) - set(ALL_SERVER_KINDS):
         raise pytest.UsageError(f"S3_SERVERS={raw!r}: expected a comma list of {ALL_SERVER_KINDS}")
     return kinds
+
+
+def write_stats(variable: str, stats: Any) -> None:
+    """With the environment variable ``variable`` set to a path, write ``stats`` there as JSON (what a simulation
+    explored)."""
+    path = os.environ.get(variable)
+    if path:
+        with open(path, "w") as f:
+            json.dump(stats, f, indent=1, sort_keys=True)
+
+
+def create_task_in(
+    loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T], context: contextvars.Context
+) -> asyncio.Task[T]:
+    """``loop.create_task(coroutine, context=context)``, which Python 3.10 lacks: there the task runs in a copy of
+    ``context`` taken when it is created."""
+    if sys.version_info >= (3, 11):
+        return loop.create_task(coroutine, context=context)
+    return context.run(loop.create_task, coroutine)
 
 
 def requires_server(kind: str) -> pytest.MarkDecorator:
@@ -107,12 +132,12 @@ class Run:
     def __init__(self) -> None:
         self.runtime = Runtime()
 
-    def of(self, config: Any) -> dict[str, Any]:
+    def of(self, config: RunnableConfig) -> RunnableConfig:
         """``config`` as a call of this run makes it."""
         return {**config, "configurable": {**config["configurable"], "__pregel_runtime": self.runtime}}
 
 
-def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+def cfg(thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:
     """A LangGraph config for a thread (and namespace, and checkpoint when given)."""
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
@@ -239,27 +264,26 @@ LONG_THREAD = "long-" + "x" * 300
 """A thread id too long to be a key segment (stored behind a digest and a ``name`` object)."""
 
 
-@contextlib.contextmanager
-def saver_factory(server: Any, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make()`` opens another saver (another process, with its own memory) on the same bucket and prefix; every
-    saver made is closed at the end."""
-    savers: list[S3Saver] = []
-
-    def make() -> S3Saver:
-        saver = S3Saver(bucket=bucket, prefix=prefix, client=server.client())
-        savers.append(saver)
-        return saver
-
-    try:
-        yield make
-    finally:
-        for saver in savers:
-            saver.close()
+OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
+"""Checkpoint numbers of the decision tables: an older checkpoint, the parent, another writer's, the one put
+(newest)."""
 
 
 def cid(n: int, sub: int = 0) -> str:
-    """Checkpoint ids that sort by (n, sub)."""
-    return f"1f0{n:06d}-{sub:04d}-6000-8000-000000000000"
+    """Checkpoint id number ``n`` (and ``sub``), shaped like LangGraph's (uuid6) ids: they sort by (n, sub), for
+    ``n`` below a million. (``sim.cid`` is the simulation's own format, which its names are read back from.)"""
+    return f"1f{n:06d}-{sub:04d}-6000-8000-000000000000"
+
+
+def cid_number(checkpoint_id: str) -> int:
+    """The ``n`` of ``cid(n, sub)``."""
+    return int(checkpoint_id[2:8])
+
+
+def checkpoint(n: int | str, parent: Checkpoint | None = None) -> Checkpoint:
+    """Checkpoint :func:`cid` ``(n)`` (``n`` itself when it is a string): empty, or with ``parent``'s channel values
+    and versions."""
+    return create_checkpoint(parent or empty_checkpoint(), None, 0, id=cid(n) if isinstance(n, int) else n)
 
 
 def ver(n: int, tag: str = "0") -> str:
@@ -309,7 +333,14 @@ def latest_id(saver: S3Saver, thread: str, ns: str = "") -> str | None:
     return None if tup is None else tup.checkpoint["id"]
 
 
-def send(saver: S3Saver, requests: list[Any]) -> list[Any]:
+def tuple_at(saver: Any, config: RunnableConfig) -> CheckpointTuple:
+    """What ``saver.get_tuple(config)`` reads, where the test expects a checkpoint."""
+    found: CheckpointTuple | None = saver.get_tuple(config)
+    assert found is not None, f"no checkpoint at {config}"
+    return found
+
+
+def send(saver: S3Saver, requests: Step) -> list[Any]:
     """Send one batch of requests through the saver's I/O shell, as its drivers would."""
 
     def one_batch() -> Any:
@@ -328,6 +359,19 @@ def drive(saver: S3Saver, plan: Any, on_batch: Callable[[list[Any]], list[Any] |
             return stop.value
         answered = on_batch(step)
         reply = send(saver, step) if answered is None else answered
+
+
+def run_plan(plan: Any, answer: Callable[[list[Any]], list[Any]]) -> tuple[Any, list[list[Any]]]:
+    """Run a plan without a saver, ``answer(batch)`` replying to each of its batches: its result and its batches."""
+    batches: list[list[Any]] = []
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            return done.value, batches
+        batches.append(step)
+        reply = answer(step)
 
 
 def head_put_of(saver: S3Saver, thread: str, ns: str = "") -> Callable[[Any], bool]:
@@ -516,6 +560,22 @@ def _exit_status(code: object, stderr: IO[str]) -> int:
         return code
     print(code, file=stderr)
     return 1
+
+
+def run_python_file(code: str, server: Any, path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` written to ``path`` and run there as a user runs a script (``python FILE`` in its folder), with the
+    local server's address and credentials as the only AWS settings."""
+    path.write_text(code, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
+    environ.update(
+        AWS_ENDPOINT_URL=server.endpoint_url,
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
+        AWS_DEFAULT_REGION=server.region,
+    )
+    return subprocess.run(
+        [sys.executable, path.name], cwd=path.parent, env=environ, capture_output=True, text=True, timeout=180
+    )
 
 
 def cli_env(server: Any, url: str) -> dict[str, str]:

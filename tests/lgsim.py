@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import Any
 
 import langgraph.pregel._executor as lg_executor
+from helpers import create_task_in
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
@@ -190,8 +191,8 @@ def _blocked_on(frame: Any) -> Any:
     return waiter
 
 
-class Scheduler:
-    """Gates the sync parties' calls and releases one at a time (see the module docstring)."""
+class _Schedule:
+    """What both schedulers hold: the parties, the calls gated and the one released and running."""
 
     def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
         self.journal = journal
@@ -199,6 +200,19 @@ class Scheduler:
         self.parties: list[Party] = []
         self.gated: list[Call] = []
         self.running: Call | None = None
+
+    # called from the scheduler's thread
+    def add(self, name: str, work: Callable[[], Any]) -> Party:
+        party = Party(name, work)
+        self.parties.append(party)
+        return party
+
+
+class Scheduler(_Schedule):
+    """Gates the sync parties' calls and releases one at a time (see the module docstring)."""
+
+    def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
+        super().__init__(journal, timeout)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
@@ -240,11 +254,6 @@ class Scheduler:
             self._changed.notify_all()
 
     # called from the scheduler's thread
-    def add(self, name: str, work: Callable[[], Any]) -> Party:
-        party = Party(name, work)
-        self.parties.append(party)
-        return party
-
     def start(self) -> None:
         for party in self.parties:
             thread = threading.Thread(target=self._main, args=(party,), name=f"party {party.name}", daemon=True)
@@ -393,7 +402,7 @@ class PartyExecutor(concurrent.futures.Executor):
 @contextlib.contextmanager
 def party_executors(scheduler: Scheduler) -> Iterator[None]:
     """While active, LangGraph's sync loop gets a :class:`PartyExecutor` inside a party, its own pool outside."""
-    original = lg_executor.get_executor_for_config
+    original = lg_executor.get_executor_for_config  # type: ignore[attr-defined]  # LangGraph's own, replaced here
 
     @contextlib.contextmanager
     def executor_for(config: RunnableConfig | None) -> Iterator[concurrent.futures.Executor]:
@@ -408,27 +417,20 @@ def party_executors(scheduler: Scheduler) -> Iterator[None]:
         finally:
             executor.shutdown()
 
-    lg_executor.get_executor_for_config = executor_for  # type: ignore[assignment]
+    lg_executor.get_executor_for_config = executor_for  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        lg_executor.get_executor_for_config = original
+        lg_executor.get_executor_for_config = original  # type: ignore[attr-defined]
 
 
 # -- the async world: every party a task of one event loop -------------------------------------------------------------
-class AsyncScheduler:
+class AsyncScheduler(_Schedule):
     """The scheduler for ``AsyncS3Saver`` parties: tasks of one event loop (one Agent Server process).
 
     Quiescent: no released call is running and the loop has nothing ready to run but the scheduler itself, so
     every party task waits on a gate or on its own tasks. Nodes must be ``async def`` (a sync node runs on a
     thread the loop cannot see)."""
-
-    def __init__(self, journal: Journal, timeout: float = SETTLE_TIMEOUT) -> None:
-        self.journal = journal
-        self.timeout = timeout
-        self.parties: list[Party] = []
-        self.gated: list[Call] = []
-        self.running: Call | None = None
 
     def gate(self, method: str, label: str) -> Call | None:
         """A blocking call outside any party (a sync saver writing the base history) passes; inside one it would
@@ -454,16 +456,11 @@ class AsyncScheduler:
             assert self.running is call
             self.running = None
 
-    def add(self, name: str, work: Callable[[], Any]) -> Party:
-        party = Party(name, work)
-        self.parties.append(party)
-        return party
-
     def start(self) -> None:
         for party in self.parties:
             context = contextvars.Context()
             context.run(PARTY.set, party)
-            party.task = asyncio.get_running_loop().create_task(self._main(party), context=context)
+            party.task = create_task_in(asyncio.get_running_loop(), self._main(party), context)
 
     async def _main(self, party: Party) -> None:
         try:
@@ -707,7 +704,7 @@ class _Gating:
 
     def _end(self, gate: Call | None, method: str, config: Any, recorded: tuple[Any, ...], outcome: Outcome) -> None:
         party = PARTY.get()
-        self.journal.add(Entry(party and party.name, self.index, method, recorded, outcome))
+        self.journal.add(Entry(party.name if party else None, self.index, method, recorded, outcome))
         if gate is not None and gate.footprint is not None:
             self.client.recording = None
         self.scheduler.leave(gate)
@@ -737,7 +734,7 @@ class GatedSaver(_Gating, S3Saver):
             self._end(gate, method, config, recorded, outcome)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._gated(  # type: ignore[no-any-return]
+        return self._gated(
             "get_tuple", label_of("get_tuple", config), config, (config,), lambda: S3Saver.get_tuple(self, config)
         )
 
@@ -756,7 +753,7 @@ class GatedSaver(_Gating, S3Saver):
         )
 
     def put(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> RunnableConfig:
-        return self._gated(  # type: ignore[no-any-return]
+        return self._gated(
             "put",
             label_of("put", config, source=metadata.get("source"), step=metadata.get("step")),
             config,
@@ -811,11 +808,11 @@ class AsyncGatedSaver(_Gating, AsyncS3Saver):
             self._end(gate, method, config, recorded, outcome)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._agated(  # type: ignore[no-any-return]
+        return await self._agated(
             "get_tuple", label_of("get_tuple", config), config, (config,), lambda: AsyncS3Saver.aget_tuple(self, config)
         )
 
-    async def alist(self, config: RunnableConfig | None, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:  # type: ignore[override]
+    async def alist(self, config: RunnableConfig | None, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         label = label_of("list", config, before="yes" if kwargs.get("before") else None, limit=kwargs.get("limit"))
 
         async def read() -> list[CheckpointTuple]:
@@ -834,7 +831,7 @@ class AsyncGatedSaver(_Gating, AsyncS3Saver):
         )
 
     async def aput(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> RunnableConfig:
-        return await self._agated(  # type: ignore[no-any-return]
+        return await self._agated(
             "put",
             label_of("put", config, source=metadata.get("source"), step=metadata.get("step")),
             config,

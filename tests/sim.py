@@ -26,9 +26,10 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
@@ -76,7 +77,7 @@ def cname(checkpoint_id: str | None) -> str:
     return f"c{int(m.group(1))}" if m else repr(checkpoint_id)
 
 
-def cfg(thread_id: str, ns: str | None = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+def cfg(thread_id: str, ns: str | None = "", checkpoint_id: str | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread_id}
     if ns is not None:
         conf["checkpoint_ns"] = ns
@@ -233,7 +234,7 @@ def held_for(batches: Sequence[Sequence[Request]]) -> list[Held]:
     whole, with the party waiting, giving up or dying meanwhile (a held read only delays the party)."""
     out: list[Held] = []
     for k, batch in enumerate(batches):
-        choices = [(j,) for j, request in enumerate(batch) if is_mutation(request)]
+        choices: list[tuple[int, ...]] = [(j,) for j, request in enumerate(batch) if is_mutation(request)]
         if len(batch) > 1 and any(is_mutation(r) for r in batch):
             choices.append(tuple(range(len(batch))))
         for held in choices:
@@ -291,7 +292,7 @@ class Op:
             self.batches.append(self.pending)
             return
 
-    def step(self, fault: Fault | None = None, between: Callable[[], None] | None = None) -> None:
+    def step(self, fault: Fault | None = None, between: Callable[[], Any] | None = None) -> None:
         """Send the pending batch (under ``fault`` if given) and advance the plan to its next batch."""
         assert self.running and self.pending is not None
         batch = self.pending
@@ -322,7 +323,7 @@ class Op:
             replies.append(reply)
         self._advance(replies)
 
-    def _held(self, batch: list[Request], fault: Held, between: Callable[[], None] | None) -> None:
+    def _held(self, batch: list[Request], fault: Held, between: Callable[[], Any] | None) -> None:
         """:class:`Held`: the batch's other requests now, ``between`` (others' whole operations), then the held ones."""
         replies: dict[int, Any] = {i: self._send(r) for i, r in enumerate(batch) if i not in fault.held}
         if fault.party != "waits":
@@ -339,7 +340,7 @@ class Op:
         if fault.party == "waits":
             self._advance([replies[i] for i in range(len(batch))])
 
-    def finish(self, fault: Fault | None = None, between: Callable[[], None] | None = None) -> Op:
+    def finish(self, fault: Fault | None = None, between: Callable[[], Any] | None = None) -> Op:
         while self.running:
             active = fault if fault is not None and fault.batch == len(self.batches) - 1 else None
             self.step(active, between)
@@ -402,7 +403,7 @@ def tview(tup: CheckpointTuple | None) -> TView | None:
         values=dict(cp["channel_values"]),
         versions=dict(cp["channel_versions"]),
         metadata=dict(tup.metadata or {}),
-        writes=[tuple(w) for w in tup.pending_writes or []],  # type: ignore[misc]
+        writes=[tuple(w) for w in tup.pending_writes or []],
     )
 
 
@@ -441,13 +442,13 @@ class Oracle:
         other.calls = {where: list(calls) for where, calls in self.calls.items()}
         return other
 
-    def put(self, config: dict[str, Any], checkpoint: Checkpoint, metadata: dict[str, Any]) -> None:
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> None:
         # Every channel version is written, so values never depend on which puts were fed.
-        self.mem.put(config, checkpoint, metadata, dict(checkpoint["channel_versions"]))  # type: ignore[arg-type]
+        self.mem.put(config, checkpoint, metadata, dict(checkpoint["channel_versions"]))
 
     def put_writes(
         self,
-        config: dict[str, Any],
+        config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         path: str,
@@ -456,7 +457,7 @@ class Oracle:
         conf = config["configurable"]
         where = (conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
         self.calls.setdefault(where, []).append((task_id, list(writes), path, run))
-        self.mem.put_writes(config, writes, task_id, path)  # type: ignore[arg-type]
+        self.mem.put_writes(config, writes, task_id, path)
 
     def delete_thread(self, thread_id: str) -> None:
         self.mem.delete_thread(thread_id)
@@ -538,7 +539,7 @@ def _queries(
     return out
 
 
-def _answer(q: Query, get: Callable[[dict[str, Any]], Any], lst: Callable[..., Any]) -> Any:
+def _answer(q: Query, get: Callable[[RunnableConfig], Any], lst: Callable[..., Any]) -> Any:
     try:
         kind = q[0]
         if kind == "latest":
@@ -548,7 +549,7 @@ def _answer(q: Query, get: Callable[[dict[str, Any]], Any], lst: Callable[..., A
         if kind == "list":
             return [tview(x) for x in lst(cfg(q[1], q[2]))]
         if kind == "list-thread":
-            return sorted((tview(x) for x in lst(cfg(q[1], None))), key=lambda v: v.id, reverse=True)  # type: ignore[union-attr]
+            return sorted((tview(x) for x in lst(cfg(q[1], None))), key=lambda v: v.id, reverse=True)
         if kind == "list-all":
             by_thread: dict[str, list[TView]] = {}
             for x in lst(None):
@@ -566,8 +567,8 @@ def _answer(q: Query, get: Callable[[dict[str, Any]], Any], lst: Callable[..., A
 def observe_saver(saver: S3Saver, queries: list[Query]) -> dict[Query, Any]:
     core = saver.plans
 
-    def get(config: dict[str, Any]) -> Any:
-        return run_plan(saver, core.get_tuple(config))[0]  # type: ignore[arg-type]
+    def get(config: RunnableConfig) -> Any:
+        return run_plan(saver, core.get_tuple(config))[0]
 
     def lst(config: Any, before: Any = None) -> Any:
         return run_plan(saver, core.list(config, before=before))[1]
@@ -578,11 +579,11 @@ def observe_saver(saver: S3Saver, queries: list[Query]) -> dict[Query, Any]:
 def observe_oracle(oracle: Oracle, queries: list[Query]) -> dict[Query, Any]:
     mem = oracle.mem
 
-    def get(config: dict[str, Any]) -> Any:
+    def get(config: RunnableConfig) -> Any:
         t, ns = config["configurable"]["thread_id"], config["configurable"].get("checkpoint_ns", "")
         if ns not in mem.storage.get(t, {}) or not mem.storage[t][ns]:
             return None
-        return mem.get_tuple(config)  # type: ignore[arg-type]
+        return mem.get_tuple(config)
 
     def lst(config: Any, before: Any = None) -> Any:
         if config is not None and config["configurable"]["thread_id"] not in mem.storage:
@@ -737,7 +738,7 @@ class PutSpec:
     def id(self) -> str:
         return cid(self.n)
 
-    def config(self) -> dict[str, Any]:
+    def config(self) -> RunnableConfig:
         config = cfg(self.thread, self.ns, cid(self.parent) if self.parent is not None else None)
         if self.runtime is not None:
             config["configurable"]["__pregel_runtime"] = self.runtime
@@ -751,8 +752,8 @@ class PutSpec:
         cp["channel_versions"] = {"count": f"{self.n:032}.0", "big": f"{self.big:032}.0"}
         return cp
 
-    def metadata(self) -> dict[str, Any]:
-        md: dict[str, Any] = {"source": self.source, "step": self.n, "parents": {}}
+    def metadata(self) -> CheckpointMetadata:
+        md = cast(CheckpointMetadata, {"source": self.source, "step": self.n, "parents": {}})
         if self.run is not None:
             md["run_id"] = self.run
         return md
@@ -821,7 +822,7 @@ class World:
 
     def put_op(self, saver: S3Saver, spec: PutSpec) -> Op:
         self.attempted.setdefault((spec.thread, spec.ns), set()).add(spec.id)
-        plan = saver.plans.put(spec.config(), spec.checkpoint(), spec.metadata(), spec.new_versions())  # type: ignore[arg-type]
+        plan = saver.plans.put(spec.config(), spec.checkpoint(), spec.metadata(), spec.new_versions())
         return Op(f"put {cname(spec.id)}", saver, plan)
 
     def settle_put(self, op: Op, spec: PutSpec) -> bool:
@@ -950,7 +951,7 @@ class World:
         return [f"fresh saver: {d}" for q in queries if (d := compare_between(q, b[q], a[q], got[q], per_task))]
 
 
-def writes_config(thread: str, ns: str, n: int, run: str | None) -> dict[str, Any]:
+def writes_config(thread: str, ns: str, n: int, run: str | None) -> RunnableConfig:
     """The config LangGraph passes to put_writes: the checkpoint's, with the run's id in its metadata."""
     config = cfg(thread, ns, cid(n))
     if run is not None:

@@ -15,7 +15,7 @@ import pytest
 from dialectproxy import Dialect, DialectProxy
 from helpers import cfg, client_options, is_record_key
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.base import ChannelVersions, CheckpointTuple, create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
@@ -43,7 +43,7 @@ def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Save
 def put_values(saver: S3Saver, parent: RunnableConfig, values: dict[str, Any]) -> RunnableConfig:
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = values
-    versions = {ch: saver.get_next_version(None, None) for ch in values}
+    versions: ChannelVersions = {ch: saver.get_next_version(None, None) for ch in values}
     checkpoint["channel_versions"] = versions
     return saver.put(parent, checkpoint, {"step": 0}, versions)
 
@@ -168,10 +168,8 @@ def test_graph_node_returning_an_unserializable_value(saver: S3Saver) -> None:
         return {"troublemaker": Plain()}
 
     builder = StateGraph(RefusingState)
-    builder.add_node("ok", ok)
-    builder.add_node("bad", bad)
+    builder.add_sequence([("ok", ok), ("bad", bad)])
     builder.add_edge(START, "ok")
-    builder.add_edge("ok", "bad")
     builder.add_edge("bad", END)
     graph = builder.compile(checkpointer=saver)
     config: RunnableConfig = {"configurable": {"thread_id": "refusing-graph"}}
@@ -427,10 +425,10 @@ def test_one_string_for_a_sequence_of_ids_is_a_type_error_and_deletes_nothing(
         before = {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")}
         for strategy in ("keep_latest", "delete"):
             with pytest.raises(TypeError, match=r"prune\(\) takes a sequence of thread ids, not a str.*\['ab'\]"):
-                saver.prune("ab", strategy=strategy)  # type: ignore[arg-type]
+                saver.prune("ab", strategy=strategy)
         with pytest.raises(TypeError, match=r"delete_for_runs\(\) takes a sequence of run ids, not a str"):
-            saver.delete_for_runs("ab")  # type: ignore[arg-type]
+            saver.delete_for_runs("ab")
         with pytest.raises(TypeError, match="not a str"):
-            asyncio.run(saver.aprune("ab"))  # type: ignore[arg-type]
+            asyncio.run(saver.aprune("ab"))
         assert {t: [c.config for c in saver.list(cfg(t))] for t in ("ab", "a", "b")} == before
         assert all(len(configs) == 2 for configs in before.values())

@@ -114,6 +114,7 @@ def test_namespaces_and_keys_of_any_string(cache: S3Cache[Any]) -> None:
 LABELS = st.lists(st.text(st.characters(blacklist_categories=()), max_size=120), max_size=4)
 
 
+@pytest.mark.memory
 @given(LABELS, LABELS)
 def test_namespace_segments_are_one_to_one(a: list[str], b: list[str]) -> None:
     """Any two namespaces (empty labels, dots, lone surrogates, long ones digested) get distinct folders, each of
@@ -177,7 +178,7 @@ class Driver:
         roll = rng.random()
         if roll < 0.45:
             pairs = {k: (rng.choice(POOL_VALUES), rng.choice(ttls)) for k in rng.sample(full_keys, rng.randint(1, 6))}
-            self.reference.set(pairs)
+            self.reference.set(pairs)  # type: ignore[arg-type]  # InMemoryCache takes float TTLs too
             self.call(cache, "set", pairs)
         elif roll < 0.9:
             wanted = rng.sample(full_keys, rng.randint(1, 10))
@@ -194,6 +195,7 @@ class Driver:
             assert self.call(cache, "get", everything) == self.reference.get(everything)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_differential_against_in_memory_cache_with_a_clock_the_test_moves(
     flavour: str, monkeypatch: pytest.MonkeyPatch
@@ -241,6 +243,7 @@ def test_differential_against_in_memory_cache_on_the_server_with_skewed_clocks(
 # ------------------------------------------------------------------------------------------------
 # Expiry by the server's clock
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_expiry_follows_the_servers_clock_whatever_the_clients_clocks_say() -> None:
     server_clock = Clock()
     ahead, behind = Clock(), Clock()
@@ -266,6 +269,7 @@ def test_expiry_follows_the_servers_clock_whatever_the_clients_clocks_say() -> N
     assert writer_ahead.get(keys) == {} and writer_behind.get(keys) == {}
 
 
+@pytest.mark.memory
 def test_age_is_the_servers_within_its_one_second_dates() -> None:
     written = datetime(2026, 1, 1, tzinfo=timezone.utc)
     dated = StoredObject(b"", '"e"', modified=written, served=written + timedelta(seconds=10))
@@ -429,6 +433,7 @@ def test_a_sweep_costs_what_expired_not_what_is_cached(
         assert len(cache.get([(("live",), f"k{i}") for i in range(live)])) == live
 
 
+@pytest.mark.memory
 def test_a_marker_is_written_before_its_entry_and_a_set_that_died_between_leaves_nothing() -> None:
     """Every entry with a TTL exists only after its expiry marker (so no sweep misses it); a ``set`` that died
     after its markers leaves markers naming nothing, which the sweep removes once they come due."""
@@ -515,7 +520,7 @@ def test_an_entry_set_again_while_the_sweep_runs_stays(s3_server: LocalS3Server,
     assert stop >= 5  # LIST the markers, GET them, GET the entry, delete it, remove the marker, record the sweep
 
 
-def _one_batch(requests: list[Any]) -> Any:
+def _one_batch(requests: Any) -> Any:
     return (yield requests)
 
 
@@ -705,6 +710,7 @@ def test_options_are_the_savers(s3_server: LocalS3Server, bucket: str, prefix: s
         S3Cache(bucket=bucket, prefix="p" * 700, client=s3_server.client())
 
 
+@pytest.mark.memory
 def test_the_lifecycle_rule_expires_entries_with_ttl_days() -> None:
     clock = Clock()
     bucket = MemoryBucket(now=clock)

@@ -45,7 +45,7 @@ class InMemoryCacheOnS3(S3Cache[Any]):
 
 def _load_on_s3(filename: str) -> Any:
     real = langgraph.cache.memory.InMemoryCache
-    langgraph.cache.memory.InMemoryCache = InMemoryCacheOnS3  # type: ignore[misc]
+    langgraph.cache.memory.InMemoryCache = InMemoryCacheOnS3  # type: ignore[misc, assignment]
     try:
         return load_test_module(ensure_tests(), filename, f"langgraph_sdist_{filename.removesuffix('.py')}")
     finally:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextvars
 
 import pytest
-from helpers import cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import cfg, checkpoint, cid
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver
 from langgraph_s3_checkpoint._protocol.chain import Chain, Standing
 from langgraph_s3_checkpoint._protocol.requests import Get, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
+
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 # Ids as the chain compares them: "9" is the newest. A history 1 <- 3 <- 5 <- 7 (head), with 6 an orphan beside it.
 HEAD, LINK, ORPHAN_ID, BELOW = "7", "5", "6", "3"
@@ -161,16 +163,6 @@ def test_what_prune_does_not_keep(head: str | None, checkpoint_id: str, expected
 
 
 # -- the rows on a bucket ----------------------------------------------------------------------------------
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, n)
-    cp["id"] = cid(n)
-    return cp
-
-
 class World:
     """A saver on an in-memory bucket, and a history of checkpoints put one on top of the other."""
 

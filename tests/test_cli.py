@@ -34,6 +34,7 @@ from helpers import (
     run_cli_process,
 )
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -149,7 +150,7 @@ class Env:
         return [t.config["configurable"]["checkpoint_id"] for t in self.saver.list(config)]
 
 
-def _config(thread_id: str) -> dict[str, Any]:
+def _config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
 
 
@@ -529,6 +530,7 @@ def test_exit_codes_for_configuration_and_s3_errors(env: Env) -> None:
 
 
 # -- in-process pieces --------------------------------------------------------------------------
+@pytest.mark.memory
 def test_progress_draws_only_when_enabled() -> None:
     shown = io.StringIO()
     bar = Progress("verify", total=4, enabled=True, stream=shown)
@@ -546,6 +548,7 @@ def test_progress_draws_only_when_enabled() -> None:
     assert quiet.done == 10
 
 
+@pytest.mark.memory
 def test_values_render_as_json() -> None:
     message = AIMessage("hi", id="m1")
     assert jsonable({"m": [message], "b": b"\x00", "t": (1, 2)}) == {

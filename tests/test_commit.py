@@ -9,22 +9,14 @@ walked on the in-memory bucket in test_simulation.py; real processes are killed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from helpers import cfg, cid, crash_before_head, drive, head_put_of, ids, put, put_plan, saver_factory, send
+from helpers import cfg, cid, crash_before_head, drive, head_put_of, ids, put, put_plan, send, tuple_at
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_head_put_whose_answer_was_lost_is_not_taken_for_a_conflict(make_saver: Callable[[], S3Saver]) -> None:
@@ -49,8 +41,9 @@ def test_a_head_put_whose_answer_was_lost_is_not_taken_for_a_conflict(make_saver
     assert answered and config["configurable"]["checkpoint_id"] == cid(2)
     reader = make_saver()
     assert ids(reader.list(cfg("t"))) == [cid(3), cid(2), cid(1)]
-    head = reader.get_tuple(cfg("t"))
-    assert head.checkpoint["id"] == cid(3) and reader.get_tuple(head.parent_config) is not None
+    head = tuple_at(reader, cfg("t"))
+    assert head.checkpoint["id"] == cid(3) and head.parent_config is not None
+    assert reader.get_tuple(head.parent_config) is not None
 
 
 def test_a_fork_keeps_a_head_only_commit_in_the_history(make_saver: Callable[[], S3Saver], s3_client: Any) -> None:
@@ -80,7 +73,7 @@ def test_history_shows_a_head_only_commit_before_anyone_reads_the_latest(
     reader = make_saver()
     history = list(reader.list(cfg("t")))
     assert ids(history) == [cid(3), cid(2), cid(1)]
-    assert [w[1:] for w in history[0].pending_writes] == [("c", "pending")]
+    assert [w[1:] for w in history[0].pending_writes or []] == [("c", "pending")]
     assert ids(reader.list(cfg("t"), limit=1)) == [cid(3)]
     assert ids(reader.list(cfg("t"), before=cfg("t", "", cid(3)))) == [cid(2), cid(1)]
     assert ids(reader.list(None, filter={"step": 0})) == [cid(3), cid(2), cid(1)]
@@ -103,6 +96,6 @@ def test_records_whose_head_never_landed_are_never_read(make_saver: Callable[[],
     for leftover in (cid(3), cid(6)):
         assert reader.get_tuple(cfg("t", "sub", leftover)) is None
     assert sorted(ids(reader.list(None))) == [cid(1), cid(2), cid(4), cid(5)]
-    everywhere = {"configurable": {"thread_id": "t"}}
+    everywhere: RunnableConfig = {"configurable": {"thread_id": "t"}}
     assert sorted(ids(reader.list(everywhere, before=cfg("t", "", cid(5))))) == [cid(1), cid(2), cid(4)]
     assert sorted(ids(reader.list(everywhere))) == [cid(1), cid(2), cid(4), cid(5)]

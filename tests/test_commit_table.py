@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from helpers import cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import NEW, OLD, OTHER, PARENT, cfg, checkpoint, cid, cid_number
+from langgraph.checkpoint.base import CheckpointMetadata
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ClockSkewError, S3Saver
 from langgraph_s3_checkpoint._protocol import committing
@@ -36,18 +36,8 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 from langgraph_s3_checkpoint._protocol.requests import CREATE, PRECONDITION_FAILED, Get, Put, Request, Update
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
-OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
-"""Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""
-
-
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int | str) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, 1)
-    cp["id"] = cid(n) if isinstance(n, int) else n
-    return cp
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 
 class Bucket(MemoryBucket):
@@ -91,7 +81,9 @@ class World:
         """A put in a call chain of its own (it read nothing)."""
         parent_id = cid(parent) if isinstance(parent, int) else parent
         config = cfg("t", "", parent_id)
-        return contextvars.Context().run(saver.put, config, checkpoint(n), {"source": source, "step": 1}, {})
+        return contextvars.Context().run(
+            saver.put, config, checkpoint(n), cast(CheckpointMetadata, {"source": source, "step": 1}), {}
+        )
 
     def head(self) -> tuple[str, str]:
         stored = self.bucket.execute(Get(self.layout.head("t", "")))
@@ -270,7 +262,7 @@ def test_a_head_moving_under_every_attempt_withdraws_the_record(met: list[Meets]
     def move_the_head() -> None:
         head_id, _ = w.head()
         n = next(movers)
-        w.put(w.other, int(head_id[3:8]), n)
+        w.put(w.other, cid_number(head_id), n)
 
     w.bucket.watched, w.bucket.before_head_put = cid(NEW), move_the_head
     with pytest.raises(CheckpointConflictError, match=f"{committing.ON_HEAD_ATTEMPTS} attempts"):

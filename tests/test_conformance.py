@@ -137,6 +137,7 @@ async def test_conformance_all_capabilities(s3_server: LocalS3Server, bucket: st
     )
 
 
+@pytest.mark.memory
 def test_sync_wrapper_uses_only_sync_methods() -> None:
     """The wrapper must not reach the inner saver's async methods (they would test the wrong path)."""
     import inspect

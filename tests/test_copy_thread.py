@@ -8,26 +8,18 @@ on every server kind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from helpers import BIG, Crash, cfg, cid, crash_at, deletes_records, ids, lose_first_answer, put, saver_factory, ver
+from helpers import BIG, Crash, cfg, cid, crash_at, deletes_records, ids, lose_first_answer, put, ver
 
 from langgraph_s3_checkpoint import S3Saver, TargetThreadExistsError
 from langgraph_s3_checkpoint._protocol import thread_edits
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, export_thread, import_thread, verify_thread
 from langgraph_s3_checkpoint._protocol.requests import CREATE, DeleteIfMatch, Put
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_copy_onto_a_target_created_meanwhile_raises_and_keeps_the_other_writers_checkpoint(
@@ -45,7 +37,7 @@ def test_a_copy_onto_a_target_created_meanwhile_raises_and_keeps_the_other_write
         put(writer, "dst", cid(9), source="input")  # lands between the copy's check and its commit
         return original_names(thread_id, ns)
 
-    copier.plans._names = names_then_a_writer  # type: ignore[method-assign]
+    copier.plans._names = names_then_a_writer
     with pytest.raises(TargetThreadExistsError, match="another writer"):
         copier.copy_thread("src", "dst")
     reader = make_saver()
@@ -63,7 +55,7 @@ def test_a_copy_carries_the_writes_of_a_task_named_head(make_saver: Callable[[],
     saver.put_writes(cfg("source", "", cid(1)), [("ch", "from another task")], "other")
     saver.copy_thread("source", "target")
     copied = make_saver().get_tuple(cfg("target"))
-    assert copied is not None
+    assert copied is not None and copied.pending_writes is not None
     assert sorted(copied.pending_writes) == [
         ("head", "ch", "from the task named head"),
         ("other", "ch", "from another task"),
@@ -99,7 +91,7 @@ def test_a_copy_takes_a_new_snapshot_when_the_source_is_pruned_meanwhile(
             make_saver().prune(["src"])
         return (yield from original(source_id, target_id, needed))
 
-    copier.plans._copy_history = copy_after_the_source_moved  # type: ignore[method-assign]
+    copier.plans._copy_history = copy_after_the_source_moved  # type: ignore[assignment]
     copier.copy_thread("src", "dst")
     copied = make_saver().get_tuple(cfg("dst"))
     assert moved and copied is not None

@@ -21,13 +21,12 @@ import collections
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import RequestCounter, cfg, checkpoint_id_of, is_record_key
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import (
     crash_graph,
     crash_input,
@@ -56,14 +55,6 @@ SMALL_DELETE_BATCH = 4
 SIGKILLED = -9
 
 BUCKET = "lgs3-test"
-
-
-@pytest.fixture
-def weed(seaweedfs_server: LocalS3Server, prefix: str) -> Iterator[tuple[LocalS3Server, S3Saver]]:
-    seaweedfs_server.create_bucket(BUCKET)
-    saver = S3Saver(bucket=BUCKET, prefix=prefix, client=seaweedfs_server.client())
-    yield seaweedfs_server, saver
-    saver.close()
 
 
 def fresh(server: LocalS3Server, saver: S3Saver) -> S3Saver:
@@ -356,7 +347,7 @@ def test_a_put_interrupted_before_its_head_stays_invisible_after_later_commits(
     head = resumed.get_tuple(cfg("phantom"))
     assert head is not None
     chain_ids = set()
-    tup = head
+    tup: CheckpointTuple | None = head
     while tup is not None:
         chain_ids.add(tup.checkpoint["id"])
         tup = resumed.get_tuple(tup.parent_config) if tup.parent_config else None

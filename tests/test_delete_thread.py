@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,7 +26,6 @@ from helpers import (
     put,
     put_plan,
     root_head_key,
-    saver_factory,
     send,
     ver,
 )
@@ -35,13 +34,6 @@ from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_delete_racing_a_new_threads_first_put_leaves_the_thread_deleted(
@@ -66,7 +58,7 @@ def test_a_delete_racing_a_new_threads_first_put_leaves_the_thread_deleted(
                 while True:
                     reply = send(writer, plan.send(reply))
 
-    deleter.plans._delete_thread_once = a_pass_then_the_head_lands  # type: ignore[method-assign]
+    deleter.plans._delete_thread_once = a_pass_then_the_head_lands
     deleter.delete_thread("t")
     assert len(passes) == 2
     assert make_saver().get_tuple(cfg("t")) is None

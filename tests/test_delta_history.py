@@ -15,6 +15,7 @@ from uuid import uuid4
 
 import pytest
 from helpers import RequestCounter
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
@@ -29,9 +30,9 @@ SNAPSHOT = 8
 TASKS = 2
 
 
-def _thread(saver: S3Saver, n: int) -> list[dict[str, Any]]:
+def _thread(saver: S3Saver, n: int) -> list[RunnableConfig]:
     """A DeltaChannel thread of ``n`` checkpoints (see the module docs); their configs, oldest first."""
-    config: dict[str, Any] = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
     configs = []
     for i in range(n):
         checkpoint = empty_checkpoint()
@@ -134,6 +135,7 @@ class _Chat(TypedDict):
     notes: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=2)]
 
 
+@pytest.mark.memory
 def test_every_checkpoint_matches_the_default_walk() -> None:
     """For every checkpoint of a graph's thread (and the latest, asked without an id), with two DeltaChannels
     whose seeds are an inline value and a large value: what LangGraph's default walk over ``get_tuple`` finds."""
@@ -142,7 +144,7 @@ def test_every_checkpoint_matches_the_default_walk() -> None:
     builder.add_node("reply", lambda s: {"log": [f"reply {len(s['log'])}"], "notes": ["n" * 100]})
     builder.add_edge(START, "reply")
     graph = builder.compile(checkpointer=saver)
-    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     for turn in range(7):
         graph.invoke({"log": [f"turn {turn}"], "notes": []}, config)
     targets = [config, *(t.config for t in saver.list(config))]

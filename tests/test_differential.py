@@ -11,23 +11,14 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytest
-from helpers import BIG, cfg, cid, crash_before_head, put, saver_factory, ver
+from helpers import BIG, cfg, cid, cid_number, crash_before_head, put, ver
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
-
 
 DIFF_OPS = int(os.environ.get("LGS3_DIFF_OPS", "300"))
 DIFF_SEED = int(os.environ.get("LGS3_DIFF_SEED", "20261130"))
@@ -44,11 +35,11 @@ class Reference(InMemorySaver):
         for (thread, ns, checkpoint_id), writes in list(self.writes.items()):
             if thread == source:
                 self.writes[(target, ns, checkpoint_id)] = dict(writes)
-        for (thread, *rest), blob in list(self.blobs.items()):
+        for (thread, ns, channel, version), blob in list(self.blobs.items()):
             if thread == source:
-                self.blobs[(target, *rest)] = blob
+                self.blobs[(target, ns, channel, version)] = blob
 
-    def delete_for_runs(self, run_ids: list[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         for thread, namespaces in self.storage.items():
             for ns, checkpoints in namespaces.items():
                 for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
@@ -56,7 +47,7 @@ class Reference(InMemorySaver):
                         del checkpoints[checkpoint_id]
                         self.writes.pop((thread, ns, checkpoint_id), None)
 
-    def prune(self, thread_ids: list[str]) -> None:
+    def prune(self, thread_ids: Sequence[str]) -> None:  # type: ignore[override]
         for thread in thread_ids:
             for ns, checkpoints in self.storage[thread].items():
                 for checkpoint_id in sorted(checkpoints)[:-1]:
@@ -130,7 +121,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
                     [_norm(t) for t in ref.list(cfg(thread, ns), before=bound, limit=limit)],
                     f"list before {bound['configurable']['checkpoint_id']} limit {limit}",
                 )
-        everywhere = {"configurable": {"thread_id": thread}}
+        everywhere: RunnableConfig = {"configurable": {"thread_id": thread}}
         check(
             sorted(map(_norm_key, saver.list(everywhere))), sorted(map(_norm_key, ref.list(everywhere))), "list all ns"
         )
@@ -154,7 +145,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
     def do_put(thread: str, ns: str, parent: str | None, checkpoint_id: str, source: str, s: int) -> None:
         base = ref.get_tuple(cfg(thread, ns, parent)) if parent else None
         values = dict(base.checkpoint["channel_values"]) if base else {}
-        versions = dict(base.checkpoint["channel_versions"]) if base else {}
+        versions: dict[str, Any] = dict(base.checkpoint["channel_versions"]) if base else {}
         new: dict[str, str] = {}
         for channel in ("n", "note", "big"):
             if base is None or channel == "n" or rng.random() < 0.3:
@@ -223,7 +214,7 @@ def test_random_operations_through_two_savers_read_as_in_memory_saver(make_saver
             if op == "fork":
                 do_put(thread, ns, parent, cid(next(counter)), "fork", s)
             elif parent != committed[-1]:
-                head_n = int(committed[-1][3:9])
+                head_n = cid_number(committed[-1])
                 checkpoint_id = cid(head_n - 1, rng.randrange(1, 9999))
                 if checkpoint_id not in used:
                     do_put(thread, ns, parent, checkpoint_id, "update", s)

@@ -21,6 +21,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import (
@@ -54,7 +55,7 @@ def test_graph_state_and_history_match_the_boto3_transport(s3_server: LocalS3Ser
             S3Saver(bucket=bucket, prefix=f"{prefix}/{transport}", client=s3_server.client(), transport=transport)
         ) as saver:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             graph.invoke({"n": 0, "log": []}, config, durability="sync")
             history = [s.values for s in graph.get_state_history(config)]
             states[transport] = (graph.get_state(config).values, history)
@@ -75,7 +76,7 @@ async def test_async_saver_with_the_direct_transport(s3_server: LocalS3Server, b
     assert saver.bucket_io.native is not None  # GET, PUT and LIST go out from the event loop
     try:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "async"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "async"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config)
         assert result["n"] == 5
         assert len([s async for s in graph.aget_state_history(config)]) == 7
@@ -121,7 +122,7 @@ def test_request_counts_equal_the_boto3_transport(
             S3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         ) as saver:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
                 before = counting_proxy.snapshot()["requests"]
@@ -144,7 +145,7 @@ def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, bucket:
         S3Saver(bucket=bucket, prefix=prefix, client=seaweedfs_server.client(), transport="direct", **options)
     ) as saver:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "sse"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "sse"}}
         graph.invoke({"n": 0, "log": []}, config)
         assert graph.get_state(config).values["n"] == 5
     client = seaweedfs_server.client()
@@ -194,6 +195,7 @@ def test_missing_bucket(s3_server: LocalS3Server) -> None:
             s.put(cfg("t"), empty_checkpoint(), {"step": 0}, {})
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["direct", "boto3"])
 def test_unreachable_endpoint(transport: str) -> None:
     """Both transports name the endpoint and the S3 call that could not be sent, alike."""
@@ -210,6 +212,7 @@ def test_unreachable_endpoint(transport: str) -> None:
         saver.get_tuple(cfg("t"))
 
 
+@pytest.mark.memory
 def test_unsupported_settings_are_refused() -> None:
     with pytest.raises(InvalidConfigError, match="transport must be one of 'auto', 'boto3', 'direct', got 'http'"):
         S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", transport="http")
@@ -234,6 +237,7 @@ def no_aws_settings_around(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> No
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("options", "name", "url"),
     [
@@ -294,6 +298,7 @@ def test_requests_go_where_botocore_sends_them(options: dict[str, Any], name: st
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.usefixtures("no_aws_settings_around")
 def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
     client = boto3.session.Session().client(
@@ -303,13 +308,14 @@ def test_a_bucket_botocore_signs_otherwise_is_refused() -> None:
         DirectTransport(client, "agents--usw2-az1--x-s3")
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_proxy_from_the_environment_is_refused_not_bypassed(monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
     """boto3 sends through HTTP_PROXY/HTTPS_PROXY; the direct transport would silently go around it."""
     for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(f"{scheme.upper()}_PROXY", "http://someone:hunter2@proxy.invalid:3128")
-    options = {
+    options: dict[str, Any] = {
         "endpoint_url": f"{scheme}://127.0.0.1:9",
         "region_name": "us-east-1",
         "aws_access_key_id": "AKIA",
@@ -356,6 +362,7 @@ def _what_boto3_sends(client: Any, request: Any, direct: DirectTransport) -> Any
     return captured[0]
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("region", "endpoint_url"),
     [("eu-west-1", None), ("us-east-1", None), ("us-east-1", "http://127.0.0.1:8333")],
@@ -426,6 +433,7 @@ def test_the_request_and_its_signature_are_botocores(
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("status", "headers", "body", "redirect"),
     [

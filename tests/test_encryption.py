@@ -21,6 +21,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import client_options, run_cli, selected_server_kinds
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -57,10 +58,8 @@ def _confirm(state: State) -> State:
 
 def _graph(saver: S3Saver) -> Any:
     builder = StateGraph(State)
-    builder.add_node("collect", _collect)
-    builder.add_node("confirm", _confirm)
+    builder.add_sequence([("collect", _collect), ("confirm", _confirm)])
     builder.add_edge(START, "collect")
-    builder.add_edge("collect", "confirm")
     builder.add_edge("confirm", END)
     return builder.compile(checkpointer=saver)
 
@@ -75,7 +74,7 @@ def _objects(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
 
 def _run_thread(saver: S3Saver, thread_id: str, secret: str) -> Any:
     graph = _graph(saver)
-    config = {"configurable": {"thread_id": thread_id}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     graph.invoke({"secret": secret}, config)
     graph.invoke(Command(resume=f"yes {secret}"), config)
     # A second pause leaves a pending interrupt write holding the secret in the bucket.
@@ -237,14 +236,20 @@ def test_sse_kms_without_a_kms_fails_at_setup_on_seaweedfs(request: pytest.Fixtu
             saver.setup()
 
 
-def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
-    server = _server("seaweedfs", request)
+def _sse_c_roundtrip_on(kind: str, request: pytest.FixtureRequest, prefix: str) -> tuple[local.LocalS3Server, Any, str]:
+    """The round trip with a customer key on a ``kind`` server; the server, a client without the key, and the key of
+    the thread's head."""
+    server = _server(kind, request)
     with contextlib.closing(
         S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=server.client(), sse_customer_key=AES_KEY)
     ) as saver:
         _sse_roundtrip(saver)
     client = server.client()
-    head = next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+    return server, client, next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+
+
+def test_sse_c_is_enforced_by_seaweedfs(request: pytest.FixtureRequest, prefix: str) -> None:
+    server, client, head = _sse_c_roundtrip_on("seaweedfs", request, prefix)
     # Objects are only readable with the customer key.
     with pytest.raises(client.exceptions.ClientError):
         client.get_object(Bucket=SSE_BUCKET, Key=head)
@@ -266,13 +271,7 @@ def test_sse_c_copy_thread_on_seaweedfs(request: pytest.FixtureRequest, prefix: 
 
 def test_sse_c_is_accepted_but_not_enforced_by_moto(request: pytest.FixtureRequest, prefix: str) -> None:
     """moto stores SSE-C objects and serves them without the key: it cannot test SSE-C semantics."""
-    server = _server("moto", request)
-    with contextlib.closing(
-        S3Saver(bucket=SSE_BUCKET, prefix=prefix, client=server.client(), sse_customer_key=AES_KEY)
-    ) as saver:
-        _sse_roundtrip(saver)
-    client = server.client()
-    head = next(k for k in _objects_keys(client, prefix) if k.endswith("/head"))
+    _, client, head = _sse_c_roundtrip_on("moto", request, prefix)
     assert client.get_object(Bucket=SSE_BUCKET, Key=head)["Body"].read().startswith(MAGIC)
 
 
@@ -330,7 +329,7 @@ def test_compressed_and_plain_objects_stay_readable_together(savers: tuple[S3Sav
     secret = "mixed " * 20
     for writer, reader, thread_id in ((plain, packing, "a"), (packing, plain, "b")):
         state = _run_thread(writer, thread_id, secret)
-        config = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         assert _graph(reader).get_state(config).values == state.values
         assert [t.config for t in reader.list(config)] == [t.config for t in writer.list(config)]
         # The reader continues the thread with its own setting: one thread now holds both encodings.

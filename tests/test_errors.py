@@ -27,7 +27,6 @@ from helpers import (
     fake_client_options,
     put,
     run_cli,
-    saver_factory,
 )
 from langgraph.checkpoint.base import empty_checkpoint
 
@@ -48,13 +47,6 @@ from langgraph_s3_checkpoint._transport import bucket_io
 from langgraph_s3_checkpoint.errors import NotS3EndpointError
 from langgraph_s3_checkpoint.gc import gc as run_gc
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_objects_of_a_newer_release_stop_readers_repair_and_gc_and_change_nothing(
@@ -130,6 +122,7 @@ def unknown_aws_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> str:
     return "lgs3-no-such-profile"
 
 
+@pytest.mark.memory
 def test_an_aws_profile_that_does_not_exist_is_a_config_error_naming_it(unknown_aws_profile: str) -> None:
     """botocore raises ProfileNotFound when the client is made; every way of opening the saver, store or cache (and
     the CLI) says instead which profile is missing and what to do, as a package error, before anything is sent."""
@@ -200,6 +193,7 @@ def web_server() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 def test_a_web_server_on_the_endpoint_does_not_answer_like_s3(web_server: str, transport: str) -> None:
     url = f"s3://bucket/p?max_attempts=1&transport={transport}"
@@ -241,6 +235,7 @@ class _BrokenXml(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.memory
 def test_an_unparsable_reply_is_not_s3() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BrokenXml)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -259,6 +254,7 @@ def test_an_unparsable_reply_is_not_s3() -> None:
         server.server_close()
 
 
+@pytest.mark.memory
 def test_everything_derives_from_the_package_error() -> None:
     import langgraph_s3_checkpoint
     import langgraph_s3_checkpoint.errors as errors

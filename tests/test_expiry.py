@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import RequestCounter
@@ -52,7 +52,7 @@ class Clock:
 
 
 def open_store(bucket: MemoryBucket, clock: Clock, **kwargs: Any) -> S3Store:
-    store = S3Store(bucket="b", client=bucket, **kwargs)  # type: ignore[arg-type]
+    store = S3Store(bucket="b", client=bucket, **kwargs)
     store.plans.now = clock
     return store
 
@@ -64,7 +64,7 @@ def driver(store: S3Store) -> Any:
 
 def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
     """Every item's frame, by key."""
-    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec
     out = {}
     for key in bucket.keys("store/ns/"):
         obj = bucket.object(key)
@@ -78,7 +78,7 @@ def items(bucket: MemoryBucket) -> dict[str, dict[str, Any]]:
 
 def markers(bucket: MemoryBucket) -> dict[str, list[int]]:
     """Item key -> the minutes of the markers naming it."""
-    codec = S3Store(bucket="b", client=bucket).plans.codec.codec  # type: ignore[arg-type]
+    codec = S3Store(bucket="b", client=bucket).plans.codec.codec
     out: dict[str, list[int]] = {}
     for key in bucket.keys("store/ttl/"):
         obj = bucket.object(key)
@@ -108,6 +108,7 @@ def uncovered(bucket: MemoryBucket) -> list[str]:
 
 def requests_of(bucket: MemoryBucket, start: int) -> dict[str, int]:
     counts: dict[str, int] = {}
+    assert bucket.log is not None
     for request, _ in bucket.log[start:]:
         counts[type(request).__name__] = counts.get(type(request).__name__, 0) + 1
     return counts
@@ -125,7 +126,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
     (expired) or a PUT filing it again (refreshed on read), then one DeleteObjects of the markers."""
     client = s3_server.client()
     clock = Clock()
-    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
         store.plans.now = clock
         store.setup()  # an empty store is filed at once: no sweep of it ever reads every item
         counter = count_requests(client)
@@ -139,7 +140,7 @@ def test_a_sweep_costs_what_came_due_not_what_is_stored(
         counter.reset()
         assert store.sweep_ttl() == 0
         assert counter.snapshot() == {"ListObjectsV2": 1}, "nothing due: one LIST"
-        with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as fresh:  # type: ignore[arg-type]
+        with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as fresh:
             fresh.plans.now = clock
             counter.reset()
             assert fresh.sweep_ttl() == 0
@@ -171,7 +172,7 @@ def test_the_first_sweep_of_a_store_an_older_release_wrote_reads_every_item_once
     the first sweep, which deletes the expired ones and files the others; the next sweeps cost what came due."""
     client = s3_server.client()
     clock = Clock()
-    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:  # type: ignore[arg-type]
+    with contextlib.closing(S3Store(bucket=bucket, prefix=prefix, client=client)) as store:
         store.plans.now = clock
         write_as_an_older_release(store, [PutOp(NS, f"k{i}", {"v": i}, ttl=1 if i < 5 else 10) for i in range(30)])
         store.batch([PutOp(NS, f"forever{i}", {"v": i}) for i in range(5)])
@@ -214,6 +215,23 @@ def judge_common(bucket: MemoryBucket, ops: list[Op]) -> list[str]:
     return problems + uncovered(bucket)
 
 
+def left_by_a_later_sweep(bucket: MemoryBucket, clock: Clock, minutes: float) -> list[str]:
+    """A sweep ``minutes`` later, when every item has expired: a problem if it left items or markers."""
+    clock.advance(minutes)
+    open_store(bucket, clock).sweep_ttl()
+    if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
+        return [f"left after a later sweep: {bucket.keys('store/')}"]
+    return []
+
+
+def every_interleaving(build: Callable[[], tuple[Any, list[Op]]], judge: Callable[..., list[str]]) -> int:
+    """Runs every interleaving, fails on the first ten problems found; the number of interleavings."""
+    runs, failures = interleavings(build, judge)
+    assert failures == [], "\n".join(failures[:10])
+    return runs
+
+
+@pytest.mark.memory
 def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
     """The item expired and its marker is due; a put writes it again (a new value, a TTL of 5 minutes). Whatever
     the order, the new value stays and is filed; the sweep deletes at most the expired version."""
@@ -236,18 +254,12 @@ def test_every_interleaving_of_a_sweep_and_a_put_of_the_same_key() -> None:
         values = [frame.get("value") for frame in items(bucket).values()]
         if len(values) != 1:
             problems.append(f"the item written last is gone: {len(values)} item(s) left")
-        clock.advance(10)
-        later = open_store(bucket, clock)
-        later.sweep_ttl()
-        if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
-            problems.append(f"left after a later sweep: {bucket.keys('store/')}")
-        return problems
+        return problems + left_by_a_later_sweep(bucket, clock, 10)
 
-    runs, failures = interleavings(build, judge)
-    assert failures == [], "\n".join(failures[:10])
-    assert runs >= 10
+    assert every_interleaving(build, judge) >= 10
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("reader_behind", [0.0, 1.5], ids=["same clock", "reader's clock 1.5 min behind"])
 def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: float) -> None:
     """``refresh_on_read`` moves the expiry without a marker of its own: the old marker comes due and the sweep
@@ -281,17 +293,12 @@ def test_every_interleaving_of_a_sweep_and_a_refreshing_read(reader_behind: floa
             problems.append("the refreshed version was deleted")
         if not reader_behind and not bucket.keys("store/ns/"):
             problems.append("an item that had not expired was deleted")
-        clock.advance(30)
-        open_store(bucket, clock).sweep_ttl()
-        if bucket.keys("store/ns/") or bucket.keys("store/ttl/"):
-            problems.append(f"left after a later sweep: {bucket.keys('store/')}")
-        return problems
+        return problems + left_by_a_later_sweep(bucket, clock, 30)
 
-    runs, failures = interleavings(build, judge)
-    assert failures == [], "\n".join(failures[:10])
-    assert runs >= 5
+    assert every_interleaving(build, judge) >= 5
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("server", ["404", "412"])
 @pytest.mark.parametrize("between", [None, "put"], ids=["retried", "a put lands before the retry"])
 def test_a_lost_answer_of_the_conditional_delete(server: str, between: str | None) -> None:
@@ -352,6 +359,7 @@ def mixed_store() -> tuple[MemoryBucket, Clock, S3Store]:
     return bucket, clock, store
 
 
+@pytest.mark.memory
 def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
     """Wherever a sweep stops, no item it must keep is gone and every item with an expiry stays filed; the next
     sweep finishes the work."""
@@ -381,16 +389,18 @@ def test_a_crash_or_a_failed_request_anywhere_in_a_sweep() -> None:
 # ------------------------------------------------------------------------------------------------
 # Behaviour
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_markers_are_written_before_their_items() -> None:
     bucket, clock = MemoryBucket(keep_log=True), Clock()
     store = open_store(bucket, clock)
     plan = store.plans.batch([PutOp(NS, "a", {"v": 1}, ttl=5), PutOp(NS, "b", {"v": 2})], {}, {})
     op = Op("put", driver(store), plan).finish()
-    first, second = op.batches
+    first, second = cast(list[list[Put]], op.batches)
     assert [r.key.split("/")[1] for r in first] == ["ttl"], "the marker of the item with a TTL, alone"
     assert [r.key.split("/")[1] for r in second] == ["ns", "ns"], "then the items"
 
 
+@pytest.mark.memory
 def test_the_sweep_after_a_mixed_history() -> None:
     bucket, clock, store = mixed_store()
     with contextlib.closing(store):
@@ -412,6 +422,7 @@ def test_the_sweep_after_a_mixed_history() -> None:
         assert uncovered(bucket) == []
 
 
+@pytest.mark.memory
 def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(caplog: pytest.LogCaptureFixture) -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -434,6 +445,7 @@ def test_a_damaged_item_is_logged_retried_daily_and_does_not_stop_the_sweep(capl
     assert bucket.keys("store/") == ["store/ttl-filed"]
 
 
+@pytest.mark.memory
 def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -453,6 +465,7 @@ def test_an_item_of_a_newer_format_is_left_alone_and_does_not_stop_the_sweep(
     assert newer in bucket.keys("store/ns/")
 
 
+@pytest.mark.memory
 def test_foreign_objects_in_the_marker_folder_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -478,6 +491,7 @@ def test_foreign_objects_in_the_marker_folder_are_left_alone(caplog: pytest.LogC
     assert bucket.keys("store/ns/") == []
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     "namespace",
     [("L" * 210, "M" * 300), ("n" * 175,) * 5, ("a/b c", "ü" * 80)],
@@ -497,6 +511,7 @@ def test_long_labels_and_keys(namespace: tuple[str, ...]) -> None:
     assert {len(k) for k in bucket.keys("store/ttl/")} == {len("store/ttl/") + 9 + 1 + 32}
 
 
+@pytest.mark.memory
 def test_a_writer_whose_clock_is_behind() -> None:
     """An item that expired on arrival (its writer's clock is behind by more than its TTL) is filed under a minute
     already passed: the next sweep lists from a day before the minute it swept last, so it finds it; one filed
@@ -517,10 +532,12 @@ def test_a_writer_whose_clock_is_behind() -> None:
     assert bucket.keys("store/ns/") == []
 
 
+@pytest.mark.memory
 def test_a_sweep_lists_from_a_day_before_where_it_swept_last() -> None:
     """Filer-backed servers (SeaweedFS) keep the emptied folder of every minute and walk them in a listing; the
     sweep seeks past them with ``start_after``, and records where it swept at most once an hour."""
     bucket, clock = MemoryBucket(keep_log=True), Clock()
+    assert bucket.log is not None
     store = open_store(bucket, clock)
     store.setup()
     assert store.sweep_ttl() == 0
@@ -539,6 +556,7 @@ def test_a_sweep_lists_from_a_day_before_where_it_swept_last() -> None:
     assert [type(r) for r, _ in bucket.log[start:]] == [Get, ListKeys]
 
 
+@pytest.mark.memory
 def test_full_sweep_files_what_an_older_release_wrote_meanwhile() -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -549,6 +567,7 @@ def test_full_sweep_files_what_an_older_release_wrote_meanwhile() -> None:
     assert store.sweep_ttl(full=True) == 1
 
 
+@pytest.mark.memory
 def test_setup_of_a_store_that_holds_items_does_not_mark_it_filed() -> None:
     bucket, clock = MemoryBucket(), Clock()
     store = open_store(bucket, clock)
@@ -559,9 +578,11 @@ def test_setup_of_a_store_that_holds_items_does_not_mark_it_filed() -> None:
     assert store.sweep_ttl() == 1
 
 
+@pytest.mark.memory
 def test_requests_summary_on_memory() -> None:
     """The same counts as on the servers, per request type, for a sweep with nothing due over many items."""
     bucket, clock = MemoryBucket(keep_log=True), Clock()
+    assert bucket.log is not None
     store = open_store(bucket, clock)
     store.setup()
     store.batch([PutOp(NS, f"k{i}", {"v": i}, ttl=60) for i in range(2000)])
@@ -576,6 +597,7 @@ def test_requests_summary_on_memory() -> None:
     assert counts == {"ListKeys": 2, "Get": 4000, "DeleteIfMatch": 2000, "DeleteObjects": 16, "Put": 1}
 
 
+@pytest.mark.memory
 def test_a_crash_or_a_failed_request_anywhere_in_a_put() -> None:
     """A put files its marker before writing its item: wherever it stops, every item with an expiry is filed."""
 

@@ -14,13 +14,16 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import cfg
-from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from helpers import cfg, checkpoint, cid
+from langgraph.checkpoint.base import ChannelVersions
 
 from langgraph_s3_checkpoint import S3Saver, ThreadChangedError
 from langgraph_s3_checkpoint._protocol.operator_plans import Exported, export_thread, import_thread
 from langgraph_s3_checkpoint._protocol.requests import Emit
 from langgraph_s3_checkpoint.memory import MemoryBucket
+
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 LARGE = 64
 """Bytes above which a value gets its own object (the saver's ``inline_threshold`` here)."""
@@ -53,19 +56,14 @@ def a_thread_of_three_checkpoints() -> tuple[S3Saver, MemoryBucket, Any]:
     return saver, bucket, put_and_prune
 
 
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
 def step(saver: S3Saver, n: int) -> None:
     """Checkpoint ``n`` of thread ``t``, on ``n - 1``, with a new large value of ``doc`` (and ``notes`` kept)."""
-    checkpoint = create_checkpoint(empty_checkpoint(), None, n)
-    checkpoint["id"] = cid(n)
-    checkpoint["channel_values"] = {"doc": f"draft {n} " + "x" * 200, "notes": "n" * 200}
-    checkpoint["channel_versions"] = {"doc": f"{n:032d}", "notes": f"{1:032d}"}
-    new_versions = {"doc": f"{n:032d}"} if n > 1 else dict(checkpoint["channel_versions"])
+    cp = checkpoint(n)
+    cp["channel_values"] = {"doc": f"draft {n} " + "x" * 200, "notes": "n" * 200}
+    cp["channel_versions"] = {"doc": f"{n:032d}", "notes": f"{1:032d}"}
+    new_versions: ChannelVersions = {"doc": f"{n:032d}"} if n > 1 else dict(cp["channel_versions"])
     parent = cfg("t", "", cid(n - 1)) if n > 1 else cfg("t")
-    contextvars.Context().run(saver.put, parent, checkpoint, {"source": "loop", "step": n}, new_versions)
+    contextvars.Context().run(saver.put, parent, cp, {"source": "loop", "step": n}, new_versions)
 
 
 def export_interrupted(saver: S3Saver, bucket: MemoryBucket, at: int, meanwhile: Any) -> list[Exported] | None:

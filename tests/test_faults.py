@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pytest
 from faultproxy import FaultProxy
-from helpers import cfg, client_options
+from helpers import cfg, client_options, create_task_in
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -98,7 +98,7 @@ class OnLoop(BaseCheckpointSaver[str]):
                 done.set_result(task.result())
 
         def start() -> None:
-            self.loop.create_task(coroutine, context=caller).add_done_callback(finish)
+            create_task_in(self.loop, coroutine, caller).add_done_callback(finish)
 
         self.loop.call_soon_threadsafe(start)
         result = done.result()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Run, cfg, cid, ids, put, saver_factory
+from helpers import Run, cfg, cid, ids, put
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from workers.common import fence_graph, finish, release, spawn, worker_env
@@ -25,13 +25,6 @@ from langgraph_s3_checkpoint.local import LocalS3Server
 WORKERS = 8
 COMMITS_PER_WORKER = 4
 ATTEMPTS_PER_WORKER = 60
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another "worker") on the same bucket and prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def chain(saver: S3Saver, thread_id: str) -> list[CheckpointTuple]:
@@ -287,6 +280,15 @@ def test_straggler_is_fenced_even_after_its_saver_forgot_the_head(make_saver: An
     assert head is not None and head.config == winner
 
 
+def _doomed_run(writer: S3Saver, thread: str, earlier_run: bool) -> tuple[RunnableConfig, RunnableConfig]:
+    """run-1's checkpoint on a new ``thread``, on run-0's with ``earlier_run``: the config of its parent (the
+    thread's, without) and its own."""
+    parent: RunnableConfig = cfg(thread)
+    if earlier_run:
+        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
+    return parent, writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+
+
 @pytest.mark.parametrize("earlier_run", [False, True], ids=["head-deleted", "head-moved-back"])
 def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any, earlier_run: bool) -> None:
     """delete_for_runs reads the head, then moves it back (or deletes it, when the run was the thread's
@@ -294,10 +296,7 @@ def test_rollback_never_removes_a_checkpoint_committed_meanwhile(make_saver: Any
     next run while it rolls back the cancelled one), that checkpoint stays the head; the doomed run's
     records still go."""
     roller, writer = make_saver(), make_saver()
-    parent: RunnableConfig = cfg("rolled")
-    if earlier_run:
-        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
-    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    _, doomed = _doomed_run(writer, "rolled", earlier_run)
     committed = _roll_back_while(
         roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-2"}, {})
     )
@@ -313,10 +312,7 @@ def test_rollback_also_removes_what_the_cancelled_run_commits_meanwhile(make_sav
     and rolls back concurrently). That checkpoint is the run's too: the rollback starts over and
     removes it, instead of failing or leaving it behind."""
     roller, writer = make_saver(), make_saver()
-    parent: RunnableConfig = cfg("cancelled")
-    if earlier_run:
-        parent = writer.put(parent, empty_checkpoint(), {"step": 0, "run_id": "run-0"}, {})
-    doomed = writer.put(parent, empty_checkpoint(), {"step": 1, "run_id": "run-1"}, {})
+    parent, doomed = _doomed_run(writer, "cancelled", earlier_run)
     late = _roll_back_while(
         roller, "run-1", lambda: writer.put(doomed, empty_checkpoint(), {"step": 2, "run_id": "run-1"}, {})
     )
@@ -338,6 +334,7 @@ def _roll_back_while(roller: S3Saver, run_id: str, commit: Any) -> Any:
     with contextlib.suppress(StopIteration):
         while True:
             step = plan.send(reply)
+            assert isinstance(step, list)
             moves_head = any(
                 isinstance(r, DeleteIfMatch) or (isinstance(r, Put) and r.key.endswith("/head")) for r in step
             )
@@ -400,7 +397,7 @@ def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
                 first_done.wait(timeout=30)  # b writes after a's commit: no If-Match race decides it
         return tup
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
     outcomes: dict[str, str] = {}
 
     def update(name: str) -> None:
@@ -419,7 +416,7 @@ def test_concurrent_update_state_through_one_saver(make_saver: Any) -> None:
     for t in threads:
         t.join(timeout=60)
     assert outcomes == {"a": "committed", "b": "conflict"}
-    saver.get_tuple = original  # type: ignore[method-assign]
+    saver.get_tuple = original
     assert graph.get_state(config).values["steps"] == ["one", "a"]
     assert_linear(make_saver(), "updates")
 

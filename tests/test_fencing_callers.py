@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import pytest
-from helpers import Run, cfg
+from helpers import Run, cfg, checkpoint, cid
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -37,15 +37,8 @@ def saver_on(bucket: MemoryBucket) -> S3Saver:
     return S3Saver(bucket="b", client=bucket)
 
 
-def checkpoint(n: int, parent: Checkpoint | None = None) -> Checkpoint:
-    """A checkpoint with a LangGraph-shaped id: ``n`` orders it in time."""
-    cp = create_checkpoint(parent or empty_checkpoint(), None, n)
-    cp["id"] = f"1f0{n:05d}-0000-6000-8000-000000000000"
-    return cp
-
-
 def put(saver: S3Saver, parent: RunnableConfig, n: int, source: str = "loop") -> RunnableConfig:
-    return saver.put(parent, checkpoint(n), {"source": source, "step": n}, {})
+    return saver.put(parent, checkpoint(n), cast(CheckpointMetadata, {"source": source, "step": n}), {})
 
 
 def latest_id(saver: S3Saver, thread_id: str) -> str | None:
@@ -75,6 +68,7 @@ def latest_config(saver: S3Saver, config: RunnableConfig) -> RunnableConfig:
     return tup.config
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("reader", "read"),
     [("a UI", read) for read in READS_OF_THE_PARENT] + [("the slow run itself", read) for read in READS_OF_THE_PARENT],
@@ -132,8 +126,8 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
             assert ui_done.wait(timeout=30)
         return original_put(config, *args)
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
-    saver.put = put  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
+    saver.put = put  # type: ignore[assignment]
     builder = StateGraph(Chat)
     builder.add_node("reply", lambda state: {"messages": [f"reply {len(state['messages'])}"]})
     builder.add_edge(START, "reply")
@@ -163,7 +157,7 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
     for t in runs:
         t.join(timeout=60)
     assert outcomes == {"fast": "committed", "slow": "conflict"}
-    saver.get_tuple, saver.put = original_get_tuple, original_put  # type: ignore[method-assign]
+    saver.get_tuple, saver.put = original_get_tuple, original_put
     fresh = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
     final = builder.compile(checkpointer=fresh).get_state(thread).values["messages"]
     assert final == ["hello", "reply 1", "from fast", "reply 3"]
@@ -175,6 +169,7 @@ def test_a_two_runs_of_a_delta_channel_graph_in_one_process_never_fork(s3_server
 
 
 # -- b: a fork from a checkpoint this process once saw as the head ---------------------------------------------
+@pytest.mark.memory
 def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(bucket: MemoryBucket) -> None:
     """Process A last saw H as the head; process B moves the thread on; A reads H by id and puts a child of H.
     That is a fork (InMemorySaver and a fresh process store it), not a conflict."""
@@ -191,8 +186,21 @@ def test_b_a_fork_from_a_checkpoint_the_process_last_saw_as_the_head_commits(buc
     assert ids == [
         forked["configurable"]["checkpoint_id"],
         moved["configurable"]["checkpoint_id"],
-        "1f000001-0000-6000-8000-000000000000",
+        cid(1),
     ]
+
+
+class _Steps(TypedDict):
+    steps: Annotated[list[str], lambda x, y: x + y]
+
+
+def _one_step_graph() -> StateGraph:
+    """START -> ``step`` (appends ``ran``) -> END, not compiled."""
+    builder = StateGraph(_Steps)
+    builder.add_node("step", lambda s: {"steps": ["ran"]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder
 
 
 def test_b_update_state_on_a_checkpoint_the_process_last_saw_as_the_head(s3_server: LocalS3Server, prefix: str) -> None:
@@ -201,13 +209,7 @@ def test_b_update_state_on_a_checkpoint_the_process_last_saw_as_the_head(s3_serv
     a = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
     b = S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())
 
-    class State(TypedDict):
-        steps: Annotated[list[str], lambda x, y: x + y]
-
-    builder = StateGraph(State)
-    builder.add_node("step", lambda s: {"steps": ["ran"]})
-    builder.add_edge(START, "step")
-    builder.add_edge("step", END)
+    builder = _one_step_graph()
     graph_a, graph_b = builder.compile(checkpointer=a), builder.compile(checkpointer=b)
     thread: RunnableConfig = {"configurable": {"thread_id": "fork"}}
     graph_a.invoke({"steps": ["one"]}, thread)
@@ -228,13 +230,7 @@ def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
     the saver, and the thread's latest state is the update."""
     s3_server.create_bucket("lgs3-test")
 
-    class State(TypedDict):
-        steps: Annotated[list[str], lambda x, y: x + y]
-
-    builder = StateGraph(State)
-    builder.add_node("step", lambda s: {"steps": ["ran"]})
-    builder.add_edge(START, "step")
-    builder.add_edge("step", END)
+    builder = _one_step_graph()
     phantom = "1f000000-0000-6000-8000-000000000bad"
     outcomes = []
     for saver in (InMemorySaver(), S3Saver(bucket="lgs3-test", prefix=prefix, client=s3_server.client())):
@@ -249,6 +245,7 @@ def test_k_update_state_on_a_checkpoint_id_that_was_never_written_is_stored(
     assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.memory
 def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: MemoryBucket) -> None:
     """A checkpoint rolled back by ``delete_for_runs``: a step of the rolled-back run is refused as such; a step of
     another run on it is refused naming the missing parent, no other writer; read by id first with the config the put
@@ -270,6 +267,7 @@ def test_k_a_rolled_back_parent_read_by_id_forks_and_unread_is_named(bucket: Mem
     assert latest_id(saver_on(bucket), "t") == updated["configurable"]["checkpoint_id"]
 
 
+@pytest.mark.memory
 def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_found_it_empty(
     bucket: MemoryBucket,
 ) -> None:
@@ -291,6 +289,7 @@ def test_k_a_parentless_put_on_a_namespace_in_use_is_stored_unless_its_caller_fo
     ]
 
 
+@pytest.mark.memory
 def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: MemoryBucket) -> None:
     """An ``update`` child of an older checkpoint, put directly without reading it: InMemorySaver stores it and
     so does the saver (a fork on top of the head). A ``loop`` child in the same place is a straggler's and is
@@ -307,6 +306,7 @@ def test_k_an_update_of_an_older_checkpoint_not_read_first_is_a_fork(bucket: Mem
     assert not isinstance(refused.value, ParentNotCommittedError)
 
 
+@pytest.mark.memory
 def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(bucket: MemoryBucket) -> None:
     """A run's step whose parent the thread never had, on a namespace in use: refused as a missing parent (no
     writer is blamed); on an empty namespace it is stored, as InMemorySaver stores it."""
@@ -324,6 +324,7 @@ def test_k_a_loop_step_on_a_parent_that_never_committed_is_refused_naming_it(buc
     assert latest_id(saver_on(bucket), "empty") == stored["configurable"]["checkpoint_id"]
 
 
+@pytest.mark.memory
 def test_two_runs_of_one_saver_that_both_found_the_thread_empty_commit_exactly_one(bucket: MemoryBucket) -> None:
     """Two runs through one saver instance both find a new thread empty and both put a first checkpoint: one
     commits, the other raises (before, one saver's second first put joined the first's head: both succeeded)."""

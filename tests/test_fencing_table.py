@@ -12,11 +12,12 @@ answer), or refused with the error the refusal names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from helpers import Run, cfg
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from helpers import NEW, OLD, OTHER, PARENT, Run, cfg, checkpoint, cid
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointMetadata
 
 from langgraph_s3_checkpoint import CheckpointConflictError, ParentNotCommittedError, S3Saver
 from langgraph_s3_checkpoint._protocol.fencing import (
@@ -35,18 +36,8 @@ from langgraph_s3_checkpoint._protocol.fencing import (
 from langgraph_s3_checkpoint._protocol.requests import Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
-OLD, PARENT, OTHER, NEW = 5, 10, 15, 20
-"""Checkpoint numbers: an older checkpoint, the parent, another writer's, the one put (newest)."""
-
-
-def cid(n: int) -> str:
-    return f"1f0{n:05d}-0000-6000-8000-000000000000"
-
-
-def checkpoint(n: int) -> Checkpoint:
-    cp = create_checkpoint(empty_checkpoint(), None, n)
-    cp["id"] = cid(n)
-    return cp
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 
 def test_the_tables_are_complete() -> None:
@@ -131,7 +122,7 @@ class World:
         self, parent: int | None, n: int, source: str = "loop", run: str | None = None, *, own: bool = False
     ) -> Any:
         """A put by another party (``own``: by the run under test, which then knows it as its own commit)."""
-        meta: dict[str, Any] = {"source": source, "step": n}
+        meta = cast(CheckpointMetadata, {"source": source, "step": n})
         if run:
             meta["run_id"] = run
         config = cfg("t", "", cid(parent) if parent else None)
@@ -139,7 +130,7 @@ class World:
 
     def roll_back_a_run_that_wrote_to(self, n: int) -> None:
         """Run ``r-new`` writes to checkpoint ``n`` (it resumed it), then another call rolls it back."""
-        config = {
+        config: RunnableConfig = {
             "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(n)},
             "metadata": {"run_id": "r-new"},
         }
@@ -220,8 +211,8 @@ def test_each_row_does_what_the_tables_say(row: Row) -> None:
     if row.read is not ParentRead.UNREAD:
         parent = w.run.of(parent)
     put = w.saver.put
-    metadata: dict[str, Any] = {"source": source, "step": NEW} | (
-        {"run_id": "r-new"} if row.head == ROLLED_BACK else {}
+    metadata = cast(
+        CheckpointMetadata, {"source": source, "step": NEW} | ({"run_id": "r-new"} if row.head == ROLLED_BACK else {})
     )
     if step.refused is not None:
         expected_error = {

@@ -17,27 +17,19 @@ from __future__ import annotations
 import asyncio
 import operator
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import pytest
-from helpers import Crash, Run, cfg, cid, drive, head_put_of, ids, latest_id, put, put_plan, saver_factory, send
+from helpers import Crash, Run, cfg, checkpoint, cid, drive, head_put_of, ids, latest_id, put, put_plan, send
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import CheckpointMetadata
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import AsyncS3Saver, CheckpointConflictError, ParentNotCommittedError, S3Saver
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process's) on the same bucket and prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 class Steps(TypedDict):
@@ -47,7 +39,7 @@ class Steps(TypedDict):
 def three_steps(saver: Any, during: dict[str, Callable[[], None]] | None = None) -> Any:
     """one -> two -> three, each appending its name; ``during[name]`` runs inside that node first."""
 
-    def node(name: str) -> Callable[[Steps], dict[str, list[str]]]:
+    def node(name: str) -> Callable[..., dict[str, list[str]]]:
         def run(state: Steps) -> dict[str, list[str]]:
             if during and name in during:
                 during[name]()
@@ -56,11 +48,8 @@ def three_steps(saver: Any, during: dict[str, Callable[[], None]] | None = None)
         return run
 
     builder = StateGraph(Steps)
-    for name in ("one", "two", "three"):
-        builder.add_node(name, node(name))
+    builder.add_sequence([(name, node(name)) for name in ("one", "two", "three")])
     builder.add_edge(START, "one")
-    builder.add_edge("one", "two")
-    builder.add_edge("two", "three")
     builder.add_edge("three", END)
     return builder.compile(checkpointer=saver)
 
@@ -139,10 +128,8 @@ def test_2_a_pool_workers_latest_read_does_not_refuse_a_later_deliberate_edit(
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(saver.get_tuple, cfg("t")).result() is not None
         put(other, "t", cid(2), cid(1))
-        metadata = {"step": 1} if source is None else {"source": source, "step": 1}
-        checkpoint = empty_checkpoint()
-        checkpoint["id"] = cid(3)
-        edited = pool.submit(saver.put, cfg("t", "", cid(1)), checkpoint, metadata, {}).result()
+        metadata = cast(CheckpointMetadata, {"step": 1} if source is None else {"source": source, "step": 1})
+        edited = pool.submit(saver.put, cfg("t", "", cid(1)), checkpoint(3), metadata, {}).result()
     latest = make_saver().get_tuple(cfg("t"))
     assert latest is not None and latest.config == edited
     assert latest.parent_config == cfg("t", "", cid(1))
@@ -251,8 +238,8 @@ def test_5_a_callers_own_step_then_an_update_of_the_same_parent(make_saver: Call
     put(saver, "t", cid(1), source="input")
     read = saver.get_tuple(cfg("t"))
     assert read is not None
-    stepped = saver.put(read.config, _checkpoint(2), {"source": "loop", "step": 1}, {})
-    edited = saver.put(read.config, _checkpoint(3), {"source": "update", "step": 1}, {})
+    stepped = saver.put(read.config, checkpoint(2), {"source": "loop", "step": 1}, {})
+    edited = saver.put(read.config, checkpoint(3), {"source": "update", "step": 1}, {})
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(2), cid(1)]
     assert edited != stepped
 
@@ -265,7 +252,10 @@ def test_5_a_head_rewritten_by_a_rollback_of_another_run_is_continued(make_saver
     put(saver, "t", cid(1), run="r0", source="input")
     r1 = Run()
     assert saver.get_tuple(r1.of(cfg("t"))) is not None
-    resumed = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(1)}, "metadata": {}}
+    resumed: RunnableConfig = {
+        "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(1)},
+        "metadata": {},
+    }
     resumed["metadata"]["run_id"] = "rB"
     operator_saver.put_writes(resumed, [("steps", ["rB"])], "task-rB")
     operator_saver.delete_for_runs(["rB"])
@@ -290,9 +280,3 @@ def test_5_no_refusal_blames_another_writer(make_saver: Callable[[], S3Saver]) -
     assert cid(4) in str(created.value)
     for refused in (moved, created):
         assert "another writer" not in str(refused.value).lower()
-
-
-def _checkpoint(n: int) -> Any:
-    checkpoint = empty_checkpoint()
-    checkpoint["id"] = cid(n)
-    return checkpoint

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import RequestCounter
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint._protocol.requests import Put
+from langgraph_s3_checkpoint._protocol.requests import Put, Request
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.local import LocalS3Server
 
@@ -59,7 +59,7 @@ class History:
         io = self.saver.bucket_io
         reply: Any = None
         while True:
-            step = plan.send(reply)
+            step = cast(list[Request], plan.send(reply))
             if any(isinstance(r, Put) and r.key.endswith("/head") for r in step):
                 for request in step:
                     if not (isinstance(request, Put) and request.key.endswith("/head")):

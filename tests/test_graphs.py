@@ -11,8 +11,9 @@ from uuid import uuid4
 
 import pytest
 from helpers import client_options
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, StateSnapshot, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
@@ -34,7 +35,7 @@ def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Save
     s.close()
 
 
-def _config(thread_id: str | None = None) -> dict[str, Any]:
+def _config(thread_id: str | None = None) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id or f"thread-{uuid4()}"}}
 
 
@@ -50,12 +51,8 @@ def _approval_graph(saver: Any) -> Any:
         return {"log": ["publish"]}
 
     builder = StateGraph(State)
-    builder.add_node("draft", draft)
-    builder.add_node("review", review)
-    builder.add_node("publish", publish)
+    builder.add_sequence([("draft", draft), ("review", review), ("publish", publish)])
     builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "publish")
     builder.add_edge("publish", END)
     return builder.compile(checkpointer=saver)
 
@@ -214,7 +211,7 @@ def test_nested_subgraphs_with_interrupt(saver: S3Saver) -> None:
     assert state.next == ("middle",)
     # nested namespaces ("middle:<id>|inner:<id>") are stored under escaped keys and read back
     sub = state.tasks[0].state
-    assert sub is not None and sub.tasks[0].state is not None
+    assert isinstance(sub, StateSnapshot) and isinstance(sub.tasks[0].state, StateSnapshot)
     assert "|" in sub.tasks[0].state.config["configurable"]["checkpoint_ns"]
     out = graph.invoke(Command(resume="yes"), config)
     assert out["log"] == ["inner:yes", "done"]

@@ -22,6 +22,9 @@ from langgraph_s3_checkpoint._transport.asyncio_sender import AsyncioSender
 from langgraph_s3_checkpoint._transport.direct import DirectTransport
 from langgraph_s3_checkpoint._transport.http1 import MAX_LINE, ProtocolError, Reply, ReplyReader, request_bytes
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 @dataclass(frozen=True)
 class Shape:

@@ -10,6 +10,7 @@ import pytest
 from helpers import cfg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -37,14 +38,15 @@ def saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[S3Save
     s.close()
 
 
-def _put(saver: S3Saver, thread_id: str, ns: str = "", value: Any = "v") -> dict[str, Any]:
+def _put(saver: S3Saver, thread_id: str, ns: str = "", value: Any = "v") -> RunnableConfig:
     cp = empty_checkpoint()
     cp["channel_values"] = {"ch": value}
     cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
-    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
     return saver.put(config, cp, {"step": 0, "source": "input"}, cp["channel_versions"])
 
 
+@pytest.mark.memory
 @given(st.text(max_size=300))
 def test_escape_round_trips_and_stays_one_safe_segment(value: str) -> None:
     seg = escape(value)
@@ -54,6 +56,7 @@ def test_escape_round_trips_and_stays_one_safe_segment(value: str) -> None:
         assert unescape(seg) == value
 
 
+@pytest.mark.memory
 @given(st.text(min_size=1, max_size=50), st.text(min_size=1, max_size=50))
 def test_inverted_ids_sort_in_reverse(a: str, b: str) -> None:
     assert revert_id(invert_id(a)) == a
@@ -62,6 +65,7 @@ def test_inverted_ids_sort_in_reverse(a: str, b: str) -> None:
         assert (invert_id(a) < invert_id(b)) == (raw_a > raw_b)
 
 
+@pytest.mark.memory
 def test_no_thread_prefix_matches_another() -> None:
     layout = Layout("p")
     prefixes = [layout.thread(t) for t in HOSTILE]
@@ -76,6 +80,7 @@ LAYOUT_WORDS = ["head", "name", "deleting", "copying", "checkpoint", "c", "w", "
 _IDS = st.text(max_size=40) | st.sampled_from([*HOSTILE, *LAYOUT_WORDS])
 
 
+@pytest.mark.memory
 @given(thread_id=_IDS, ns=_IDS, checkpoint_id=st.text(min_size=1, max_size=40), other=_IDS, version=_IDS)
 def test_every_key_the_layout_makes_classifies_as_its_kind(
     thread_id: str, ns: str, checkpoint_id: str, other: str, version: str
@@ -105,6 +110,7 @@ def test_every_key_the_layout_makes_classifies_as_its_kind(
         assert classify(key[len(thread) :]) is kind, key
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     "relative",
     [
@@ -182,6 +188,7 @@ def test_hypothesis_ids_round_trip(saver: S3Saver, thread_id: str, ns: str, valu
     assert got.checkpoint["channel_values"] == {"ch": value}
 
 
+@pytest.mark.memory
 def test_the_empty_thread_id_maps_to_a_key() -> None:
     assert escape("") == "~" and unescape("~") == ""
     assert Layout("p").thread("") == "p/threads/~/"

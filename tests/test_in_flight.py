@@ -278,6 +278,7 @@ def _ended_by(kind: type[Any], call: Call, endpoint: str, transport: str) -> tup
     return took, raised
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 @pytest.mark.parametrize("what", list(READS))
 def test_a_read_whose_reply_trickles_in_ends_at_the_deadline(what: str, transport: str) -> None:
@@ -287,6 +288,7 @@ def test_a_read_whose_reply_trickles_in_ends_at_the_deadline(what: str, transpor
     assert "did not finish within 1 s (operation_timeout" in raised
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 @pytest.mark.parametrize("what", list(WRITES))
 def test_a_write_whose_answer_trickles_in_ends_a_read_timeout_after_the_deadline(what: str, transport: str) -> None:
@@ -324,6 +326,7 @@ _SILENT_BOUND = 8.0
 """Seconds: 2 attempts x 0.5 s read timeout, backoff and client creation, with a wide margin."""
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 def test_a_silent_endpoint_fails_within_the_timeouts(silent_endpoint: str, transport: str) -> None:
     url = f"s3://b/p?{_SILENT_OPTIONS}&transport={transport}"
@@ -340,6 +343,7 @@ def test_a_silent_endpoint_fails_within_the_timeouts(silent_endpoint: str, trans
             assert time.monotonic() - started < _SILENT_BOUND
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("transport", ["boto3", "direct"])
 def test_a_silent_endpoint_fails_within_the_timeouts_async(silent_endpoint: str, transport: str) -> None:
     async def main() -> None:
@@ -358,6 +362,7 @@ def test_a_silent_endpoint_fails_within_the_timeouts_async(silent_endpoint: str,
     asyncio.run(main())
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("saver_class", [S3Saver, AsyncS3Saver])
 def test_operation_deadline_caps_a_slow_operation(silent_endpoint: str, saver_class: type[Any]) -> None:
     # Each request alone may take up to 3 x 2 s here; the operation's deadline ends the call at 1 s.
@@ -375,6 +380,7 @@ def test_operation_deadline_caps_a_slow_operation(silent_endpoint: str, saver_cl
     saver.close()
 
 
+@pytest.mark.memory
 def test_default_timeouts_are_bounded() -> None:
     with S3Saver.from_conn_string("s3://b/p", endpoint_url="http://127.0.0.1:9") as saver:
         config = saver.client.meta.config
@@ -436,6 +442,7 @@ def test_a_cancelled_aput_leaves_no_write_in_flight(
         assert later == when_cancelled
 
 
+@pytest.mark.memory
 def test_a_batch_of_writes_settles_once_and_is_abandoned_on_a_second_cancellation() -> None:
     """The rule behind the test above, without a server: cancelled once, the caller waits for the batch (whose
     error, if any, is retrieved, not reported at exit); cancelled again while waiting, it stops waiting and the

@@ -20,6 +20,9 @@ import pytest
 
 import langgraph_s3_checkpoint
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 PACKAGE = Path(langgraph_s3_checkpoint.__file__).parent
 NAME = "langgraph_s3_checkpoint"
 

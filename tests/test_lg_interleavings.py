@@ -30,20 +30,26 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-import json
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pytest
+from helpers import create_task_in, write_stats
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import create_checkpoint, get_checkpoint_metadata
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    create_checkpoint,
+    get_checkpoint_metadata,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Durability, interrupt
 from lgsim import (
     AsyncGatedSaver,
     AsyncScheduler,
@@ -64,6 +70,9 @@ from sim import Oracle
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
+
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 THREAD = "t"
 NOT_AS_BEFORE = "[not as before the run] "
@@ -100,32 +109,34 @@ def _node(name: str, asynchronous: bool) -> Callable[..., Any]:
     return astep if asynchronous else step
 
 
+def _one_node_graph(
+    state: type[Any], name: str, node: Callable[[Any], dict[str, Any]], asynchronous: bool
+) -> StateGraph:
+    """START -> ``name`` -> END; with ``asynchronous`` the node is an ``async def`` that calls ``node``."""
+
+    async def anode(state: Any) -> dict[str, Any]:
+        return node(state)
+
+    builder = StateGraph(state)
+    chosen: Callable[..., Any] = anode if asynchronous else node
+    builder.add_node(name, chosen)
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    return builder
+
+
 def delta_graph(asynchronous: bool) -> StateGraph:
     def reply(state: Chat) -> dict[str, Any]:
         return {"messages": [f"reply to {state['messages'][-1]}"]}
 
-    async def areply(state: Chat) -> dict[str, Any]:
-        return reply(state)
-
-    builder = StateGraph(Chat)
-    builder.add_node("reply", areply if asynchronous else reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder
+    return _one_node_graph(Chat, "reply", reply, asynchronous)
 
 
 def interrupt_graph(asynchronous: bool) -> StateGraph:
     def ask(state: Steps) -> dict[str, Any]:
         return {"steps": [f"answer {interrupt('approve?')}"]}
 
-    async def aask(state: Steps) -> dict[str, Any]:
-        return ask(state)
-
-    builder = StateGraph(Steps)
-    builder.add_node("ask", aask if asynchronous else ask)
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", END)
-    return builder
+    return _one_node_graph(Steps, "ask", ask, asynchronous)
 
 
 def join_graph(asynchronous: bool) -> StateGraph:
@@ -217,7 +228,7 @@ class Family:
     parties: tuple[PartySpec, ...]
     savers: int = 1
     asynchronous: bool = False
-    durability: str = "sync"
+    durability: Durability = "sync"
     reduce: bool = False
     """Explore with the partial-order reduction (``lgsim.explore``) instead of every schedule."""
     sample: int | None = None
@@ -447,19 +458,23 @@ class ThreadWorld(World):
         saver = self.savers[spec.saver]
         latest = checkpoint_id_of(self.latest)
 
+        def step_on(shown: CheckpointTuple | None) -> tuple[Checkpoint, CheckpointMetadata]:
+            """The step put on the checkpoint the UI was shown, and its metadata."""
+            assert shown is not None
+            step = shown.metadata["step"] + 1
+            return create_checkpoint(shown.checkpoint, None, step), {
+                "source": "loop",
+                "step": step,
+                "run_id": self.run_ids[spec.name],
+            }
+
         def work() -> Any:
             shown = saver.get_tuple(thread_config(latest))
-            assert shown is not None
-            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
-            return saver.put(thread_config(latest), step, metadata, {})
+            return saver.put(thread_config(latest), *step_on(shown), {})
 
         async def awork() -> Any:
             shown = await saver.aget_tuple(thread_config(latest))
-            assert shown is not None
-            step = create_checkpoint(shown.checkpoint, None, shown.metadata["step"] + 1)
-            metadata = {"source": "loop", "step": shown.metadata["step"] + 1, "run_id": self.run_ids[spec.name]}
-            return await saver.aput(thread_config(latest), step, metadata, {})
+            return await saver.aput(thread_config(latest), *step_on(shown), {})
 
         return awork if self.family.asynchronous else work
 
@@ -473,7 +488,7 @@ class ThreadWorld(World):
 
         def work() -> Any:
             party = next(p for p in self.scheduler.parties if p.name == victim.name)
-            self.scheduler.leave(self.scheduler.gate("cancel", f"cancel {victim.name}"))  # type: ignore[union-attr]
+            self.scheduler.leave(self.scheduler.gate("cancel", f"cancel {victim.name}"))
             party.done.wait()
             saver.delete_for_runs([self.rollback.run])
             self.rollback.after = in_own_chain(thread_view, self.bucket, self.graph)
@@ -508,7 +523,7 @@ class ThreadWorld(World):
             return await graph.aget_state(thread_config()), [s async for s in graph.aget_state_history(thread_config())]
 
         try:
-            state, history = await asyncio.get_running_loop().create_task(read(), context=contextvars.Context())
+            state, history = await create_task_in(asyncio.get_running_loop(), read(), contextvars.Context())
         except Exception as error:
             self.reader_errors.append(f"the reader at point {point.index} raised {type(error).__name__}: {error}")
             return
@@ -698,7 +713,8 @@ class ThreadWorld(World):
             elif entry.method == "put_writes":
                 # the run that wrote them, by LangGraph's rule (the config's run_id, as put records it)
                 run = get_checkpoint_metadata(entry.args[0], {}).get("run_id")
-                oracle.put_writes(*entry.args, None if run is None else str(run))
+                config, writes, task_id, task_path = entry.args
+                oracle.put_writes(config, writes, task_id, task_path, None if run is None else str(run))
             elif entry.method == "delete_for_runs":
                 oracle.delete_for_runs(*entry.args)
         problems = []
@@ -744,7 +760,7 @@ _ALONE: dict[tuple[str, str, str | None], Any] = {}
 def _time_travel_alone(family: Family, traveller: PartySpec, first: PartySpec | None = None) -> Any:
     """The checkpoints the time travel puts on InMemorySaver from the base history (ids aside): alone, or
     (``first``) after the other party's whole act, the serial order in which the other goes first."""
-    key = (family.graph, traveller.act, first and first.act)
+    key = (family.graph, traveller.act, first.act if first else None)
     if key not in _ALONE:
         graph_spec = GRAPHS[family.graph]
         saver = RecordingSaver()
@@ -866,13 +882,10 @@ FAMILIES = CI_FAMILIES + (FULL_FAMILIES if FULL else [])
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_stats() -> Any:
+def _report_stats() -> Iterator[None]:
     """With LGS3_LG_SIM_STATS=path, write the counts (schedules, points, outcomes, seconds) there as JSON."""
     yield
-    path = os.environ.get("LGS3_LG_SIM_STATS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(STATS, f, indent=1, sort_keys=True)
+    write_stats("LGS3_LG_SIM_STATS", STATS)
 
 
 def explored(family: Family) -> Exploration:

@@ -5,22 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from helpers import assert_one_error_line, cfg, chat, cid, cli_env, ids, put, run_cli, saver_factory
+from helpers import assert_one_error_line, cfg, chat, cid, cli_env, ids, put, run_cli
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver
 from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_list_before_an_empty_checkpoint_id_is_unbounded(make_saver: Callable[[], S3Saver]) -> None:
@@ -29,7 +23,7 @@ def test_list_before_an_empty_checkpoint_id_is_unbounded(make_saver: Callable[[]
     for target in (saver, memory):
         put(target, "t", cid(1))
         put(target, "t", cid(2), cid(1))
-    unbounded = {"configurable": {"checkpoint_id": ""}}
+    unbounded: RunnableConfig = {"configurable": {"checkpoint_id": ""}}
     for config in (cfg("t"), None):
         expected = ids(memory.list(config, before=unbounded))
         assert expected == [cid(2), cid(1)] and ids(saver.list(config, before=unbounded)) == expected

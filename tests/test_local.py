@@ -133,11 +133,13 @@ def test_moto_stop_is_idempotent() -> None:
         server.client(retries={"max_attempts": 1}).list_buckets()
 
 
+@pytest.mark.memory
 def test_start_rejects_unknown_kind() -> None:
     with pytest.raises(ValueError, match="minio"):
         local.start("minio")
 
 
+@pytest.mark.memory
 def test_missing_weed_binary_names_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.setattr("sys.executable", str(tmp_path / "python"))

@@ -16,8 +16,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from helpers import tuple_at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from test_conformance import assert_conformance
@@ -73,6 +75,7 @@ def _all(bucket: MemoryBucket, prefix: str = "", **kw: Any) -> tuple[list[str], 
 # ------------------------------------------------------------------------------------------------
 # Unit tests
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_etag_is_quoted_md5_and_shared_by_identical_bodies() -> None:
     b = MemoryBucket()
     first = _put(b, "a", b"same")
@@ -83,6 +86,7 @@ def test_etag_is_quoted_md5_and_shared_by_identical_bodies() -> None:
     assert b.execute(Get("missing")) is None
 
 
+@pytest.mark.memory
 def test_conditional_put() -> None:
     b = MemoryBucket()
     stored = _put(b, "k", b"1", mode=CREATE)
@@ -94,6 +98,7 @@ def test_conditional_put() -> None:
     assert b.execute(Get("k")).body == b"2"
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("variant", ["404", "412"])
 def test_missing_key_under_if_match(variant: str) -> None:
     """Put collapses both server answers to PRECONDITION_FAILED; DeleteIfMatch does not."""
@@ -106,6 +111,7 @@ def test_missing_key_under_if_match(variant: str) -> None:
     assert b.execute(Get("k")) is None
 
 
+@pytest.mark.memory
 def test_listing_order_is_utf8_bytes() -> None:
     b = MemoryBucket()
     names = ["p/b", "p/a", "p/\u00e9", "p/\U0001f600", "p/\uffff", "p/A", "p/~", "p/a/b"]
@@ -115,6 +121,7 @@ def test_listing_order_is_utf8_bytes() -> None:
     assert keys == sorted(names, key=lambda k: k.encode())
 
 
+@pytest.mark.memory
 def test_listing_delimiter_max_keys_tokens_start_after() -> None:
     b = MemoryBucket()
     for k in ["a/1", "a/2/x", "a/2/y", "a/3", "a/4/z", "a/5", "b/1", "a"]:
@@ -133,6 +140,7 @@ def test_listing_delimiter_max_keys_tokens_start_after() -> None:
     assert b.execute(ListKeys("a/", max_keys=5000)).token is None  # capped at 1000, fewer here
 
 
+@pytest.mark.memory
 def test_delete_copy_bucket_and_lifecycle() -> None:
     clock = [datetime(2025, 1, 1, tzinfo=timezone.utc)]
     b = MemoryBucket(now=lambda: clock[0], exists=False)
@@ -161,6 +169,7 @@ def test_delete_copy_bucket_and_lifecycle() -> None:
         _put(b, "k" * 1025)
 
 
+@pytest.mark.memory
 def test_a_copy_holds_the_same_objects_and_changes_apart() -> None:
     clock = [datetime(2025, 1, 1, tzinfo=timezone.utc)]
     b = MemoryBucket(missing_if_match="412", now=lambda: clock[0], keep_log=True, name="original")
@@ -183,6 +192,7 @@ def test_a_copy_holds_the_same_objects_and_changes_apart() -> None:
     assert len(b.log or []) == 6 and len(c.log or []) == 5  # each logs its own requests only
 
 
+@pytest.mark.memory
 def test_log_records_applied_requests() -> None:
     b = MemoryBucket(keep_log=True)
     _put(b, "k", mode=CREATE)
@@ -304,30 +314,33 @@ def _graph() -> StateGraph:
     return g
 
 
+@pytest.mark.memory
 def test_graph_on_memory_bucket_sync() -> None:
     bucket = MemoryBucket()
     saver = S3Saver(bucket="b", client=bucket, transport="direct")
     saver.setup()
     app = _graph().compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     app.invoke({"log": []}, config)
     assert app.invoke(Command(resume="ada"), config)["log"] == ["start", "ada"]
     # Another "process" on the same bucket sees the same thread.
     other = S3Saver(bucket="b", client=bucket)
-    assert other.get_tuple(config).checkpoint["channel_values"]["log"] == ["start", "ada"]
+    assert tuple_at(other, config).checkpoint["channel_values"]["log"] == ["start", "ada"]
     assert len(list(other.list(config))) == len(list(saver.list(config))) >= 3
 
 
+@pytest.mark.memory
 async def test_graph_on_memory_bucket_async() -> None:
     saver = AsyncS3Saver(bucket="b", client=MemoryBucket())
     await saver.setup()
     app = _graph().compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     await app.ainvoke({"log": []}, config)
     assert (await app.ainvoke(Command(resume="bob"), config))["log"] == ["start", "bob"]
     saver.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("path", ["async", "sync"])
 async def test_conformance_on_memory_bucket(path: str) -> None:
     bucket = MemoryBucket()

@@ -21,15 +21,15 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli
+from helpers import LONG_THREAD, assert_one_error_line, cli_env, run_cli, run_python_file
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
@@ -93,10 +93,8 @@ def _finish(state: State) -> State:
 
 def graph(saver: BaseCheckpointSaver[Any]) -> Any:
     review = StateGraph(Review)
-    review.add_node("check", _check)
-    review.add_node("ask", _ask)
+    review.add_sequence([("check", _check), ("ask", _ask)])
     review.add_edge(START, "check")
-    review.add_edge("check", "ask")
     review.add_edge("ask", END)
     builder = StateGraph(State)
     builder.add_node("draft", _draft)
@@ -111,7 +109,7 @@ def graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+def _config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     configurable = {"thread_id": thread_id}
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id
@@ -162,7 +160,7 @@ def states(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[tuple[Any, .
     ]
 
 
-def task_paths(saver: InMemorySaver, thread_id: str) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
+def task_paths(saver: InMemorySaver, thread_id: str) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
     """Every pending write an ``InMemorySaver`` holds for a thread, with its index and task path."""
     return {
         key[1:]: sorted(
@@ -563,6 +561,7 @@ def test_a_target_thread_with_a_history_of_its_own_is_left_alone(here: Location)
 # ------------------------------------------------------------------------------------------------
 # Locations
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_locations_are_parsed_and_refused_with_what_to_do(tmp_path: Path) -> None:
     assert shown("postgresql://app:s3cret@db:5432/agents") == "postgresql://app:***@db:5432/agents"
     assert shown("sqlite:///x.db") == "sqlite:///x.db"
@@ -602,7 +601,7 @@ def test_a_location_whose_package_is_missing_names_the_package(here: Location) -
 # Long-term memory
 # ------------------------------------------------------------------------------------------------
 INDEX = {"dims": 12, "embed": DeterministicFakeEmbedding(size=12), "fields": ["text"]}
-ITEMS = {
+ITEMS: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {
     ("users", "u-1", "memories"): {"m-1": {"text": "prefers short answers"}, "m-2": {"text": "likes tea"}},
     ("users", "u-2", "memories"): {"m-1": {"text": "writes in French"}},
     ("users", "u-2"): {"profile": {"text": "a profile", "age": 41}},
@@ -674,17 +673,7 @@ def test_the_api_example_of_the_migration_guide_runs_as_a_file(server: local.Loc
         store.setup()
         store.put(("users", "u-1"), "m-1", {"text": "prefers short answers"})
     server.create_bucket("agent-state")
-    (tmp_path / "guide.py").write_text(block, encoding="utf-8")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
-    environ.update(
-        AWS_ENDPOINT_URL=server.endpoint_url,
-        AWS_ACCESS_KEY_ID=server.access_key,
-        AWS_SECRET_ACCESS_KEY=server.secret_key,
-        AWS_DEFAULT_REGION=server.region,
-    )
-    done = subprocess.run(
-        [sys.executable, "guide.py"], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=180
-    )
+    done = run_python_file(block, server, tmp_path / "guide.py")
     assert done.returncode == 0, done.stderr
     assert f"guide copied {checkpoints} " in done.stdout or "guide complete 0 " in done.stdout, done.stdout
     assert "items copied," in done.stdout

@@ -18,20 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import BIG, LONG_THREAD, Crash, cfg, cid, drive, put, put_plan, saver_factory, ver
-from langgraph.checkpoint.base import empty_checkpoint
+from helpers import BIG, LONG_THREAD, Crash, cfg, checkpoint, cid, drive, put, put_plan, tuple_at, ver
+from langchain_core.runnables import RunnableConfig
 from sim import Op, interleavings
 
 from langgraph_s3_checkpoint import CorruptObjectError, S3Saver, cli
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.keys import Layout, escape, is_digest, named_id
 from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
-from langgraph_s3_checkpoint.local import LocalS3Server
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
 LONG = "L" * 200
@@ -39,13 +38,7 @@ LONG = "L" * 200
 PREFIX = "p"
 
 
-def checkpoint(n: int) -> Any:
-    c = empty_checkpoint()
-    c["id"] = f"1f0{n:029d}"
-    return c
-
-
-def config(thread_id: str, ns: str = "") -> dict[str, Any]:
+def config(thread_id: str, ns: str = "") -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
 
 
@@ -65,6 +58,7 @@ def readable_name(bucket: MemoryBucket, key: str) -> bool:
     return named_id(segment, None if obj is None else obj.body) is not None
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(("thread_id", "ns"), [(LONG, ""), ("t", "N" * 200)], ids=["long thread", "long namespace"])
 def test_gc_never_leaves_a_committed_thread_without_its_name(thread_id: str, ns: str) -> None:
     """The race: a thread rolled back to nothing keeps an old ``name`` (a first put's create-only offer of it
@@ -113,6 +107,7 @@ def two_threads_of_one_run() -> tuple[MemoryBucket, S3Saver]:
     return bucket, saver
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("damage", ["missing", "not utf-8", "another id"])
 def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -> None:
     bucket, saver = two_threads_of_one_run()
@@ -137,6 +132,7 @@ def test_a_rollback_that_cannot_find_a_thread_by_its_name_says_so(damage: str) -
     assert saver.get_tuple(config(LONG)) is None
 
 
+@pytest.mark.memory
 def test_a_dry_repair_only_reports_the_missing_name() -> None:
     bucket, saver = two_threads_of_one_run()
     name_key = Layout(PREFIX).thread_name(LONG)
@@ -153,6 +149,7 @@ def run_cli(saver: S3Saver, *argv: str) -> tuple[int, str]:
     return args.handler(ctx, args), out.getvalue()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("body", [None, b"\xff\xfe", b"short"], ids=["missing", "not utf-8", "another id"])
 def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     bucket, saver = two_threads_of_one_run()
@@ -171,13 +168,6 @@ def test_threads_and_verify_with_a_damaged_name(body: bytes | None) -> None:
     status, verified = run_cli(saver, "verify")
     assert status == cli.EXIT_OK, verified
     assert "in 2 thread(s): OK" in verified
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_put_retried_after_its_name_put_failed_writes_the_name(make_saver: Callable[[], S3Saver]) -> None:
@@ -199,20 +189,20 @@ def test_a_saver_writes_the_name_again_after_its_own_delete_or_copy(make_saver: 
     """After delete_thread by the same saver (or copy_thread onto the thread), the saver must not believe the thread's
     ``name`` object still exists: its next put writes it, and list(None) shows the thread id, not a digest."""
     saver = make_saver()
-    big = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
+    big: dict[str, Any] = {"values": {"big": "b" * BIG}, "versions": {"big": ver(1)}}
     put(saver, LONG_THREAD, cid(1), run="run-1", **big)
     saver.delete_thread(LONG_THREAD)
     put(saver, LONG_THREAD, cid(2), run="run-1", **big)
     reader = make_saver()
     assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
 
     saver.delete_thread(LONG_THREAD)
     put(saver, "source", cid(3), **big)
     saver.copy_thread("source", LONG_THREAD)
     put(saver, LONG_THREAD, cid(4), cid(3), **big, new={})
     assert {t.config["configurable"]["thread_id"] for t in reader.list(None)} == {LONG_THREAD, "source"}
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
 
 
 def test_a_saver_writes_the_name_again_after_another_savers_delete(make_saver: Callable[[], S3Saver]) -> None:
@@ -225,6 +215,6 @@ def test_a_saver_writes_the_name_again_after_another_savers_delete(make_saver: C
     put(saver, LONG_THREAD, cid(2), run="run-1", values={"big": "b" * BIG}, versions={"big": ver(1)})
     reader = make_saver()
     assert [t.config["configurable"]["thread_id"] for t in reader.list(None)] == [LONG_THREAD]
-    assert reader.get_tuple(cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
+    assert tuple_at(reader, cfg(LONG_THREAD)).checkpoint["channel_values"]["big"] == "b" * BIG
     reader.delete_for_runs(["run-1"])
     assert reader.get_tuple(cfg(LONG_THREAD)) is None

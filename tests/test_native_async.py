@@ -28,6 +28,7 @@ import boto3
 import pytest
 from faultproxy import FaultProxy
 from helpers import cfg, client_options, growing_graph, silent_server
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import (
@@ -70,7 +71,7 @@ async def test_requests_go_out_on_the_event_loop(
     saver = AsyncS3Saver(bucket=bucket, prefix=prefix, client=s3_server.client(), transport="direct")
     try:
         graph = growing_graph(saver)
-        config = {"configurable": {"thread_id": "native"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "native"}}
         result = await graph.ainvoke({"n": 0, "log": []}, config, durability="sync")
         assert result["n"] == 5
         assert (await graph.aget_state(config)).values["n"] == 5
@@ -90,6 +91,7 @@ async def test_the_sync_saver_and_the_boto3_transport_do_not_use_it(s3_server: L
         assert boto3_saver.bucket_io.native is None and boto3_saver.bucket_io.direct is None
 
 
+@pytest.mark.memory
 async def test_memory_bucket_ignores_the_transport() -> None:
     saver = AsyncS3Saver(bucket="memory", client=MemoryBucket(), transport="direct")
     try:
@@ -120,7 +122,7 @@ async def test_request_counts_equal_the_boto3_transport(
         saver = AsyncS3Saver(bucket=BUCKET, prefix=f"{prefix}/{transport}", client=client, transport=transport)
         try:
             graph = growing_graph(saver)
-            config = {"configurable": {"thread_id": "t"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
             steps = []
             for action in ("invoke", "get_state", "list"):
                 before = counting_proxy.snapshot()["requests"]
@@ -211,6 +213,7 @@ def _client(endpoint: str, **kwargs: Any) -> Any:
     )
 
 
+@pytest.mark.memory
 async def test_a_silent_server_fails_within_the_timeouts() -> None:
     with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=0.5, max_attempts=2)
@@ -224,6 +227,7 @@ async def test_a_silent_server_fails_within_the_timeouts() -> None:
             saver.close()
 
 
+@pytest.mark.memory
 async def test_the_operation_deadline_abandons_native_requests() -> None:
     with silent_server() as port:
         client = _client(f"http://127.0.0.1:{port}", read_timeout=30)
@@ -238,6 +242,7 @@ async def test_the_operation_deadline_abandons_native_requests() -> None:
             saver.close()
 
 
+@pytest.mark.memory
 async def test_a_refused_port() -> None:
     saver = AsyncS3Saver(bucket="b", client=_client("http://127.0.0.1:9", max_attempts=2), transport="direct")
     try:
@@ -276,6 +281,7 @@ def _web_server(tls: ssl.SSLContext | None = None) -> Iterator[int]:
         server.server_close()
 
 
+@pytest.mark.memory
 async def test_a_web_server_that_is_not_s3() -> None:
     with _web_server() as port:
         saver = AsyncS3Saver(bucket="b", client=_client(f"http://127.0.0.1:{port}"), transport="direct")
@@ -306,6 +312,7 @@ def tls_context(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
     return context
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("sender", ["native", "blocking"])
 @pytest.mark.parametrize("verify", ["default", "bundle", "off"])
 async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> None:
@@ -314,9 +321,8 @@ async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> N
     the event loop's, and the blocking one of the sync saver (on the event loop's thread here, as a sync
     call is)."""
     with _web_server(tls_context) as port:
-        option: dict[str, Any] = {"default": {}, "bundle": {"verify": tls_context.cert_file}, "off": {"verify": False}}[
-            verify
-        ]
+        cert_file = tls_context.cert_file  # type: ignore[attr-defined]
+        option: dict[str, Any] = {"default": {}, "bundle": {"verify": cert_file}, "off": {"verify": False}}[verify]
         client = _client(f"https://127.0.0.1:{port}", max_attempts=1, **option)
         saver = (AsyncS3Saver if sender == "native" else S3Saver)(bucket="b", client=client, transport="direct")
 
@@ -334,6 +340,7 @@ async def test_https(tls_context: ssl.SSLContext, verify: str, sender: str) -> N
             saver.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("sender", ["native", "blocking"])
 @pytest.mark.parametrize("presented", [False, True])
 async def test_mutual_tls_presents_the_clients_certificate(
@@ -481,6 +488,7 @@ def test_close_from_another_thread(seaweedfs_server: LocalS3Server, prefix: str)
         loop.close()
 
 
+@pytest.mark.memory
 def test_without_expect_continue_is_exported() -> None:
     client = _client("http://127.0.0.1:9")
     assert without_expect_continue(client) is client

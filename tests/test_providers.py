@@ -27,7 +27,8 @@ import boto3
 import pytest
 from botocore.config import Config
 from dialectproxy import Dialect, DialectProxy
-from helpers import RequestCounter, cfg, client_options
+from helpers import RequestCounter, cfg, client_options, run_plan
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from test_conformance import assert_conformance
 from workers.common import fence_graph
@@ -77,17 +78,10 @@ PROBE_REQUESTS = 19
 # -- the probe, without a server --------------------------------------------------------------------
 def _drive(plan: Any, bucket: MemoryBucket) -> tuple[Any, list[list[Request]]]:
     """Run a plan on an in-memory bucket, one request after the other; its result and its batches."""
-    batches: list[list[Request]] = []
-    reply: Any = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value, batches
-        batches.append(step)
-        reply = [bucket.execute(request) for request in step]
+    return run_plan(plan, lambda step: [bucket.execute(request) for request in step])
 
 
+@pytest.mark.memory
 def test_the_probe_is_five_round_trips_of_nineteen_requests_and_leaves_nothing() -> None:
     bucket = MemoryBucket()
     found, batches = _drive(probe("p/_setup/probe-x"), bucket)
@@ -143,6 +137,7 @@ class Misbehaving(MemoryBucket):
         return super().execute(request)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("fault", "check"),
     [
@@ -167,6 +162,7 @@ def test_each_check_of_the_probe_names_itself(fault: str, check: str | None) -> 
     assert bucket.keys() == []
 
 
+@pytest.mark.memory
 def test_without_conditions_keeps_every_reply_and_sends_no_conditional_header() -> None:
     """The single-writer stand-in: a LIST of the key, then the plain request if the condition holds."""
     bucket = MemoryBucket(keep_log=True)
@@ -551,7 +547,7 @@ def test_conflict_bursts_are_retried_never_a_conflict(
     proxy = through(conflicts=2)
     saver = S3Saver(**_options(server, proxy, transport=transport))
     graph = fence_graph(saver)
-    config = {"configurable": {"thread_id": "bursts"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "bursts"}}
     graph.invoke({"pending": "one"}, config, durability="sync")
     assert graph.get_state(config).values["steps"] == ["one"]
     assert proxy.seen["409"] > 2 * 13  # two for each conditional request: the probe's 13, and the graph's
@@ -598,7 +594,7 @@ def test_a_per_key_write_limit_slows_a_fast_graph_down_without_failing_it(
     proxy = through(write_interval=0.2, throttle_status=status, throttle_code=code)
     saver = S3Saver(**_options(server, proxy, transport=transport))
     graph = fence_graph(saver)
-    config = {"configurable": {"thread_id": "fast"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "fast"}}
     graph.invoke({"pending": "one"}, config, durability="sync")  # two heads at once: the second is throttled
     assert graph.get_state(config).values["steps"] == ["one"]
     throttled = proxy.seen[str(status)]
@@ -725,6 +721,7 @@ def test_extra_headers_reach_every_request_of_both_transports(
 
 
 # -- the retry budget, without a server ---------------------------------------------------------------
+@pytest.mark.memory
 def test_throttling_gets_more_attempts_while_its_waits_fit_in_the_time_budget() -> None:
     clock = [0.0]
     retries = Retries(3, 60.0, clock=lambda: clock[0])
@@ -739,6 +736,7 @@ def test_throttling_gets_more_attempts_while_its_waits_fit_in_the_time_budget() 
     assert Retries(3, 60.0).wait_after(None) is None  # not worth another attempt (a 403, a 400)
 
 
+@pytest.mark.memory
 def test_a_conflict_is_sent_again_a_bounded_number_of_times() -> None:
     retries = Retries(3, 60.0, clock=lambda: 0.0)
     attempts = 1
@@ -749,12 +747,14 @@ def test_a_conflict_is_sent_again_a_bounded_number_of_times() -> None:
     assert [over_time.wait_after(Kind.CONFLICT) is not None for _ in range(3)] == [True, True, False]
 
 
+@pytest.mark.memory
 def test_botocores_attempts_count_toward_the_budget() -> None:
     """The boto3 path: botocore made its own attempts (3 for a throttled call) before the saver asks."""
     retries = Retries(3, 0.0, clock=lambda: 0.0)
     assert retries.wait_after(Kind.THROTTLED, attempts=3) is None  # out of time and of the ordinary attempts
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("status", "code", "kind"),
     [
@@ -800,6 +800,7 @@ def _answered(direct: DirectTransport, request: Any, *answers: Any) -> Any:
     raise AssertionError("the conversation did not end")
 
 
+@pytest.mark.memory
 def test_a_409_conflict_is_sent_again_and_a_501_to_a_condition_is_unsupported() -> None:
     direct = _direct()
     put = Put("k", b"v", mode=CREATE)
@@ -819,6 +820,7 @@ def test_a_409_conflict_is_sent_again_and_a_501_to_a_condition_is_unsupported() 
     direct.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(("encoding", "listed"), [("<EncodingType>url</EncodingType>", "a b/c+d"), ("", "a+b/c%2Bd")])
 def test_listed_keys_are_decoded_only_when_the_server_says_it_encoded_them(encoding: str, listed: str) -> None:
     direct = _direct()
@@ -832,24 +834,28 @@ def test_listed_keys_are_decoded_only_when_the_server_says_it_encoded_them(encod
     direct.close()
 
 
+@pytest.mark.memory
 def test_the_direct_transport_sends_the_checksums_the_clients_setting_asks_for() -> None:
     """botocore's when_supported: a CRC32 on PUT, checksum mode on GET (and a body that does not match the
     checksum it came with is a failed attempt); when_required, as the saver's own clients: neither."""
     checked = _direct(request_checksum_calculation="when_supported", response_checksum_validation="when_supported")
     put = next(checked.exchanges(Put("k", b"hello")))
+    assert isinstance(put, Exchange)
     assert put.headers["x-amz-checksum-crc32"] == "NhCmhg==" and put.headers["x-amz-sdk-checksum-algorithm"] == "CRC32"
     good = (200, {"etag": '"e"', "x-amz-checksum-crc32": "NhCmhg=="}, b"hello")
     damaged = (200, {"etag": '"e"', "x-amz-checksum-crc32": "NhCmhg=="}, b"hellO")
     reply, sent = _answered(checked, Get("k"), damaged, good)
     assert reply.body == b"hello" and len(sent) == 2 and sent[0].headers["x-amz-checksum-mode"] == "ENABLED"
     plain = _direct(request_checksum_calculation="when_required", response_checksum_validation="when_required")
-    assert not any("checksum" in name for name in next(plain.exchanges(Put("k", b"hello"))).headers)
-    assert not any("checksum" in name for name in next(plain.exchanges(Get("k"))).headers)
+    for request in (Put("k", b"hello"), Get("k")):
+        sent = next(plain.exchanges(request))
+        assert isinstance(sent, Exchange) and not any("checksum" in name for name in sent.headers)
     checked.close()
     plain.close()
 
 
 # -- configuration -------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_aws_region_alone_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
         monkeypatch.delenv(name, raising=False)
@@ -864,6 +870,7 @@ def test_aws_region_alone_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.memory
 def test_the_clients_the_saver_makes_send_checksums_only_where_required() -> None:
     config = make_client(
         endpoint_url="http://127.0.0.1:9", aws_access_key_id="a", aws_secret_access_key="b"
@@ -881,6 +888,7 @@ def test_the_clients_the_saver_makes_send_checksums_only_where_required() -> Non
         )
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("kind", [S3Saver, S3Store])
 @pytest.mark.parametrize(
     "name", ["my bucket", "agents/prod", "-agents", "agents.", "a..b", "192.168.1.1", "x" * 256, "agents?"]
@@ -891,6 +899,7 @@ def test_an_invalid_bucket_name_is_refused_at_construction(kind: Any, name: str)
     assert "letters, digits" in str(raised.value)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("headers", "problem"),
     [
@@ -906,6 +915,7 @@ def test_extra_headers_are_checked_at_construction(headers: Any, problem: str) -
         S3Saver(bucket="agents", endpoint_url="http://127.0.0.1:9", extra_headers=headers)
 
 
+@pytest.mark.memory
 def test_extra_headers_in_the_location_url() -> None:
     _, _, options = parse_url("s3://agents/p?extra_headers=X-Tigris-Consistent:true,X-Other:1")
     assert options["extra_headers"] == (("X-Tigris-Consistent", "true"), ("X-Other", "1"))

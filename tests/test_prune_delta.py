@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
-from helpers import BIG, cfg, cid, drive, head_put_of, ids, is_record_key, put, put_plan, saver_factory, ver
+from helpers import BIG, cfg, cid, drive, head_put_of, ids, is_record_key, put, put_plan, tuple_at, ver
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -60,7 +61,7 @@ def _loop_graph(saver: S3Saver) -> Any:
 
 def test_keep_latest_prunes_an_ordinary_thread(saver: S3Saver) -> None:
     graph = _loop_graph(saver)
-    config = {"configurable": {"thread_id": f"t-{uuid4()}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4()}"}}
     graph.invoke({"steps": 0}, config)
     before = _objects(saver, config["configurable"]["thread_id"])
     saver.prune([config["configurable"]["thread_id"]])
@@ -88,7 +89,7 @@ def _chat_graph(saver: S3Saver) -> Any:
 
 def test_delta_channel_survives_keep_latest_and_uses_the_override(saver: S3Saver) -> None:
     graph = _chat_graph(saver)
-    config = {"configurable": {"thread_id": f"chat-{uuid4()}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"chat-{uuid4()}"}}
     for _ in range(7):
         graph.invoke({"messages": []}, config)
     expected = graph.get_state(config).values
@@ -118,7 +119,7 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     from langgraph.checkpoint.base.id import uuid6
 
     thread = f"flight-{uuid4()}"
-    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     versions: dict[str, str] = {}
     for step in range(3):
         versions["big"] = saver.get_next_version(versions.get("big"), None)
@@ -152,13 +153,6 @@ def test_keep_latest_spares_a_put_in_flight(saver: S3Saver, monkeypatch: pytest.
     assert latest is not None and latest.checkpoint["channel_values"]["big"] == "x" * 10_000 + "2"
 
 
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
-
-
 def test_prune_spares_the_fresh_large_value_of_a_fork_in_flight(make_saver: Callable[[], S3Saver]) -> None:
     """A fork in flight numbers its versions from an older checkpoint, so its freshly written large value has a version
     below the head's: prune keeps an unreferenced value that young, or the fork's checkpoint, once committed, could not
@@ -180,14 +174,14 @@ def test_prune_spares_the_fresh_large_value_of_a_fork_in_flight(make_saver: Call
 
     drive(forker, plan, on_batch)
     assert pruned
-    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "f" * BIG
+    assert tuple_at(make_saver(), cfg("t")).checkpoint["channel_values"]["big"] == "f" * BIG
 
 
 class _AheadClock(datetime):
     """This machine's clock, 15 minutes fast."""
 
     @classmethod
-    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+    def now(cls, tz: Any = None) -> Any:
         return datetime.now(tz) + timedelta(minutes=15)
 
 
@@ -211,7 +205,7 @@ def test_prune_judges_a_values_age_by_the_servers_clock(
 
     drive(saver, plan, on_batch)
     assert pruned
-    assert make_saver().get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "2" * BIG
+    assert tuple_at(make_saver(), cfg("t")).checkpoint["channel_values"]["big"] == "2" * BIG
 
 
 def test_a_saver_forgets_the_large_values_its_own_prune_deleted(make_saver: Callable[[], S3Saver]) -> None:
@@ -224,7 +218,7 @@ def test_a_saver_forgets_the_large_values_its_own_prune_deleted(make_saver: Call
     saver.prune(["t"])
     put(saver, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="fork")
     reader = make_saver()
-    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+    assert tuple_at(reader, cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
     assert ids(reader.list(cfg("t"))) == [cid(3), cid(2)]
 
 
@@ -246,7 +240,7 @@ def test_prune_keeps_an_older_value_that_a_fork_committed_meanwhile_reuses(
         put(forker, "t", cid(3), cid(1), values={"big": "1" * BIG}, versions={"big": ver(1)}, new={}, source="update")
         return scope
 
-    pruner.plans._prune_scope = scope_then_a_fork  # type: ignore[method-assign]
+    pruner.plans._prune_scope = scope_then_a_fork
     pruner.prune(["t"])
     latest = make_saver().get_tuple(cfg("t"))
     assert latest is not None and latest.checkpoint["id"] == cid(3)

@@ -7,11 +7,10 @@ endpoint come from the environment (the boto3 chain, ``AWS_ENDPOINT_URL``), as t
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from helpers import run_python_file
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -23,26 +22,12 @@ def _python_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", README.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
 
 
-def _run(block: str, server: LocalS3Server, path: Path) -> subprocess.CompletedProcess[str]:
-    path.write_text(block, encoding="utf-8")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LANGGRAPH_"))}
-    environ.update(
-        AWS_ENDPOINT_URL=server.endpoint_url,
-        AWS_ACCESS_KEY_ID=server.access_key,
-        AWS_SECRET_ACCESS_KEY=server.secret_key,
-        AWS_DEFAULT_REGION=server.region,
-    )
-    return subprocess.run(
-        [sys.executable, path.name], cwd=path.parent, env=environ, capture_output=True, text=True, timeout=180
-    )
-
-
 def test_every_python_block_of_the_readme_runs_as_a_file(s3_server: LocalS3Server, tmp_path: Path) -> None:
     quickstart, store, *others = _python_blocks()
     assert not others, "a new README block: run it here too"
     with contextlib.suppress(Exception):  # a fresh bucket: the quickstart must create it
         s3_server.client().delete_bucket(Bucket="agent-checkpoints")
-    done = _run(quickstart, s3_server, tmp_path / "quickstart.py")
+    done = run_python_file(quickstart, s3_server, tmp_path / "quickstart.py")
     assert done.returncode == 0, done.stderr
     with S3Saver.from_conn_string(
         "s3://agent-checkpoints/prod",
@@ -56,7 +41,7 @@ def test_every_python_block_of_the_readme_runs_as_a_file(s3_server: LocalS3Serve
             assert state is not None and state.checkpoint["channel_values"]["count"] == 1, thread_id
 
     s3_server.create_bucket("agent-state")  # the store block opens an existing bucket, as most deployments do
-    done = _run(store, s3_server, tmp_path / "store.py")
+    done = run_python_file(store, s3_server, tmp_path / "store.py")
     assert done.returncode == 0, done.stderr
     assert "prefers short answers" in done.stdout
     # The cached node's answer is served to the second user who asks the same question (the node's input, the whole

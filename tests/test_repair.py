@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +28,6 @@ from helpers import (
     put,
     root_head_key,
     run_cli,
-    saver_factory,
     send,
 )
 from langgraph.checkpoint.base import empty_checkpoint
@@ -38,13 +37,6 @@ from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Put
 from langgraph_s3_checkpoint.errors import DamagedHeadError
 from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 @pytest.mark.parametrize("delete_done", ["heads", "all"])
@@ -64,7 +56,7 @@ def test_repair_racing_delete_thread_takes_its_head_back(
     deleting = deleter.plans.delete_thread("t")
     reply: Any = None
 
-    def delete_until(done: Callable[[list[Any]], bool]) -> None:
+    def delete_until(done: Callable[[Any], bool]) -> None:
         nonlocal reply
         with contextlib.suppress(StopIteration):
             while True:
@@ -82,7 +74,7 @@ def test_repair_racing_delete_thread_takes_its_head_back(
             delete_until(lambda batch: delete_done == "heads" and any(isinstance(r, DeleteObjects) for r in batch))
         return send_one(request, *deadline)
 
-    repairer.bucket_io._send = send_racing_a_delete
+    repairer.bucket_io._send = send_racing_a_delete  # type: ignore[assignment]
     [outcome] = repairer.repair_thread("t").namespaces
     assert outcome.status == "changed" and "delete" in outcome.reason
     delete_until(lambda batch: False)

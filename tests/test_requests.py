@@ -13,8 +13,9 @@ from uuid import uuid4
 
 import pytest
 from helpers import RequestCounter, Run
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import ChannelVersions, empty_checkpoint
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
@@ -35,13 +36,15 @@ def counted(
     saver.close()
 
 
-def _chain(saver: S3Saver, thread_id: str, n: int, channels: int = 1) -> dict[str, Any]:
+def _chain(saver: S3Saver, thread_id: str, n: int, channels: int = 1) -> RunnableConfig:
     """Put n checkpoints in a chain, like LangGraph does; returns the last config."""
-    config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    versions: dict[str, str] = {}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    versions: ChannelVersions = {}
     for step in range(n):
         cp = empty_checkpoint()
-        changed = {f"ch{step % channels}": saver.get_next_version(versions.get(f"ch{step % channels}"), None)}
+        changed: ChannelVersions = {
+            f"ch{step % channels}": saver.get_next_version(versions.get(f"ch{step % channels}"), None)  # type: ignore[arg-type]
+        }
         versions.update(changed)
         cp["channel_versions"] = dict(versions)
         cp["channel_values"] = {ch: f"value of {ch} at {v}" for ch, v in versions.items()}
@@ -69,7 +72,7 @@ def test_put_writes_only_changed_channels(counted: Counted) -> None:
     saver, counter = counted
     thread = f"t-{uuid4().hex}"
     big = "x" * 20_000  # above the inline threshold: stored as a blob
-    config: dict[str, Any] = Run().of({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+    config: RunnableConfig = Run().of({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
     saver.get_tuple(config)  # observe the (absent) head, as LangGraph's run does before its first put
     versions = {f"c{i}": saver.get_next_version(None, None) for i in range(10)}
     cp = empty_checkpoint()
@@ -142,7 +145,7 @@ def test_one_node_superstep_cost(counted: Counted) -> None:
     builder.add_node("inc", lambda s: {"n": s["n"] + 1})
     builder.add_edge(START, "inc")
     graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
     graph.invoke({"n": 0}, config, durability="sync")
     counter.reset()
     graph.invoke({"n": 5}, config, durability="sync")
@@ -175,7 +178,7 @@ def test_rereading_history_costs_its_listing_only(counted: Counted) -> None:
     thread = f"t-{uuid4().hex}"
     config = _chain(saver, thread, 50)
     saver.put_writes(config, [("ch0", "pending")], "task-1")
-    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    latest: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     counter.reset()
     first = list(saver.list(latest, limit=50))
     assert counter.snapshot() == {"GetObject": 52, "ListObjectsV2": 1}  # head, 50 records, 1 writes object
@@ -192,7 +195,7 @@ def test_a_scan_of_the_whole_history_bypasses_the_read_cache(counted: Counted) -
     saver, counter = counted
     thread = f"t-{uuid4().hex}"
     _chain(saver, thread, 20)
-    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    latest: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     for _ in range(2):
         counter.reset()
         assert len(list(saver.list(latest))) == 20
@@ -204,7 +207,7 @@ def test_a_scan_of_the_whole_history_bypasses_the_read_cache(counted: Counted) -
 
 def test_the_read_cache_never_serves_a_replaced_object(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     """An interrupt write is replaced in place (same key, new ETag): readers must see the new one."""
-    from langgraph.checkpoint.base import INTERRUPT
+    from langgraph.checkpoint.base import INTERRUPT  # type: ignore[attr-defined]
 
     saver = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
     thread = f"t-{uuid4().hex}"
@@ -244,7 +247,7 @@ def test_delta_channel_load_reads_only_new_ancestors(counted: Counted) -> None:
     builder.add_node("reply", lambda s: {"log": [f"reply {len(s['log'])}"]})
     builder.add_edge(START, "reply")
     graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}"}}
     gets = {}
     for turn in range(1, 31):
         counter.reset()

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import Crash, RequestCounter, lose_first_answer
+from helpers import Crash, RequestCounter, lose_first_answer, tuple_at
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import AsyncS3Saver, S3Saver
@@ -21,7 +22,7 @@ from langgraph_s3_checkpoint.memory import MemoryBucket
 
 
 def _history(saver: S3Saver, thread_id: str, steps: int, ns: str = "") -> None:
-    config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
     for step in range(steps):
         config = saver.put(config, empty_checkpoint(), {"step": step}, {})
         saver.put_writes(config, [("ch", step)], f"task-{step}")
@@ -92,10 +93,10 @@ def test_expire_threads_keeps_a_thread_written_after_it_was_judged_idle(
             writer.put(latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
         return thread_id
 
-    saver.plans._name_of = name_of_then_a_write  # type: ignore[method-assign]
+    saver.plans._name_of = name_of_then_a_write  # type: ignore[assignment]
     assert saver.expire_threads(timedelta(seconds=-60)) == ["idle"]
     kept = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
-    assert kept.get_tuple({"configurable": {"thread_id": "busy"}}).metadata["step"] == 9
+    assert tuple_at(kept, {"configurable": {"thread_id": "busy"}}).metadata["step"] == 9
     assert kept.get_tuple({"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}) is not None
     assert kept.get_tuple({"configurable": {"thread_id": "idle"}}) is None
     for s in (saver, writer, kept):
@@ -114,8 +115,8 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
     saver, writer = (S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client()) for _ in range(2))
     _history(saver, "busy", 2, ns="sub:1")
     _history(saver, "busy", 2)
-    root = {"configurable": {"thread_id": "busy"}}
-    sub = {"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}
+    root: RunnableConfig = {"configurable": {"thread_id": "busy"}}
+    sub: RunnableConfig = {"configurable": {"thread_id": "busy", "checkpoint_ns": "sub:1"}}
     sub_latest, root_latest = writer.get_tuple(sub), writer.get_tuple(root)
     assert sub_latest is not None and root_latest is not None
     root_head = saver.plans.layout.head("busy", "")
@@ -136,16 +137,16 @@ def test_expire_threads_keeps_a_thread_whose_subgraph_moved_after_it_was_judged_
             subgraph_step()
         return reply
 
-    shell._send = send_racing_a_subgraph_step
+    shell._send = send_racing_a_subgraph_step  # type: ignore[assignment]
     assert saver.expire_threads(timedelta(seconds=-60)) == []
     assert moved
     kept = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
     again = kept.get_tuple(root)
     assert again is not None and again.checkpoint["id"] == root_latest.checkpoint["id"]
-    assert kept.get_tuple(sub).metadata["step"] == 9
+    assert tuple_at(kept, sub).metadata["step"] == 9
     # The step in progress commits its parent checkpoint on the head it read.
     assert writer.put(root_latest.config, empty_checkpoint(), {"step": 10, "source": "loop"}, {})
-    assert kept.get_tuple(root).metadata["step"] == 10
+    assert tuple_at(kept, root).metadata["step"] == 10
     for s in (saver, writer, kept):
         s.close()
 
@@ -172,7 +173,7 @@ def test_an_expire_that_died_putting_heads_back_is_named_as_such(
             writer.put(sub_latest.config, empty_checkpoint(), {"step": 9, "source": "loop"}, {})
         return reply
 
-    saver.bucket_io._send = send_and_die_putting_back
+    saver.bucket_io._send = send_and_die_putting_back  # type: ignore[assignment]
     with pytest.raises(Crash):
         saver.expire_threads(timedelta(seconds=-60))
     fresh = S3Saver(bucket=bucket, prefix=prefix, client=s3_server.client())
@@ -247,7 +248,7 @@ async def test_async_expire_threads(s3_server: LocalS3Server, bucket: str, prefi
 
 def test_lifecycle_ttl_tags_objects_and_installs_one_rule(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     """setup(ttl_days) installs an expiry rule for the prefix (keeping other rules); objects carry its tag."""
-    from langgraph_s3_checkpoint.saver import EXPIRY_TAG
+    from langgraph_s3_checkpoint.saver import EXPIRY_TAG  # type: ignore[attr-defined]
 
     client = s3_server.client()
     lifecycle_bucket = f"{bucket}-ttl"
@@ -265,7 +266,7 @@ def test_lifecycle_ttl_tags_objects_and_installs_one_rule(s3_server: LocalS3Serv
     key, value = EXPIRY_TAG.split("=")
     assert ours["Filter"]["And"]["Tags"] == [{"Key": key, "Value": value}]
 
-    config: dict[str, Any] = {"configurable": {"thread_id": "ttl", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "ttl", "checkpoint_ns": ""}}
     cp = empty_checkpoint()
     cp["channel_versions"] = {"big": saver.get_next_version(None, None)}
     cp["channel_values"] = {"big": "x" * 1000}
@@ -285,7 +286,7 @@ def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
     """A saver that does not know a referenced blob's age rewrites it once, so expiry cannot take it."""
     client = s3_server.client()
     writer = S3Saver(bucket=bucket, prefix=prefix, client=client, ttl_days=30, inline_threshold=100)
-    config: dict[str, Any] = {"configurable": {"thread_id": "renew", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "renew", "checkpoint_ns": ""}}
     versions = {"big": writer.get_next_version(None, None)}
     cp = empty_checkpoint()
     cp["channel_versions"] = dict(versions)
@@ -321,6 +322,7 @@ def test_ttl_renews_referenced_blobs_of_a_fresh_saver(
         s.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("skew_hours", [0, 30, -30], ids=["same clock", "client 30 h behind", "client 30 h ahead"])
 def test_ttl_renewal_judges_a_values_age_on_one_clock(monkeypatch: pytest.MonkeyPatch, skew_hours: int) -> None:
     """Defect: a value read back from the bucket was dated by the server's LastModified and compared with this
@@ -338,7 +340,7 @@ def test_ttl_renewal_judges_a_values_age_on_one_clock(monkeypatch: pytest.Monkey
     bucket = MemoryBucket(now=lambda: server_now[0])
     saver = S3Saver(bucket="b", client=bucket, prefix="p", ttl_days=2, inline_threshold=100)
     saver.setup()
-    config: dict[str, Any] = {"configurable": {"thread_id": "hourly", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "hourly", "checkpoint_ns": ""}}
     big = {"big": "x" * 1000}
     for hour in range(24 * 5):  # five days of use every hour, each step starting from a read, as a graph does
         latest = S3Saver(bucket="b", client=bucket, prefix="p", ttl_days=2, inline_threshold=100).get_tuple(config)

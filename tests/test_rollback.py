@@ -11,7 +11,7 @@ interleaving on the in-memory bucket in test_simulation.py.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from helpers import (
     Crash,
     Run,
     cfg,
+    checkpoint,
     cid,
     crash_at,
     crash_before_head,
@@ -30,11 +31,10 @@ from helpers import (
     latest_id,
     put,
     put_plan,
-    saver_factory,
     send,
+    tuple_at,
     ver,
 )
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3Saver
@@ -42,14 +42,6 @@ from langgraph_s3_checkpoint._protocol.keys import Layout
 from langgraph_s3_checkpoint._protocol.operator_plans import Problem, verify_thread
 from langgraph_s3_checkpoint._protocol.requests import PRECONDITION_FAILED, Get
 from langgraph_s3_checkpoint.gc import gc as run_gc
-from langgraph_s3_checkpoint.local import LocalS3Server
-
-
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
 
 
 def test_a_rollback_moves_the_head_back_to_a_committed_checkpoint_never_to_a_leftover(
@@ -186,9 +178,7 @@ def test_run_ids_that_are_not_str_match_as_text(make_saver: Callable[[], S3Saver
     saver = make_saver()
     run = uuid.UUID(int=7)
     for n, run_id in ((1, "keep"), (2, 12), (3, run)):
-        checkpoint = empty_checkpoint()
-        checkpoint["id"] = cid(n)
-        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint, {"source": "loop", "run_id": run_id}, {})
+        saver.put(cfg("t", "", cid(n - 1) if n > 1 else None), checkpoint(n), {"source": "loop", "run_id": run_id}, {})  # type: ignore[typeddict-item]
     make_saver().delete_for_runs(["12"])
     assert ids(make_saver().list(cfg("t"))) == [cid(3), cid(1)]
     make_saver().delete_for_runs([run])  # type: ignore[list-item]
@@ -210,7 +200,7 @@ def test_a_saver_forgets_the_run_index_entries_its_own_rollback_deleted(make_sav
     assert ids(reader.list(cfg("t"))) == [cid(1)]
     put(saver, "t", cid(4), cid(1), run="run-c", values={"big": "1" * BIG}, versions={"big": ver(1)}, new={})
     assert ids(reader.list(cfg("t"))) == [cid(4), cid(1)]
-    assert reader.get_tuple(cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
+    assert tuple_at(reader, cfg("t")).checkpoint["channel_values"]["big"] == "1" * BIG
 
 
 def test_a_rollback_to_a_detached_checkpoint_keeps_the_history_below_it(make_saver: Callable[[], S3Saver]) -> None:

@@ -26,6 +26,9 @@ from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.fencing import RUNTIME_KEY
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 
 class Watching(S3Saver):
     """An S3Saver that notes, for every call, the namespace and the runtime object it carries."""
@@ -78,6 +81,14 @@ def _node(name: str) -> Any:
     return lambda state: {"steps": [name]}
 
 
+def _steps(saver: Watching, *names: str) -> Any:
+    """START -> each of ``names`` in turn, each appending its name (the last one ends the run)."""
+    builder = StateGraph(Steps)
+    builder.add_sequence([(name, _node(name)) for name in names])
+    builder.add_edge(START, names[0])
+    return builder.compile(checkpointer=saver)
+
+
 def test_every_call_of_one_run_carries_one_runtime_and_runs_do_not_share_it(saver: Watching) -> None:
     """A graph with a subgraph, a Send fan-out and a node retried once: each loop (the root's, the subgraph's) carries
     one runtime in all its calls, the subgraph's is not the root's, and a second run carries new ones."""
@@ -123,12 +134,7 @@ def test_every_call_of_one_run_carries_one_runtime_and_runs_do_not_share_it(save
 
 def test_two_runs_at_once_carry_two_runtimes(saver: Watching) -> None:
     """Two runs of one thread at the same time, in one process: two runtime objects, alive at once."""
-    builder = StateGraph(Steps)
-    builder.add_node("one", _node("one"))
-    builder.add_node("two", _node("two"))
-    builder.add_edge(START, "one")
-    builder.add_edge("one", "two")
-    graph = builder.compile(checkpointer=saver)
+    graph = _steps(saver, "one", "two")
     gate = threading.Barrier(2, timeout=30)
     original = saver.get_tuple
 
@@ -137,7 +143,7 @@ def test_two_runs_at_once_carry_two_runtimes(saver: Watching) -> None:
         gate.wait()  # both runs have read before either goes on: both runtimes are alive
         return found
 
-    saver.get_tuple = get_tuple  # type: ignore[method-assign]
+    saver.get_tuple = get_tuple
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -157,14 +163,8 @@ def test_two_runs_at_once_carry_two_runtimes(saver: Watching) -> None:
 
 @pytest.mark.parametrize("durability", ["exit", "async"])
 def test_durability_modes_keep_one_runtime_per_run(saver: Watching, durability: str) -> None:
-    builder = StateGraph(Steps)
-    for name in ("one", "two", "three"):
-        builder.add_node(name, _node(name))
-    builder.add_edge(START, "one")
-    builder.add_edge("one", "two")
-    builder.add_edge("two", "three")
-    graph = builder.compile(checkpointer=saver)
-    graph.invoke({"steps": []}, {"configurable": {"thread_id": "t"}}, durability=durability)  # type: ignore[arg-type]
+    graph = _steps(saver, "one", "two", "three")
+    graph.invoke({"steps": []}, {"configurable": {"thread_id": "t"}}, durability=durability)
     by_ns = saver.runtimes_by_namespace()
     assert list(by_ns) == [""] and len(by_ns[""]) == 1 and None not in by_ns[""]
     assert [m for m, _, _ in saver.calls if m == "put"], "the run put its checkpoint"
@@ -212,12 +212,7 @@ def test_reads_outside_a_run_carry_none_of_its_runtime(saver: Watching) -> None:
 
 def test_a_replay_reads_and_puts_with_one_runtime(saver: Watching) -> None:
     """A replay from an older checkpoint: its read by id, its check of the latest, its fork and its steps, one run."""
-    builder = StateGraph(Steps)
-    builder.add_node("one", _node("one"))
-    builder.add_node("two", _node("two"))
-    builder.add_edge(START, "one")
-    builder.add_edge("one", "two")
-    graph = builder.compile(checkpointer=saver)
+    graph = _steps(saver, "one", "two")
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     graph.invoke({"steps": []}, config, durability="sync")
     old = list(graph.get_state_history(config))[-2].config

@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal
 from uuid import uuid4
 
 import pytest
-from helpers import RequestCounter, cfg, cid, ids, put, saver_factory
+from helpers import RequestCounter, cfg, cid, ids, put, tuple_at
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
@@ -72,7 +73,7 @@ def _approval_graph(saver: Any, *, review_fails: bool = False) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def _run(thread_id: str, run_id: str, style: str) -> dict[str, Any]:
+def _run(thread_id: str, run_id: str, style: str) -> RunnableConfig:
     """A run's config as LangGraph's API passes it (``metadata``) or as the Agent Server does (``configurable``)."""
     if style == "metadata":
         return {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
@@ -81,7 +82,7 @@ def _run(thread_id: str, run_id: str, style: str) -> dict[str, Any]:
 
 def _view(graph: Any, thread_id: str) -> Any:
     """What a client sees of a thread, without the ids that differ between threads (checkpoint, task, run)."""
-    config = {"configurable": {"thread_id": thread_id}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
 
     def snapshot(state: Any) -> Any:
         return (
@@ -143,19 +144,25 @@ def test_rollback_of_the_run_that_answered_an_interrupt(
     assert _view(graph, rolled) == _view(graph, reference)
 
 
-def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkpoint(seaweed_saver: S3Saver) -> None:
-    """r1 answers, and its node fails before r1 commits any checkpoint: r1 leaves only writes, on r0's checkpoint
-    (the resume value, the node's error), and the run index still finds them."""
-    graph = _approval_graph(seaweed_saver)
+def _answered_and_stopped(saver: S3Saver) -> tuple[Any, str, str, Any]:
+    """Run r0 on two threads, ``rolled`` and ``reference``, up to the question; then r1 answers on ``rolled``, and
+    its node fails before r1 commits any checkpoint. The graph, the two threads, and ``rolled`` as r0 left it."""
+    graph = _approval_graph(saver)
     rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
     for thread in (rolled, reference):
         graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
     before = _view(graph, rolled)
-
     with pytest.raises(RuntimeError, match="cancelled"):
-        _approval_graph(seaweed_saver, review_fails=True).invoke(
+        _approval_graph(saver, review_fails=True).invoke(
             Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
         )
+    return graph, rolled, reference, before
+
+
+def test_rollback_of_a_run_that_answered_and_was_stopped_before_its_first_checkpoint(seaweed_saver: S3Saver) -> None:
+    """r1 answers, and its node fails before r1 commits any checkpoint: r1 leaves only writes, on r0's checkpoint
+    (the resume value, the node's error), and the run index still finds them."""
+    graph, rolled, reference, before = _answered_and_stopped(seaweed_saver)
     history = list(seaweed_saver.list({"configurable": {"thread_id": rolled}}))
     assert not [t for t in history if t.metadata.get("run_id") == "r1"], "r1 must not have committed a checkpoint"
     assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
@@ -170,15 +177,7 @@ def test_gc_keeps_the_index_a_rollback_of_a_run_that_only_answered_needs(seaweed
     """As above, with gc in between: r1 committed nothing, so no record names it, and its run-index entries name
     r0's checkpoint, where its writes are. gc (reading the records, then again trusting its seal of them) must
     keep those entries, or ``delete_for_runs(["r1"])`` would find nothing and leave r1's answer in place."""
-    graph = _approval_graph(seaweed_saver)
-    rolled, reference = f"rolled-{uuid4().hex}", f"reference-{uuid4().hex}"
-    for thread in (rolled, reference):
-        graph.invoke({"request": "post", "log": []}, _run(thread, f"r0-{thread}", "metadata"))
-    before = _view(graph, rolled)
-    with pytest.raises(RuntimeError, match="cancelled"):
-        _approval_graph(seaweed_saver, review_fails=True).invoke(
-            Command(resume="yes"), _run(rolled, "r1", "metadata"), durability="sync"
-        )
+    graph, rolled, reference, before = _answered_and_stopped(seaweed_saver)
     assert _view(graph, rolled) != before, "the scenario must leave r1's writes on r0's checkpoint"
     time.sleep(3)  # a gc seals records older than 2 s (LastModified has whole seconds)
     first, second = gc(seaweed_saver, grace_seconds=0), gc(seaweed_saver, grace_seconds=0)
@@ -206,12 +205,12 @@ def test_put_writes_of_a_run_costs_one_put_on_its_own_checkpoint(counted: tuple[
     thread = f"t-{uuid4().hex}"
     config = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
     r0 = saver.put(config, _checkpoint(), {"source": "loop", "step": 0, "run_id": "r0"}, {})
-    mine = {**r0, "metadata": {"run_id": "r0"}}
+    mine: RunnableConfig = {**r0, "metadata": {"run_id": "r0"}}
     counter.reset()
     saver.put_writes(mine, [("a", 1), ("b", 2)], "task-1", "~pull, one")
     assert counter.snapshot() == {"PutObject": 1}
 
-    theirs = {**r0, "metadata": {"run_id": "r1"}}
+    theirs: RunnableConfig = {**r0, "metadata": {"run_id": "r1"}}
     counter.reset()
     saver.put_writes(theirs, [("__resume__", "yes")], "task-2")
     assert counter.snapshot() == {"PutObject": 3}
@@ -237,7 +236,7 @@ def _same_writes_as_in_memory(saver: Any, calls: list[tuple[list[tuple[str, Any]
         )
         for writes, task, path in calls:
             target.put_writes(config, writes, task, path)
-        got.append(target.get_tuple(config).pending_writes)
+        got.append(tuple_at(target, config).pending_writes)
     assert got[0] == got[1], calls
 
 
@@ -257,6 +256,7 @@ def test_a_special_write_written_again_keeps_its_place(s3_server: LocalS3Server,
     saver.close()
 
 
+@pytest.mark.memory
 def test_writes_order_matches_in_memory_saver_randomized() -> None:
     """Random sequences of put_writes calls (tasks written under several paths, special channels written
     again, duplicates in a call) read back exactly as InMemorySaver returns them (on the in-memory bucket)."""
@@ -274,14 +274,7 @@ def test_writes_order_matches_in_memory_saver_randomized() -> None:
         _same_writes_as_in_memory(S3Saver(bucket="b", client=MemoryBucket()), calls)
 
 
-@pytest.fixture
-def make_saver(s3_server: LocalS3Server, bucket: str, prefix: str) -> Iterator[Callable[[], S3Saver]]:
-    """``make_saver()`` opens another saver (another process, with its own memory) on the same prefix."""
-    with saver_factory(s3_server, bucket, prefix) as make:
-        yield make
-
-
-WRITE_CALLS = [
+WRITE_CALLS: list[tuple[str, list[tuple[str, Any]]]] = [
     ("task-a", [("__interrupt__", "first question")]),
     ("task-a", [("__resume__", "first answer"), ("x", 1), ("y", 2)]),
     ("task-a", [("__interrupt__", "second question")]),
@@ -303,9 +296,9 @@ def test_writes_of_a_tasks_many_put_writes_calls_merge_as_in_memory_saver(make_s
         config = put(target, "t", cid(1))
         for task, writes in WRITE_CALLS:
             target.put_writes(config, writes, task)
-    expected = memory.get_tuple(cfg("t")).pending_writes
-    assert saver.get_tuple(cfg("t")).pending_writes == expected
-    assert fresh.get_tuple(cfg("t", "", cid(1))).pending_writes == expected
+    expected = tuple_at(memory, cfg("t")).pending_writes
+    assert tuple_at(saver, cfg("t")).pending_writes == expected
+    assert tuple_at(fresh, cfg("t", "", cid(1))).pending_writes == expected
     assert next(iter(fresh.list(cfg("t")))).pending_writes == expected
 
 
@@ -359,7 +352,7 @@ def test_a_node_interrupting_twice_beside_a_failing_node_runs_as_with_in_memory_
     results = []
     for checkpointer in (InMemorySaver(), make_saver()):
         graph, calls = two_parallel_nodes(checkpointer)
-        config = {"configurable": {"thread_id": "g"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "g"}}
         outputs: list[Any] = []
         for command in ({"log": []}, Command(resume="one"), Command(resume="two"), None):
             try:
@@ -386,4 +379,4 @@ def test_writes_for_a_checkpoint_without_a_record_belong_to_no_checkpoint(make_s
     listed = list(saver.list(cfg("t")))
     assert ids(listed) == [cid(3), cid(1)]
     assert [t.pending_writes for t in listed] == [[], []]
-    assert saver.get_tuple(cfg("t")).pending_writes == []
+    assert tuple_at(saver, cfg("t")).pending_writes == []

@@ -374,6 +374,7 @@ async def _missing(sdk: Any, namespace: list[str], key: str) -> bool:
 
 
 # -- configuration from the environment (no server process needed) ---------------------------------
+@pytest.mark.memory
 def test_options_from_env_overrides_the_url() -> None:
     url, overrides = options_from_env(
         {
@@ -396,6 +397,7 @@ def test_options_from_env_overrides_the_url() -> None:
         saver.close()
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     "environ",
     [{}, {"LANGGRAPH_S3_URL": "  "}, {"LANGGRAPH_S3_URL": "s3://b", "LANGGRAPH_S3_CREATE_BUCKET": "maybe"}],

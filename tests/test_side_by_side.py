@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from helpers import send
+from helpers import run_plan, send
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
@@ -23,6 +23,9 @@ from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.plans import SIDE_BY_SIDE, side_by_side
 from langgraph_s3_checkpoint._protocol.requests import Emit, Get
 from langgraph_s3_checkpoint.memory import MemoryBucket
+
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
 THREADS = 2 * SIDE_BY_SIDE + 6
 """Two full groups and part of a third."""
@@ -39,15 +42,8 @@ def _asks(name: str, questions: int) -> Generator[Any, Any, tuple[str, list[Any]
 
 def _answer_with_keys(plan: Any) -> tuple[Any, list[list[str]]]:
     """Run a plan answering each GET with its key; the result and the keys of each batch."""
-    batches: list[list[str]] = []
-    reply: Any = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value, batches
-        batches.append([request.key for request in step])
-        reply = [request.key for request in step]
+    result, batches = run_plan(plan, lambda step: [request.key for request in step])
+    return result, [[request.key for request in batch] for batch in batches]
 
 
 def test_side_by_side_sends_the_next_request_of_every_running_plan_in_one_batch() -> None:
@@ -143,6 +139,7 @@ def _gc_counts(threads: int) -> tuple[int, int]:
         except StopIteration as done:
             assert done.value.total == 0
             return len(sizes), sum(sizes)
+        assert isinstance(step, list)
         sizes.append(len(step))
         reply = send(saver, step)
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from helpers import write_stats
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -32,6 +32,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from sim import (
     Crash,
@@ -65,6 +66,9 @@ from langgraph_s3_checkpoint._protocol.repair import repair_plan
 from langgraph_s3_checkpoint._protocol.requests import ListKeys, Put
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 COMMIT = "another worker's commit"
 """Interference run between the two applications of a request whose answer was lost."""
 
@@ -76,13 +80,10 @@ def _count(name: str, n: int) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_stats() -> Any:
+def _report_stats() -> Iterator[None]:
     """With LGS3_SIM_STATS=path, write what was explored (counts) there as JSON."""
     yield
-    path = os.environ.get("LGS3_SIM_STATS")
-    if path:
-        with open(path, "w") as f:
-            json.dump(STATS, f, indent=1, sort_keys=True)
+    write_stats("LGS3_SIM_STATS", STATS)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def _put_scenario(
     name: str,
     *,
     saver: str = "W",
-    read: str | None = None,
+    read: str | int | None = None,
     parent: str | int | None = "head",
     big: bool = False,
     run: str = "r1",
@@ -241,7 +242,9 @@ def _put_scenario(
         if read == "latest":
             w.latest(s, thread, runtime=runtime)
         elif isinstance(read, int):
-            config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid(read)}}
+            config: RunnableConfig = {
+                "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid(read)}
+            }
             config["configurable"]["__pregel_runtime"] = runtime
             run_plan(s, s.plans.get_tuple(config))
         p = ctx["head"] if parent == "head" else parent
@@ -920,7 +923,11 @@ def _judge(w: World, base: Oracle, actors: list[Actor], exactly_one: bool = Fals
             committed = w.settle_put(op, a.spec)  # feeds w.oracle; we rebuild candidates below
             if committed:
                 spec = a.spec
-                effects.append(lambda o, s=spec: o.put(s.config(), s.checkpoint(), s.metadata()))
+
+                def put_spec(o: Oracle, s: Any = spec) -> None:
+                    o.put(s.config(), s.checkpoint(), s.metadata())
+
+                effects.append(put_spec)
             if op.status == "raised" and isinstance(op.error, CheckpointConflictError) and not a.may_conflict:
                 problems.append(f"{op.label} raised CheckpointConflictError")
         elif op.status == "returned":
@@ -1176,7 +1183,9 @@ def test_interleavings_three_plans() -> None:
         w.latest(s, "t", runtime=runtime)
         spec = w.spec("t", ctx["head"], run=None, runtime=runtime)
         writes = [("x", "w")]
-        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(ctx["head"])}}
+        config: RunnableConfig = {
+            "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid(ctx["head"])}
+        }
         m = w.saver()
         return [
             Actor(w.put_op(s, spec), spec=spec),
@@ -1367,36 +1376,18 @@ class ProtocolWithGc(Protocol):
         _count("gc runs that used a seal", int(op.result.records_sealed > 0))
 
 
-def test_random_histories_with_gc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random histories with gc and seals (``LGS3_SIM_GC_EXAMPLES`` histories of ``LGS3_SIM_STEPS`` steps)."""
-    engine = importlib.import_module("hypothesis.internal.conjecture.engine")
-    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
-        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", int(os.environ.get("LGS3_SIM_SHRINK_SECONDS", "45")))
-    run_state_machine_as_test(
-        ProtocolWithGc,
-        settings=settings(
-            max_examples=int(os.environ.get("LGS3_SIM_GC_EXAMPLES", "200")),
-            stateful_step_count=int(os.environ.get("LGS3_SIM_STEPS", "25")),
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-
-
-def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random histories of puts, writes and maintenance with faults: deterministic (derandomized) and
-    bounded (``LGS3_SIM_EXAMPLES`` histories of up to ``LGS3_SIM_STEPS`` steps)."""
+def _run_histories(machine: type[RuleBasedStateMachine], examples: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``examples`` random histories of ``machine``, of up to ``LGS3_SIM_STEPS`` steps: deterministic
+    (derandomized) and bounded."""
     # Bounded time even when a bug is found: shrinking a failing history stops after this many seconds
     # (Hypothesis' own limit is 300); the history reported may then be a little longer than minimal.
     engine = importlib.import_module("hypothesis.internal.conjecture.engine")
     if hasattr(engine, "MAX_SHRINKING_SECONDS"):
         monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", int(os.environ.get("LGS3_SIM_SHRINK_SECONDS", "45")))
     run_state_machine_as_test(
-        Protocol,
+        machine,
         settings=settings(
-            max_examples=int(os.environ.get("LGS3_SIM_EXAMPLES", "150")),
+            max_examples=examples,
             stateful_step_count=int(os.environ.get("LGS3_SIM_STEPS", "25")),
             derandomize=True,
             database=None,
@@ -1404,6 +1395,17 @@ def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+def test_random_histories_with_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random histories with gc and seals (``LGS3_SIM_GC_EXAMPLES`` histories of ``LGS3_SIM_STEPS`` steps)."""
+    _run_histories(ProtocolWithGc, int(os.environ.get("LGS3_SIM_GC_EXAMPLES", "200")), monkeypatch)
+
+
+def test_random_histories(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random histories of puts, writes and maintenance with faults: deterministic (derandomized) and
+    bounded (``LGS3_SIM_EXAMPLES`` histories of up to ``LGS3_SIM_STEPS`` steps)."""
+    _run_histories(Protocol, int(os.environ.get("LGS3_SIM_EXAMPLES", "150")), monkeypatch)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import uuid4
 
 import pytest
@@ -83,7 +83,7 @@ def order_key(layout: StoreLayout, namespace: Sequence[str], key: str) -> bytes:
     return layout.item(namespace, key).encode("utf-8", "surrogatepass")
 
 
-def plain(items: Sequence[Any] | None) -> Any:
+def plain(items: Any) -> Any:
     if items is None:
         return None
     if isinstance(items, list):
@@ -98,14 +98,15 @@ def plain(items: Sequence[Any] | None) -> Any:
 
 def expected_search(layout: StoreLayout, memory: InMemoryStore, op: SearchOp, has_query: bool) -> list[Any]:
     """InMemoryStore's answer under our documented order."""
-    full = memory.batch([op._replace(limit=10**9, offset=0)])[0]
-    assert isinstance(full, list)
+    answer = memory.batch([op._replace(limit=10**9, offset=0)])[0]
+    assert isinstance(answer, list)
+    full = cast(list[SearchItem], answer)
     if not has_query:
         ranked = sorted(full, key=lambda i: order_key(layout, i.namespace, i.key))
         return plain(ranked[op.offset : op.offset + op.limit])
     scored = sorted(
         (i for i in full if i.score is not None),
-        key=lambda i: (-i.score, order_key(layout, i.namespace, i.key)),
+        key=lambda i: (-cast(float, i.score), order_key(layout, i.namespace, i.key)),
     )
     kept = scored[op.offset : op.offset + op.limit]
     scoreless = sorted((i for i in full if i.score is None), key=lambda i: order_key(layout, i.namespace, i.key))
@@ -201,7 +202,7 @@ def expected_namespaces(memory: InMemoryStore, op: ListNamespacesOp) -> list[tup
         del memory._data[namespace]
     answer = memory.batch([op])[0]
     assert isinstance(answer, list)
-    return answer
+    return cast(list[tuple[str, ...]], answer)
 
 
 def check_batch(layout: StoreLayout, memory: InMemoryStore, ops: list[Op], got: list[Any], before: Any) -> None:
@@ -265,6 +266,7 @@ def reference(indexed: bool) -> InMemoryStore:
 # ------------------------------------------------------------------------------------------------
 # Differential
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 def test_differential_memory_bucket(indexed: bool) -> None:
     """3,000 random operations (single and batched) on MemoryBucket, compared op by op."""
@@ -274,13 +276,14 @@ def test_differential_memory_bucket(indexed: bool) -> None:
     assert done >= 3000
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 async def test_differential_memory_bucket_async(indexed: bool) -> None:
     store = AsyncS3Store(
         bucket="b",
         prefix="p",
         client=MemoryBucket(),
-        index={"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None,  # type: ignore[typeddict-item]
+        index={"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None,
     )
     memory = reference(indexed)
     loop = asyncio.get_running_loop()
@@ -299,6 +302,7 @@ def test_differential_live(s3_server: LocalS3Server, bucket: str, prefix: str, f
     index = {"dims": 12, "embed": GridEmbeddings(), "fields": ["text"]} if indexed else None
     cls = S3Store if flavour == "sync" else AsyncS3Store
     store = cls(bucket=bucket, prefix=prefix, client=s3_server.client(), index=index)  # type: ignore[arg-type]
+    call: Callable[[list[Op]], list[Any]]
     if flavour == "sync":
         call = store.batch
     else:
@@ -492,6 +496,7 @@ def test_requests_sweep_ttl_with_an_index(
 # ------------------------------------------------------------------------------------------------
 # Behaviour
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_filters_that_cannot_compare_do_not_raise() -> None:
     with contextlib.closing(memory_store(False)) as store:
         store.put(("f",), "num", {"n": 5})
@@ -510,6 +515,7 @@ def test_filters_that_cannot_compare_do_not_raise() -> None:
         assert [r.key for r in store.search(("f",), filter={"n": {"deep": 1}})] == ["dict"]
 
 
+@pytest.mark.memory
 def test_same_text_twice_in_a_batch() -> None:
     with contextlib.closing(memory_store(True)) as store:
         store.batch([PutOp(("d",), "a", {"text": "apple"}), PutOp(("d",), "b", {"text": "apple"})])
@@ -518,6 +524,7 @@ def test_same_text_twice_in_a_batch() -> None:
         assert results[0].score == results[1].score == pytest.approx(1.0)
 
 
+@pytest.mark.memory
 def test_invalid_labels_raise_like_langgraph() -> None:
     with contextlib.closing(memory_store(False)) as store:
         for call in (
@@ -555,19 +562,20 @@ def test_long_labels_and_keys(s3_server: LocalS3Server, bucket: str, prefix: str
         assert store.list_namespaces() == [("users", label)]
 
 
+@pytest.mark.memory
 def test_what_a_store_remembers_of_long_labels_is_bounded() -> None:
     """Issue 38: a long-lived store kept the name of every long label it ever wrote or read (a digest segment and the
     label, about 0.5 KB each for labels of 200-300 characters), never released. It keeps them in a byte budget, least
     recently used first out, and forgetting one costs only its create-only PUT again (refused: the name exists);
     listing reads the names again, and every namespace is still listed."""
     bucket = MemoryBucket(keep_log=True)
-    store = S3Store(bucket="b", prefix="p", client=bucket)  # type: ignore[arg-type]
+    store = S3Store(bucket="b", prefix="p", client=bucket)
     namespaces = [(f"{i:04d}-" + "L" * 1000,) for i in range(2000)]
     for i, namespace in enumerate(namespaces):
         store.put(namespace, "k", {"v": i})
     names = store.plans.names
     assert 0 < len(names) < len(namespaces)
-    assert names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+    assert names.retained_bytes <= names.max_bytes
 
     def puts_of(namespace: tuple[str, ...]) -> list[str]:
         assert bucket.log is not None
@@ -579,7 +587,7 @@ def test_what_a_store_remembers_of_long_labels_is_bounded() -> None:
     assert puts_of(namespaces[0]) == ["item", "name"]  # forgotten: one create-only PUT again, refused
     assert puts_of(namespaces[0]) == ["item"]  # and remembered again
     assert store.list_namespaces(limit=len(namespaces)) == sorted(namespaces)
-    assert len(names) < len(namespaces) and names.retained_bytes <= names.max_bytes  # type: ignore[attr-defined]
+    assert len(names) < len(namespaces) and names.retained_bytes <= names.max_bytes
 
 
 def test_a_forgotten_long_label_costs_one_create_only_put(
@@ -674,7 +682,7 @@ def test_encrypted_serde_leaves_no_plaintext(s3_server: LocalS3Server, bucket: s
 def test_from_conn_string_and_setup(s3_server: LocalS3Server, bucket: str, prefix: str) -> None:
     # The saver's URL, saver-only options included, opens the store too.
     url = f"s3://{bucket}/{prefix}?vector_shards=2&inline_threshold=100&ttl_days=3&read_cache_bytes=0"
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "endpoint_url": s3_server.endpoint_url,
         "region_name": s3_server.region,
         "aws_access_key_id": s3_server.access_key,
@@ -746,6 +754,7 @@ def test_agent_server_store_factory_reads_the_checkpointer_environment(
     assert [r.value for r in asyncio.run(main())] == [{"v": 1}]
 
 
+@pytest.mark.memory
 def test_reads_in_a_batch_see_the_state_before_it() -> None:
     with contextlib.closing(memory_store(False)) as store:
         store.put(("a",), "k", {"v": 0})
@@ -765,6 +774,7 @@ def test_reads_in_a_batch_see_the_state_before_it() -> None:
         assert store.get(("a",), "k").value == {"v": 2}  # type: ignore[union-attr]
 
 
+@pytest.mark.memory
 def test_search_without_query_order_is_key_order_and_pages_are_stable() -> None:
     with contextlib.closing(memory_store(False)) as store:
         keys = [f"k{i}" for i in random.Random(3).sample(range(100), 40)]
@@ -806,6 +816,7 @@ def ttl_store(
     return store, clock, bucket
 
 
+@pytest.mark.memory
 def test_ttl_items_expire_and_are_never_returned() -> None:
     store, clock, _ = ttl_store()
     with contextlib.closing(store):
@@ -819,6 +830,7 @@ def test_ttl_items_expire_and_are_never_returned() -> None:
         assert [r.key for r in store.search(("t",), filter={"v": 1})] == []
 
 
+@pytest.mark.memory
 def test_ttl_refresh_on_read() -> None:
     store, clock, _ = ttl_store({"refresh_on_read": True})
     with contextlib.closing(store):
@@ -835,6 +847,7 @@ def test_ttl_refresh_on_read() -> None:
         assert store.get(("t",), "b") is None
 
 
+@pytest.mark.memory
 def test_ttl_no_refresh_when_configured_off() -> None:
     store, clock, _ = ttl_store({"refresh_on_read": False, "default_ttl": 10})
     with contextlib.closing(store):
@@ -847,6 +860,7 @@ def test_ttl_no_refresh_when_configured_off() -> None:
         assert store.get(("t",), "keep") is not None
 
 
+@pytest.mark.memory
 def test_ttl_sweep_deletes_expired_items_and_vectors() -> None:
     store, clock, bucket = ttl_store({"default_ttl": 1}, indexed=True)
     with contextlib.closing(store):
@@ -863,6 +877,7 @@ def test_ttl_sweep_deletes_expired_items_and_vectors() -> None:
         assert asyncio.run(store.asweep_ttl()) == 0
 
 
+@pytest.mark.memory
 def test_a_damaged_item_is_named_and_does_not_stop_the_ttl_sweep(caplog: pytest.LogCaptureFixture) -> None:
     """Defect: one damaged item made every TTL sweep raise, so the background sweeper expired nothing after it,
     and the error told the user to ``verify`` and restore a checkpoint. The sweep now logs the item and goes
@@ -883,6 +898,7 @@ def test_a_damaged_item_is_named_and_does_not_stop_the_ttl_sweep(caplog: pytest.
         assert bucket.keys("store/ns/") == [damaged]
 
 
+@pytest.mark.memory
 def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
     """The sweep judges an item by its frame (expiry, namespace, key), not its value: a sweeper without the
     writers' encryption key still deletes their expired items (it used to raise ``DecryptionError``)."""
@@ -891,8 +907,8 @@ def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
 
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef0123456789abcdef")
     bucket, clock = MemoryBucket(), Clock()
-    writer = S3Store(bucket="b", client=bucket, serde=serde)  # type: ignore[arg-type]
-    sweeper = S3Store(bucket="b", client=bucket)  # type: ignore[arg-type]
+    writer = S3Store(bucket="b", client=bucket, serde=serde)
+    sweeper = S3Store(bucket="b", client=bucket)
     for store in (writer, sweeper):
         store.plans.now = clock
     with contextlib.closing(writer), contextlib.closing(sweeper):
@@ -903,6 +919,7 @@ def test_ttl_sweep_deletes_expired_items_it_cannot_decrypt() -> None:
         assert [i.key for i in writer.search(("t",))] == ["long"]
 
 
+@pytest.mark.memory
 def test_ttl_sweeper_thread() -> None:
     store, clock, bucket = ttl_store({"default_ttl": 1, "sweep_interval_minutes": 1})
     with contextlib.closing(store):
@@ -920,6 +937,7 @@ def test_ttl_sweeper_thread() -> None:
     without.close()
 
 
+@pytest.mark.memory
 def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> None:
     """SqliteStore names the paths to embed ``text_fields`` (one path may be a string); PostgresStore adds
     ``distance_type`` and ``ann_index_config``. The same items and queries score exactly as InMemoryStore's
@@ -929,7 +947,7 @@ def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> 
     for name, value in items.items():
         reference.put(("docs",), name, value)
     expected = [(r.key, r.score) for r in reference.search(("docs",), query="apple pie")]
-    assert expected[0] == ("a", pytest.approx(1.0))
+    assert expected[0][0] == "a" and expected[0][1] == pytest.approx(1.0)
     for extra in (
         {"text_fields": ["title"]},
         {"text_fields": "title"},
@@ -942,6 +960,7 @@ def test_index_configs_of_sqlite_and_postgres_stores_embed_the_same_fields() -> 
             assert [(r.key, r.score) for r in store.search(("docs",), query="apple pie")] == expected, extra
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("distance", ["cosine", "inner_product", "l2"])
 def test_distance_types_score_as_postgres_store_does(distance: str) -> None:
     """PostgresStore's ``distance_type``: cosine similarity, the inner product, or minus the Euclidean
@@ -971,6 +990,7 @@ def test_distance_types_score_as_postgres_store_does(distance: str) -> None:
     )  # the path without numpy agrees
 
 
+@pytest.mark.memory
 async def test_async_store_ttl_methods_are_coroutines_as_in_async_postgres_store() -> None:
     """AsyncPostgresStore and AsyncSqliteStore (and LangGraph's Agent Server) await ``sweep_ttl``,
     ``start_ttl_sweeper`` and ``stop_ttl_sweeper``: on AsyncS3Store they are coroutines, and the sweeper is a
@@ -1003,6 +1023,7 @@ async def test_async_store_ttl_methods_are_coroutines_as_in_async_postgres_store
         assert await without.stop_ttl_sweeper()
 
 
+@pytest.mark.memory
 def test_ttl_expired_vectors_do_not_hide_live_results() -> None:
     store, clock, _ = ttl_store(indexed=True)
     with contextlib.closing(store):
@@ -1015,6 +1036,7 @@ def test_ttl_expired_vectors_do_not_hide_live_results() -> None:
 # ------------------------------------------------------------------------------------------------
 # Semantic search at scale
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 def test_vector_search_cost_does_not_grow_with_items() -> None:
     """2,000 items in one namespace: a query reads the shards and the returned items, not every item."""
     bucket = MemoryBucket(keep_log=True)
@@ -1038,7 +1060,7 @@ def test_vector_search_cost_does_not_grow_with_items() -> None:
         assert sum(1 for request, _ in bucket.log if type(request).__name__ == "Get") == 16 + 10
 
 
-@pytest.mark.parametrize("where", ["memory", "seaweedfs"])
+@pytest.mark.parametrize("where", [pytest.param("memory", marks=pytest.mark.memory), "seaweedfs"])
 def test_concurrent_writers_on_one_shard_keep_every_vector(where: str, request: pytest.FixtureRequest) -> None:
     """Several stores (processes) putting into one namespace at once: the conditional shard updates
     retry, and every item ends up ranked. Not on moto: its conditional PUT checks the ETag and then
@@ -1081,6 +1103,7 @@ def test_concurrent_writers_on_one_shard_keep_every_vector(where: str, request: 
             store.close()
 
 
+@pytest.mark.memory
 def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
     """An item rewritten without its shard being updated (a put in flight, or one that crashed between
     its two PUTs): the item is the truth, its stale vector and value are not used."""
@@ -1103,6 +1126,7 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
 # ------------------------------------------------------------------------------------------------
 # Bad ops: refused before anything is written, naming what is wrong
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -1110,7 +1134,7 @@ def test_stale_shard_entry_never_ranks_or_filters_an_item() -> None:
         (lambda s: s.search(("a",), filter={"n": {"$gt": 0, "eq": 1}}), ValueError, "Unsupported operator: eq"),
         (lambda s: s.search(("a",), filter={"m": {"n": {"$gte ": 1}}}), ValueError, r"Unsupported operator: \$gte "),
         (lambda s: s.search("ab"), TypeError, "not the str 'ab'"),
-        (lambda s: s.batch([("a", "k")]), ValueError, "Unknown operation type"),  # type: ignore[list-item]
+        (lambda s: s.batch([("a", "k")]), ValueError, "Unknown operation type"),
         (lambda s: s.get("ab", "k"), TypeError, "not the str 'ab'"),
         (lambda s: s.batch([PutOp(("a",), 5, {"v": 1})]), TypeError, "key must be a str, got int 5"),  # type: ignore[arg-type]
         (lambda s: s.put(("a",), "k", {"v": 1}, ttl=0), ValueError, "positive number of minutes"),
@@ -1140,6 +1164,7 @@ def test_bad_ops_are_refused_before_writing(call: Callable[[S3Store], Any], erro
     assert store.search(("a",), filter={"n": {"$gte": 1, "$lt": 2}})[0].key == "kept"
 
 
+@pytest.mark.memory
 def test_a_foreign_object_beside_the_vector_shards_is_not_taken_for_one() -> None:
     """Defect: a key another tool left in a namespace's vectors folder (``.../~/notes``) was taken for a shard,
     so every semantic search over that namespace or an ancestor raised, advising a put that could not help.

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from helpers import run_cli
 from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import TTLConfig
 from typing_extensions import TypedDict
 
 from langgraph_s3_checkpoint import (
@@ -142,6 +143,7 @@ ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
 """Every way a URL becomes a component in-process (the CLI, tested below, takes its URL from the environment)."""
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_an_option_no_component_knows_is_refused_naming_it_and_the_valid_ones(entry: str) -> None:
     with pytest.raises(InvalidConfigError) as raised:
@@ -151,6 +153,7 @@ def test_an_option_no_component_knows_is_refused_naming_it_and_the_valid_ones(en
     assert all(name in message for name in URL_OPTIONS), message
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("query", "users"),
     [
@@ -178,6 +181,7 @@ def test_the_cli_refuses_an_unknown_option_or_a_bad_value_naming_it(location: st
             assert named in done.stderr and done.stderr.startswith("langgraph-s3: error:"), done.stderr
 
 
+@pytest.mark.memory
 def test_each_component_gets_exactly_its_own_options() -> None:
     _, _, everything = parse_url(f"s3://b/p?{SHARED}&region=eu-west-1")
     assert everything["region_name"] == "eu-west-1"
@@ -187,6 +191,7 @@ def test_each_component_gets_exactly_its_own_options() -> None:
         assert all(options[name] == everything[name] for name in options)
 
 
+@pytest.mark.memory
 def test_the_documented_table_is_the_code_table() -> None:
     """docs/operations.md's URL table names every option once, with the components that use it."""
     docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
@@ -197,6 +202,7 @@ def test_the_documented_table_is_the_code_table() -> None:
         assert set(rows[name].split(", ")) == option.used_by, name
 
 
+@pytest.mark.memory
 def test_a_keyword_argument_of_another_component_is_refused_naming_its_users() -> None:
     """In a URL another component's option is ignored; passed by name to the wrong class, it is a mistake."""
     local = "http://127.0.0.1:9"
@@ -210,6 +216,7 @@ def test_a_keyword_argument_of_another_component_is_refused_naming_its_users() -
             build()
 
 
+@pytest.mark.memory
 def test_unknown_url_option_names_it_and_the_valid_ones() -> None:
     with pytest.raises(InvalidConfigError) as raised:
         parse_url("s3://b/p?inline_treshold=10")
@@ -225,6 +232,7 @@ def test_unknown_url_option_names_it_and_the_valid_ones() -> None:
         S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", inline_treshold=10)
 
 
+@pytest.mark.memory
 def test_every_documented_url_option_is_parsed_to_its_type() -> None:
     url = (
         "s3://b/p?endpoint_url=http://127.0.0.1:9&region=eu-west-1&addressing_style=path"
@@ -275,6 +283,7 @@ def test_every_documented_url_option_is_parsed_to_its_type() -> None:
         assert config.retries["total_max_attempts"] == 2
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     "query",
     [
@@ -296,6 +305,7 @@ def test_bad_option_values_are_config_errors(query: str) -> None:
         parse_url(f"s3://b/p?{query}")
 
 
+@pytest.mark.memory
 def test_url_and_server_environment_share_one_boolean_parser() -> None:
     for value, expected in (("true", True), ("On", True), ("1", True), ("no", False), ("FALSE", False)):
         assert parse_url(f"s3://b?create_bucket={value}")[2]["create_bucket"] is expected
@@ -308,6 +318,7 @@ def test_url_and_server_environment_share_one_boolean_parser() -> None:
             options_from_env({"LANGGRAPH_S3_URL": "s3://b", "LANGGRAPH_S3_CREATE_BUCKET": value})
 
 
+@pytest.mark.memory
 def test_keyword_values_of_the_wrong_type_are_config_errors() -> None:
     for kwargs in (
         {"read_timeout": "soon"},
@@ -321,9 +332,14 @@ def test_keyword_values_of_the_wrong_type_are_config_errors() -> None:
             S3Saver(bucket="b", endpoint_url="http://127.0.0.1:9", **kwargs)
 
 
-_LOCAL = {"endpoint_url": "http://127.0.0.1:9", "aws_access_key_id": "AKIA", "aws_secret_access_key": "secret"}
+_LOCAL: dict[str, Any] = {
+    "endpoint_url": "http://127.0.0.1:9",
+    "aws_access_key_id": "AKIA",
+    "aws_secret_access_key": "secret",
+}
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("kind", [S3Saver, S3Store, AsyncS3Saver, AsyncS3Store])
 @pytest.mark.parametrize(
     ("options", "named"),
@@ -355,6 +371,7 @@ def test_saver_and_store_refuse_the_same_bad_options(kind: Any, options: dict[st
     assert "too short" not in str(refused.value)  # a customer key is a secret: its length is named, not the key
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -395,6 +412,7 @@ def test_store_refuses_bad_ttl_index_and_shards(options: dict[str, Any], named: 
         S3Store(bucket="b", **options, **_LOCAL)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("kind", [S3Saver, S3Store])
 def test_an_untyped_serde_is_wrapped_as_langgraph_does(kind: Any) -> None:
     """LangGraph still accepts a serializer with only dumps/loads (``maybe_add_typed_methods``); so do we."""
@@ -411,19 +429,22 @@ def test_an_untyped_serde_is_wrapped_as_langgraph_does(kind: Any) -> None:
         assert made.serde.loads_typed((kind_name, data)) == {"a": 1}
 
 
+@pytest.mark.memory
 def test_good_store_options_are_kept() -> None:
     embed = lambda texts: [[1.0, 0.0] for _ in texts]  # noqa: E731
-    ttl = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
+    ttl: TTLConfig = {"default_ttl": 1.5, "refresh_on_read": False, "omit_expired": True, "sweep_interval_minutes": 1}
     with contextlib.closing(
         S3Store(bucket="b", prefix="/mem/", ttl=ttl, index={"dims": 2, "embed": embed, "fields": ["text"]}, **_LOCAL)
     ) as store:
         assert (store.prefix, store.ttl_config, store.index_config["dims"]) == ("mem", ttl, 2)  # type: ignore[index]
         # PostgresStore's cosine distance and a store's own index_config (with its tokenized fields) are accepted
         assert store.index_config is not None
-        with contextlib.closing(S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)):
+        with contextlib.closing(
+            S3Store(bucket="b", index={**store.index_config, "distance_type": "cosine"}, **_LOCAL)  # type: ignore[arg-type]
+        ):
             pass
     for kind in (S3Saver, S3Store):
-        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:
+        with contextlib.closing(kind(bucket="b", prefix=None, **_LOCAL)) as made:  # type: ignore[arg-type]
             assert made.prefix == ""
 
 
@@ -437,7 +458,7 @@ def test_each_new_client_reads_the_credentials_of_its_time_and_shares_the_parsed
     from langgraph_s3_checkpoint import make_client
 
     seaweedfs_server.create_bucket("lgs3-test")
-    endpoint = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}
+    endpoint: dict[str, Any] = {"endpoint_url": seaweedfs_server.endpoint_url, "region_name": seaweedfs_server.region}
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs_server.secret_key)
     before = make_client(**endpoint)

@@ -16,6 +16,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -24,8 +25,11 @@ from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.requests import Request
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
 
-def config(checkpoint_id: str | None = None) -> dict[str, Any]:
+
+def config(checkpoint_id: str | None = None) -> RunnableConfig:
     configurable = {"thread_id": "t", "checkpoint_ns": ""}
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id
@@ -79,7 +83,7 @@ def test_the_value_is_carried_over_as_stored_not_serialized_again() -> None:
     S3Saver(bucket="b", client=bucket).put(config(), first, {"step": 0}, {"unchanged": "1", "n": "1"})
 
     serde = CountingSerde()
-    reader = S3Saver(bucket="b", client=bucket, serde=serde)  # type: ignore[arg-type]
+    reader = S3Saver(bucket="b", client=bucket, serde=serde)
     latest = reader.get_tuple(config())
     assert latest is not None
     second = empty_checkpoint()

@@ -141,6 +141,7 @@ def every_request_order(
     return runs, failures
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("existing", [False, True], ids=["new key", "existing key"])
 def test_two_puts_of_one_key_in_every_order_of_their_requests(existing: bool) -> None:
     def build() -> tuple[MemoryBucket, list[Driven]]:
@@ -172,6 +173,7 @@ def round_trip_orders(values: list[dict[str, Any] | None], existing: bool) -> tu
     return interleavings(build, judge, limit=100_000)
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("existing", [False, True], ids=["new key", "existing key"])
 def test_three_puts_of_one_key_in_every_order_of_their_round_trips(existing: bool) -> None:
     runs, failures = round_trip_orders([{"text": text} for text in TEXTS], existing)
@@ -179,6 +181,7 @@ def test_three_puts_of_one_key_in_every_order_of_their_round_trips(existing: boo
     assert runs > 100, runs
 
 
+@pytest.mark.memory
 def test_two_puts_and_a_delete_of_one_key_in_every_order_of_their_round_trips() -> None:
     runs, failures = round_trip_orders([{"text": TEXTS[0]}, None, {"text": TEXTS[1]}], existing=True)
     assert failures == [], f"{len(failures)} of {runs} schedules:\n" + "\n".join(failures[:10])

@@ -17,6 +17,9 @@ from workers.common import WORKERS_DIR, finish, release, run, spawn
 import langgraph_s3_checkpoint
 from langgraph_s3_checkpoint._protocol import plans
 
+pytestmark = pytest.mark.memory
+"""No S3 server: every test of this module runs in memory (``pytest -m memory``)."""
+
 PROBE = "probe_worker.py"
 
 

@@ -46,12 +46,8 @@ async def finish(state: State) -> State:
 
 
 builder = StateGraph(State)
-builder.add_node("prepare", prepare)
-builder.add_node("ask", ask)
-builder.add_node("finish", finish)
+builder.add_sequence([("prepare", prepare), ("ask", ask), ("finish", finish)])
 builder.add_edge(START, "prepare")
-builder.add_edge("prepare", "ask")
-builder.add_edge("ask", "finish")
 builder.add_edge("finish", END)
 graph = builder.compile()
 

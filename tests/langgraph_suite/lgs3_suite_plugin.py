@@ -31,7 +31,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -268,7 +268,7 @@ def _fresh_prefix() -> str:
 def _serde() -> dict[str, Any]:
     """Honour LangGraph's LANGGRAPH_STRICT_MSGPACK switch like its own savers do."""
     try:
-        from tests import conftest_checkpointer as upstream
+        from tests import conftest_checkpointer as upstream  # type: ignore[attr-defined]  # LangGraph's tests/
     except ImportError:  # pragma: no cover - layout changed; run with the default serde
         return {}
     if getattr(upstream, "STRICT_MSGPACK", False):
@@ -294,7 +294,7 @@ def _alias_snapshots() -> None:
                 object.__setattr__(self, attr, _OUR_PARAM.sub("memory", value))
 
     __post_init__._lgs3 = True  # type: ignore[attr-defined]
-    PyTestLocation.__post_init__ = __post_init__  # type: ignore[method-assign]
+    PyTestLocation.__post_init__ = __post_init__
 
 
 _alias_snapshots()
@@ -413,8 +413,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = config.getoption("lgs3_report") if config is not None else None
     if not path or _is_worker(config):
         return
-    info = next((value for name, value in report.user_properties if name == "lgs3"), {})
-    outcome = report.outcome
+    info: dict[str, Any] = next((cast(dict[str, Any], v) for name, v in report.user_properties if name == "lgs3"), {})
+    outcome: str = report.outcome
     if hasattr(report, "wasxfail"):
         outcome = "xfailed" if report.skipped else "xpassed"
     line = {

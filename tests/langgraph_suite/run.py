@@ -350,7 +350,7 @@ def run_suite(
     explicit = any(a.startswith(("tests/", "tests\\")) for a in extra)
     targets = [] if explicit else checkpointer_test_files(root)
     saver_list = [s.strip() for s in savers.split(",") if s.strip()]
-    options = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
+    options: dict[str, Any] = {"workers": workers, "savers": savers, "timeout": timeout, "echo": echo}
     on_demand = baselines == "on-demand" and BASELINE in saver_list and "s3" in saver_list
     command, returncode, seconds, tests, log = _run_pytest(
         root, targets + extra, tag=tag, list_baselines=on_demand, **options

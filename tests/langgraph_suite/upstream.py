@@ -50,7 +50,7 @@ def bound_to_bucket(base: type[Any], *, client: Any, bucket: str, prefix: str, n
     through. Every instance made is closed when the block ends."""
     opened: list[Any] = []
 
-    class Bound(base):  # type: ignore[misc, valid-type]
+    class Bound(base):  # type: ignore[misc]
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(bucket=bucket, prefix=f"{prefix}/{uuid4().hex[:12]}", client=client, **kwargs)
             opened.append(self)

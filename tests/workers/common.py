@@ -25,6 +25,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint import S3Saver, make_client
@@ -261,7 +262,7 @@ def crash_graph(saver: Any, *, rounds: int, execlog: Path | None, join_barrier: 
             with open(execlog, "a") as f:
                 f.write(marker + "\n")
 
-    def node(name: str) -> Callable[[CrashState], CrashState]:
+    def node(name: str) -> Callable[..., CrashState]:
         def run(state: CrashState) -> CrashState:
             marker = f"{name}:{state['round']}"
             executed(marker)
@@ -296,7 +297,7 @@ def crash_markers(rounds: int) -> list[str]:
     return [f"{n}:{r}" for r in range(rounds) for n in ("fan", "a", "b", "c", "join")]
 
 
-def drive(graph: Any, config: dict[str, Any], first_input: Any, durability: str) -> Any:
+def drive(graph: Any, config: RunnableConfig, first_input: Any, durability: str) -> Any:
     """Start the thread, or continue it from its latest checkpoint if it has one."""
     state = graph.get_state(config)
     start = first_input if state.created_at is None else None

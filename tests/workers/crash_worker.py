@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from common import crash_graph, crash_input, drive, kill_at_request, report, saver_from_env
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_s3_checkpoint import CheckpointConflictError
 
@@ -33,7 +34,7 @@ def main() -> None:
     conflicts = 0
     for thread in args.threads.split(","):
         graph = crash_graph(saver, rounds=args.rounds, execlog=Path(args.execdir) / f"{thread}.log")
-        config = {"configurable": {"thread_id": thread}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
         for _ in range(RESUME_ATTEMPTS):
             try:
                 drive(graph, config, crash_input(), args.durability)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from common import report, saver_from_env
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_s3_checkpoint.effects import EffectLedger, idempotency_key
@@ -54,18 +55,14 @@ def pay(args: argparse.Namespace) -> None:
         return {"status": "confirmed"}
 
     builder = StateGraph(Checkout)
-    builder.add_node("prepare", prepare)
-    builder.add_node("pay", pay_node)
-    builder.add_node("confirm", confirm)
+    builder.add_sequence([("prepare", prepare), ("pay", pay_node), ("confirm", confirm)])
     builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "pay")
-    builder.add_edge("pay", "confirm")
     builder.add_edge("confirm", END)
     saver = saver_from_env()
     graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": args.thread}}
+    config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
     started = graph.get_state(config).created_at is not None
-    start = None if started else {"customer": args.customer, "amount": 4200}
+    start: Checkout | None = None if started else {"customer": args.customer, "amount": 4200}
     graph.invoke(start, config, durability=args.durability)
     report(dict(graph.get_state(config).values))
     saver.close()

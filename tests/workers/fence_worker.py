@@ -10,6 +10,7 @@ import argparse
 import time
 
 from common import barrier, fence_graph, report, saver_from_env
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_s3_checkpoint import CheckpointConflictError
 
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("--barrier", default="", help="directory of a start barrier shared with the parent")
     args = parser.parse_args()
 
-    config = {"configurable": {"thread_id": args.thread}}
+    config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
     saver = saver_from_env()
     graph = fence_graph(saver, jitter=args.jitter)
     committed: list[str] = []
