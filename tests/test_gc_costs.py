@@ -1,11 +1,12 @@
-"""What gc costs, on both servers: the threads and the listing pages, not the history (gc.py, seals.py).
+"""What gc costs, on both servers: what changed, not the threads nor the history (gc.py, seals.py).
 
-The first gc reads every record once, to place it on its namespace's commit chain, and seals what it found. A
-later gc reads only the records committed since: over 4 threads of 30 or of 90 checkpoints each, with
-nothing new it sends exactly the same requests (a LIST of each thread's namespaces, of each namespace, of its
-run entries and of its own keys, a GET of each head and of each thread's seal, and the four listings of the
-prefix), so its cost does not grow with the history. With k leftovers and k commits since, it reads those 2k
-records and deletes the k, again the same at both sizes.
+The first gc reads every record once, to place it on its namespace's commit chain, and seals what it found; the
+seal's key says what the thread's listing shows once gc is done. A later gc walks every thread in one flat listing
+(1,000 keys a page) in step with the listing of the seals: over 4 threads of 30 or of 90 checkpoints each, with
+nothing new it sends the four listings of the prefix and nothing else (no request per thread), so its cost grows
+with neither the threads nor the history. With k threads given a leftover and a commit since, it scans those k as
+before (a LIST of each one's namespaces, of each namespace, of its run entries and of its own keys, a GET of its
+head and of its seal), reads the 2k records and deletes the k, again the same at both sizes.
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ def test_gc_costs_the_threads_and_what_changed_not_the_history(
         counter.reset()
         second = gc(saver, grace_seconds=0)
         assert (second.total, second.records_read, second.records_sealed) == (0, 0, THREADS * records)
-        # Per thread: LIST ns/, LIST the namespace, LIST r/, LIST its own keys; GET the head, GET the seal. Then
-        # the listings of threads/, _gc/ (the seals, in step with the threads), runs/ and _setup/.
-        assert counter.snapshot() == {"ListObjectsV2": 4 * THREADS + 4, "GetObject": 2 * THREADS}
+        assert second.threads_unchanged == THREADS
+        # The listings of threads/ (flat: one page here), _gc/ (the seals, in step with the threads), runs/ and
+        # _setup/; nothing per thread.
+        assert counter.snapshot() == {"ListObjectsV2": 4}
 
         k = 3
         for thread in threads[:k]:
@@ -106,12 +108,19 @@ def test_gc_costs_the_threads_and_what_changed_not_the_history(
         third = gc(saver, grace_seconds=0)
         assert third.deleted == {"orphan_record": k}
         assert (third.records_read, third.records_sealed) == (2 * k, THREADS * records)
+        assert third.threads_unchanged == THREADS - k
+        # Per changed thread: LIST ns/, LIST the namespace, LIST r/, LIST its own keys; GET the head, GET the seal.
         assert counter.snapshot() == {
-            "ListObjectsV2": 4 * THREADS + 4,
-            "GetObject": 2 * THREADS + 2 * k,  # + the k orphans and the k commits since
-            "DeleteObjects": k,  # each thread's garbage in one request
+            "ListObjectsV2": 4 + 4 * k,
+            "GetObject": 2 * k + 2 * k,  # + the k orphans and the k commits since
+            "DeleteObjects": k + 1,  # each thread's garbage in one request; the seals replaced, in one
             "PutObject": k,  # their seals, now covering the new commits
         }
+
+        counter.reset()
+        fourth = gc(saver, grace_seconds=0)
+        assert (fourth.total, fourth.records_read, fourth.threads_unchanged) == (0, 0, THREADS)
+        assert counter.snapshot() == {"ListObjectsV2": 4}
 
 
 def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
@@ -120,8 +129,8 @@ def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
     """A run that resumed another run's checkpoint and committed nothing of its own is indexed by entries naming
     that checkpoint (its writes are there, for ``delete_for_runs`` to take out), and no committed record names
     the run: gc keeps such entries while the checkpoint they name is there, sealed or not, and still deletes an
-    entry naming a checkpoint that is gone. Each such entry costs a GET and a 1-key LIST per gc; entries of runs
-    with committed records of their own cost nothing."""
+    entry naming a checkpoint that is gone. Each such entry costs a GET and a 1-key LIST per scan of its thread
+    (none while the thread does not change); entries of runs with committed records of their own cost nothing."""
     client = s3_server.client()
     with S3Saver(bucket=bucket, prefix=prefix, client=client) as saver:
         history = History(saver)
@@ -149,8 +158,23 @@ def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
         counter = count_requests(client)
         second = gc(saver, grace_seconds=0)
         assert (second.total, second.records_read, second.records_sealed) == (0, 0, 8)
-        # The sealed thread's requests (test above), + the resumer's entry and a 1-key LIST of what it names.
-        assert counter.snapshot() == {"ListObjectsV2": 4 + 4 + 1, "GetObject": 2 + 1}
+        # Nothing changed: the four listings of the prefix; the thread is not scanned again.
+        assert counter.snapshot() == {"ListObjectsV2": 4}
+        assert all(exists(key) for key in entries["resumer"][:2])
+
+        history.put("t")
+        time.sleep(SEALED_AFTER)
+        counter.reset()
+        third = gc(saver, grace_seconds=0)
+        assert (third.total, third.records_read, third.records_sealed) == (0, 1, 8)
+        # The thread changed: its scan (4 LISTs, GETs of its head and seal and of the new record), + the resumer's
+        # entry and a 1-key LIST of what it names; its new seal, and the old one deleted.
+        assert counter.snapshot() == {
+            "ListObjectsV2": 4 + 4 + 1,
+            "GetObject": 2 + 1 + 1,
+            "PutObject": 1,
+            "DeleteObjects": 1,
+        }
         assert all(exists(key) for key in entries["resumer"][:2])
 
         saver.delete_thread("t")
