@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from helpers import RequestCounter
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol import operator_plans
+from langgraph_s3_checkpoint._protocol.keys import escape
 from langgraph_s3_checkpoint._protocol.requests import Put
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.local import LocalS3Server
@@ -180,3 +183,43 @@ def test_gc_keeps_the_entry_of_a_run_known_only_by_the_checkpoint_it_names(
         saver.delete_thread("t")
         gc(saver, grace_seconds=0)
         assert not any(exists(key) for key in entries["resumer"][:2]), "gone with its namespace"
+
+
+def test_nothing_changed_costs_no_request_per_thread_whatever_the_servers_order_of_folders(
+    s3_server: LocalS3Server,
+    bucket: str,
+    prefix: str,
+    count_requests: Callable[[Any], RequestCounter],
+) -> None:
+    """SeaweedFS lists folder by folder ("a" before "a-b"), S3 and moto by the keys' bytes ("a-b/" before "a/"): the
+    flat listing of the threads and the listing of the seals follow the same order on each server, so each seal is
+    matched to its thread and skips it, and the seal of a thread that is gone is deleted. ``expire_threads`` and the
+    statistics read the same flat listing."""
+    client = s3_server.client()
+    with S3Saver(bucket=bucket, prefix=prefix, client=client) as saver:
+        history = History(saver)
+        threads = ["a", "a-b", "a.b", "a-b-c", "b"]
+        for thread in threads:
+            for _ in range(3):
+                history.put(thread)
+        history.put("a-b", run="sub")  # a second run: two run-index entries
+        time.sleep(SEALED_AFTER)
+        first = gc(saver, grace_seconds=0)
+        assert (first.total, first.threads_unchanged) == (0, 0)
+        counter = count_requests(client)
+        second = gc(saver, grace_seconds=0)
+        assert (second.total, second.records_read, second.threads_unchanged) == (0, 0, len(threads))
+        assert counter.snapshot() == {"ListObjectsV2": 4}
+        counter.reset()
+        assert saver.expire_threads(timedelta(days=1)) == []
+        stats = list(saver.bucket_io.iterate(operator_plans.all_thread_stats(saver.plans.layout)))
+        assert sorted(s.thread_id for s in stats) == sorted(threads)
+        assert counter.snapshot() == {"ListObjectsV2": 2}  # one page each
+
+        saver.delete_thread("a-b")
+        counter.reset()
+        third = gc(saver, grace_seconds=0)
+        assert (third.total, third.threads_unchanged) == (0, len(threads) - 1)
+        assert counter.snapshot() == {"ListObjectsV2": 4, "DeleteObjects": 1}  # the seal of "a-b"
+        seals_left = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_gc/").get("Contents", [])
+        assert sorted(o["Key"].split("/")[-2] for o in seals_left) == sorted(escape(t) for t in threads if t != "a-b")

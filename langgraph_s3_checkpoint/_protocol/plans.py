@@ -300,23 +300,6 @@ def side_by_side(subplans: Sequence[Plan[R]]) -> Plan[list[R]]:
     return results
 
 
-def for_each_group(sub: Plan[Any], size: int, handle: Callable[[list[Any]], Plan[None]]) -> Plan[None]:
-    """Run a streaming sub-plan and the plan ``handle(group)`` for each ``size`` values it emits in turn (and for
-    the rest at its end): the values of one group can then be worked on :func:`side_by_side`."""
-    group: list[Any] = []
-
-    def take(value: Any) -> Plan[None]:
-        group.append(value)
-        if len(group) >= size:
-            full = group[:]
-            group.clear()
-            yield from handle(full)
-
-    yield from for_each_emitted(sub, take)
-    if group:
-        yield from handle(group)
-
-
 def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:
     """Run a streaming sub-plan and, for each value it emits, the plan ``handle(value)``.
 
