@@ -1119,6 +1119,19 @@ def _writes_and(operation: str) -> Interleaving:
     return Interleaving(_three_checkpoints, build)
 
 
+def _settled(w: World) -> dict[str, Any]:
+    """Four hours ago a history (r1, r1, r2), judged by a gc two hours later that found nothing to delete: its seal's
+    key says what the thread's listing shows, so a gc now skips the thread unless something changed."""
+    start = datetime.now(timezone.utc) - timedelta(hours=4)
+    w.bucket.now = lambda: start
+    ctx = history(w, runs=("r1", "r1", "r2"))
+    w.bucket.now = lambda: start + timedelta(hours=2)
+    run_plan(w.saver(), _gc_plan(w.saver()))
+    w.bucket.now = lambda: datetime.now(timezone.utc)
+    assert run_plan(w.saver(), _gc_plan(w.saver()))[0].threads_unchanged == 1, "the thread is skipped"
+    return ctx
+
+
 def _put_and_gc_over_a_seal(w: World, ctx: dict[str, Any]) -> tuple[list[Actor], bool]:
     """A worker continues a thread whose history a gc sealed, while gc runs over it with the seal."""
     s, runtime = w.saver(), Runtime()
@@ -1144,6 +1157,9 @@ INTERLEAVINGS: dict[str, Interleaving] = {
     "put / copy_thread": _put_and("copy_thread"),
     "put / gc (grace 1 h)": _put_and("gc"),
     "put / gc over a sealed history (grace 1 h)": Interleaving(_sealed_then("none"), _put_and_gc_over_a_seal),
+    "put / gc over a settled thread, skipped unless the put shows (grace 1 h)": Interleaving(
+        _settled, _put_and_gc_over_a_seal
+    ),
     "put_writes(c20) / prune": _writes_and("prune"),
     "put_writes(c20) / delete_for_runs([r1])": _writes_and("delete_for_runs"),
 }
@@ -1374,6 +1390,7 @@ class ProtocolWithGc(Protocol):
             )
         _count("gc runs compared with a gc without seals", 1)
         _count("gc runs that used a seal", int(op.result.records_sealed > 0))
+        _count("gc runs that skipped a thread whose listing its seal's key gave", int(op.result.threads_unchanged > 0))
 
 
 def _run_histories(machine: type[RuleBasedStateMachine], examples: int, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,9 +43,13 @@ reader: each namespace's ``c/`` listing is walked newest first and the records a
 read (``READ_BATCH`` at a time) for their chain link. Writes objects share their record's standing. A
 record's link is in its body only, so the first gc reads every record; it then writes down what it found (a
 *seal* per thread, :mod:`.seals`), and a later gc reads only the records committed since, while the sealed
-ones are unchanged. So with nothing new, gc costs per thread a LIST of its namespaces, of each namespace (one
-page holds up to 1,000 keys), of its run entries and of its own keys, and a GET of each head and of its seal;
-not a GET per record. Seals only ever make gc keep more (see :mod:`.seals`).
+ones are unchanged. The seal's key also says what the thread's listing shows once gc is done with it: gc walks
+every thread in one flat listing (1,000 keys a page) and scans only the threads whose keys or ETags differ from
+their seal's (:meth:`_Collector.threads`). So with nothing new, gc costs one LIST per 1,000 keys under
+``threads/``, per 1,000 seals and per 1,000 run-index entries, and nothing per thread; a thread that changed costs
+what it cost before, a LIST of its namespaces, of each namespace (one page holds up to 1,000 keys), of its run
+entries and of its own keys, a GET of each head and of its seal, and a GET of each record committed since. Seals
+only ever make gc keep more (see :mod:`.seals`).
 
 Nothing younger than ``grace_seconds`` is deleted, judged by the object's LastModified against the
 server's clock (the ``Date`` of the listing that showed it), so puts in flight are never touched: keep
@@ -58,14 +62,13 @@ cannot be read (damaged, or deleted since the listing by a concurrent ``prune``/
 left alone: what the damaged record committed cannot be judged.
 
 gc is a plan (see :mod:`.checkpoint_plans`), so it runs through the saver's own I/O shell
-(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. Threads are
-scanned :data:`.plans.SIDE_BY_SIDE` at a time (:func:`.plans.side_by_side`: a round trip carries the next requests of
-each), so a gc over many threads costs round trips per group of threads, not per thread; what it sends is the same.
-It streams every listing page by page: its memory is, per thread being scanned, one page, up to ``READ_BATCH``
-record bodies, for the namespace being scanned the blob references and run ids of its committed records (and of its
-seal), and a
-fixed 1 MiB of the run-index entries the thread pass listed, so that the global pass reads a global entry's
-twin only when the thread pass did not see it.
+(boto3 or the direct transport, or an in-process bucket): :func:`gc` blocks, :func:`agc` awaits. The threads
+that changed are scanned :data:`.plans.SIDE_BY_SIDE` at a time (:func:`.plans.side_by_side`: a round trip carries the
+next requests of each), so a gc over many threads costs round trips per group of threads, not per thread; what it
+sends is the same. It streams every listing page by page: its memory is a page of the flat listing and, per thread
+being scanned, one page, up to ``READ_BATCH`` record bodies, for the namespace being scanned the blob references and
+run ids of its committed records (and of its seal), and a fixed 1 MiB of the run-index entries the thread pass
+listed, so that the global pass reads a global entry's twin only when the thread pass did not see it.
 """
 
 from __future__ import annotations
@@ -85,11 +88,12 @@ from .plans import (
     DELETE_BATCH,
     READ_BATCH,
     SIDE_BY_SIDE,
+    FolderKeys,
     age_cutoff,
     all_of,
     any_under,
-    chunks,
     deletes,
+    folder_by_folder,
     for_each_emitted,
     one,
     pages,
@@ -135,6 +139,8 @@ class GcReport:
     """Record bodies read to place them on their namespace's commit chain."""
     records_sealed: int = 0
     """Committed records known from gc's seals (:mod:`.seals`) without being read."""
+    threads_unchanged: int = 0
+    """Threads whose keys the listing showed as their seal's key says gc left them: nothing of them was read."""
 
     @property
     def total(self) -> int:
@@ -249,6 +255,50 @@ class _BatchedReads:
         return self.bodies[i]
 
 
+@dataclass
+class _ThreadListed:
+    """What the flat listing of every thread showed of one thread: the :class:`.seals.Summary` of the keys gc
+    judges (:func:`.seals.judged`), and for the report, how many there are, how many are foreign, how many are
+    records."""
+
+    summary: seals.Summary = field(default_factory=seals.Summary)
+    scanned: int = 0
+    foreign: int = 0
+    records: int = 0
+
+
+@dataclass
+class _Listed:
+    """The thread the flat listing is in (its keys come together, page after page)."""
+
+    thread: _ThreadListed = field(default_factory=_ThreadListed)
+
+    def note(self, prefix: str, segment: str, page: Page, seen: SeenEntries) -> None:
+        """Some keys of the thread at ``prefix``; its run-index entries go into ``seen`` (the global pass then
+        reads no twin of theirs, whether the thread is scanned or not)."""
+        thread = self.thread
+        etags = page.etags if len(page.etags) == len(page.keys) else [None] * len(page.keys)
+        for key, etag in zip(page.keys, etags, strict=True):
+            relative = key[len(prefix) :]
+            if not seals.judged(relative):
+                continue
+            thread.summary.add(relative, etag)
+            thread.scanned += 1
+            kind = classify(relative)
+            if kind is KeyKind.RECORD:
+                thread.records += 1
+            elif kind is KeyKind.UNKNOWN:
+                thread.foreign += 1
+            elif kind is KeyKind.RUN_ENTRY:
+                _, run_segment, ns_segment = relative.split("/")
+                seen.add(run_segment, segment, ns_segment)
+
+    def take(self) -> _ThreadListed:
+        """The thread's listing, once its last key was met; the next thread starts afresh."""
+        thread, self.thread = self.thread, _ThreadListed()
+        return thread
+
+
 def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
     """Pages of the listing of ``prefix`` (``Emit(page)``), jumping over the keys under ``skip`` once a
     page ends inside it (the pages may still show some of them; the caller ignores those)."""
@@ -297,7 +347,21 @@ class _Collector:
         self.old_seal: dict[str, seals.Part] = {}
         """The seal of the thread being scanned, by namespace segment, as the last gc left it."""
         self.new_seal: dict[str, seals.Part] = {}
+        self.seals_found: list[seals.SealKey] = []
+        """The seals listed for the thread being scanned."""
+        self.seal_read: str | None = None
+        """The key of the seal ``old_seal`` was read from."""
+        self.stale_seals: list[str] = []
+        """Seals to delete (their thread is gone, or a newer one replaced them), shared by every thread's scan."""
         self.seen_entries = SeenEntries()
+        self.thread_prefix = ""
+        self.summary: seals.Summary | None = None
+        """What the thread's scan listed of its keys, less what it deleted: what the next listing shows if nothing
+        changes (:class:`.seals.Summary`); ``None`` outside a thread's scan."""
+        self.unsettled_thread = False
+        """Whether the thread's scan left anything for a later gc to judge again although nothing changes: garbage
+        kept for its age, a record or head it could not read, a namespace whose chain it could not follow, a head
+        that appeared meanwhile, a ``name`` put back. Its seal then says nothing of its listing."""
 
     # -- deciding and deleting ------------------------------------------------------------------------
     def doom(
@@ -306,9 +370,12 @@ class _Collector:
         """Queue the ``i``-th key of ``page`` (and ``also``, uncounted) for deletion unless it is too young."""
         if not old(i):
             self.report.young += 1
+            self.unsettled_thread = True
             self.keep(walk)
             return False
         self.pending.append((page.keys[i], reason, _size(page, i)))
+        if self.summary is not None and page.keys[i].startswith(self.thread_prefix):
+            self.summary.remove(page.keys[i][len(self.thread_prefix) :], page.etags[i] if i < len(page.etags) else None)
         if also:
             self.pending.append((also, None, 0))
         return True
@@ -317,6 +384,11 @@ class _Collector:
         self.thread_kept += 1
         if walk is not None:
             walk.kept += 1
+
+    def listed(self, page: Page) -> None:
+        """Note keys of the thread being scanned that its scan lists (:attr:`summary`)."""
+        if self.summary is not None:
+            self.summary.add_page(self.thread_prefix, page)
 
     def foreign(self) -> None:
         """A key that is not the saver's: never deleted, and nothing of ours depends on it (it does not
@@ -370,6 +442,7 @@ class _Collector:
             if in_use:
                 yield [Put(key, body.body, mode=CREATE, expires=False)]
                 self.report.deleted[reason] -= 1
+                self.unsettled_thread = True
 
     def name_kind(self, key: str) -> KeyKind | None:
         """``THREAD_NAME`` or ``NS_NAME`` for a thread's or a namespace's ``name`` object, else ``None``."""
@@ -385,28 +458,7 @@ class _Collector:
 
     # -- the scan ----------------------------------------------------------------------------------
     def run(self) -> Plan[GcReport]:
-        threads_root = f"{self.root}threads/"
-
-        def threads_page(page: Page) -> Plan[None]:
-            self.report.scanned += len(page.keys)
-            self.report.foreign += len(page.keys)  # nothing of ours lives directly under threads/
-            for group in chunks(page.prefixes, SIDE_BY_SIDE):
-                scans: list[Plan[None]] = []
-                for thread_prefix in group:
-                    segment = thread_prefix[len(threads_root) : -1]
-                    if not is_own_segment(segment):
-                        scans.append(self.foreign_folder(thread_prefix))
-                        continue
-                    # The seals are listed in step with the threads, so the cursor moves in thread order, here.
-                    sealed, passed = yield from self.seal_cursor.upto(segment)
-                    yield from self.remove_seals(passed)
-                    scans.append(self.for_one_thread().thread(thread_prefix, segment, sealed))
-                yield from side_by_side(scans)
-
-        yield from for_each_emitted(pages(threads_root, delimiter="/"), threads_page)
-        _, passed = yield from self.seal_cursor.upto(None)
-        yield from self.remove_seals(passed)
-        self.report.foreign += self.seal_cursor.foreign
+        yield from self.threads()
         yield from global_runs(self)
 
         probes = f"{self.root}_setup/probe-"
@@ -425,6 +477,62 @@ class _Collector:
         yield from self.flush()
         return self.report
 
+    def threads(self) -> Plan[None]:
+        """Walk every thread's keys in one flat listing (1,000 keys a page, thread after thread) in step with the
+        seals: a thread whose keys are those its seal's key says gc left costs nothing more; the others are
+        scanned :data:`.plans.SIDE_BY_SIDE` at a time, each as before (:meth:`thread`)."""
+        threads_root = f"{self.root}threads/"
+        changed: list[tuple[str, str, list[seals.SealKey]]] = []
+        listed = _Listed()
+
+        def walk(item: Any) -> Plan[None]:
+            if isinstance(item, FolderKeys):
+                if item.segment is None or not is_own_segment(item.segment):
+                    # Nothing of ours lives directly under threads/, nor in a folder no thread id escapes to.
+                    self.report.scanned += len(item.page.keys)
+                    self.report.foreign += len(item.page.keys)
+                else:
+                    listed.note(f"{threads_root}{item.segment}/", item.segment, item.page, self.seen_entries)
+            elif is_own_segment(item.segment):
+                # The seals are listed in step with the threads, so the cursor moves in thread order, here.
+                found, passed = yield from self.seal_cursor.upto(item.segment)
+                self.stale_seals.extend(passed)
+                if self.unchanged(listed.take(), found):
+                    return
+                changed.append((f"{threads_root}{item.segment}/", item.segment, found))
+                if len(changed) >= SIDE_BY_SIDE:
+                    yield from self.scan_threads(changed)
+            if len(self.stale_seals) >= DELETE_BATCH:
+                yield from self.remove_seals()
+
+        yield from for_each_emitted(folder_by_folder(threads_root), walk)
+        yield from self.scan_threads(changed)
+        _, passed = yield from self.seal_cursor.upto(None)
+        self.stale_seals.extend(passed)
+        yield from self.remove_seals()
+        self.report.foreign += self.seal_cursor.foreign
+
+    def unchanged(self, thread: _ThreadListed, found: list[seals.SealKey]) -> bool:
+        """Whether a thread needs no scan: it holds nothing gc judges (its seals go), or its keys are exactly those
+        its last gc left, as a seal's key says (:class:`.seals.Summary`). Skipping a thread only ever keeps."""
+        if thread.summary.count == 0:
+            self.stale_seals.extend(seal.key for seal in found)
+            return True
+        if thread.summary.digest is None or all(seal.listed != thread.summary.digest for seal in found):
+            return False
+        self.report.scanned += thread.scanned
+        self.report.foreign += thread.foreign
+        self.report.records_sealed += thread.records
+        self.report.threads_unchanged += 1
+        return True
+
+    def scan_threads(self, changed: list[tuple[str, str, list[seals.SealKey]]]) -> Plan[None]:
+        """Scan the threads listed (and empty the list), side by side."""
+        group = changed[:]
+        del changed[:]
+        if group:
+            yield from side_by_side([self.for_one_thread().thread(*thread) for thread in group])
+
     def foreign_folder(self, prefix: str) -> Plan[None]:
         """Count the keys of a folder whose name no id escapes to (``threads/a.b/``, ``ns/%zz/``): whatever
         they look like inside, they are not the saver's."""
@@ -432,6 +540,7 @@ class _Collector:
         def foreign_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
             self.report.foreign += len(page.keys)
+            self.listed(page)
             yield from ()
 
         yield from for_each_emitted(pages(prefix), foreign_page)
@@ -446,12 +555,18 @@ class _Collector:
         scan.pending = []
         scan.thread_kept = 0
         scan.old_seal, scan.new_seal = {}, {}
+        scan.seals_found, scan.seal_read = [], None
+        scan.summary, scan.unsettled_thread = None, False
         return scan
 
-    def thread(self, prefix: str, segment: str, sealed: bool) -> Plan[None]:
-        """Scan one thread (``sealed``: the listing of seals shows one for it); run on :meth:`for_one_thread`."""
-        if sealed:
-            yield from self.read_seal(segment)
+    def thread(self, prefix: str, segment: str, found: list[seals.SealKey]) -> Plan[None]:
+        """Scan one thread (``found``: the seals the listing of seals shows for it); run on :meth:`for_one_thread`."""
+        self.thread_prefix, self.summary, self.seals_found = prefix, seals.Summary(), found
+        if found:
+            # Any seal of the thread is safe to use (each is checked against the listing, seals.py); the newest
+            # is likely to hold most.
+            newest = max(found, key=lambda seal: (seal.modified is not None, seal.modified or 0, seal.key))
+            yield from self.read_seal(newest.key)
         namespaces = yield from self.namespaces(prefix)
         yield from run_entries(self, prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
@@ -464,26 +579,36 @@ class _Collector:
         yield from self.write_seal(segment)
 
     # -- seals (seals.py) ------------------------------------------------------------------------------
-    def read_seal(self, segment: str) -> Plan[None]:
-        """The thread's seal, which the listing of seals shows."""
-        key = seals.key_of(self.root, segment)
+    def read_seal(self, key: str) -> Plan[None]:
+        """A seal of the thread, which the listing of seals shows."""
         obj = yield from one(Get(key))
         self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
+        self.seal_read = key
 
-    def remove_seals(self, keys: list[str]) -> Plan[None]:
-        """Delete the seals of threads that are gone (nothing depends on a seal: it only saves reads)."""
+    def remove_seals(self) -> Plan[None]:
+        """Delete the seals queued: those of threads that are gone, those a newer seal replaced (nothing depends on
+        a seal: it only saves reads). Never in a dry run."""
+        keys = self.stale_seals[:]
+        del self.stale_seals[:]
         if keys and not self.report.dry_run:
             yield deletes(keys)
 
     def write_seal(self, segment: str) -> Plan[None]:
-        """Write the thread's seal when it changed (never in a dry run)."""
-        if self.report.dry_run or self.new_seal == self.old_seal:
+        """Write the thread's seal when it changed, and queue its other seals for deletion (never in a dry run).
+        Its key says what the thread's next listing shows if nothing changes (:class:`.seals.Summary`), unless the
+        scan left something to judge again (:attr:`unsettled_thread`)."""
+        if self.report.dry_run:
             return
-        key = seals.key_of(self.root, segment)
-        if self.new_seal:
+        summary = self.summary
+        assert summary is not None
+        key = None
+        if summary.count > 0:
+            listed = None if self.unsettled_thread else summary.digest
+            if listed is not None or self.new_seal:
+                key = seals.key_of(self.root, segment, listed)
+        if key is not None and (key != self.seal_read or self.new_seal != self.old_seal):
             yield [Put(key, seals.encode(self.codec, self.new_seal), expires=False)]
-        else:
-            yield deletes([key])
+        self.stale_seals.extend(seal.key for seal in self.seals_found if seal.key != key)
 
     def seal_for(self, segment: str, walk: _Walk) -> _SealUse | None:
         """The namespace's seal, if the head has not gone back below the head it was made at."""
@@ -535,6 +660,7 @@ class _Collector:
 
         def ns_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
+            self.listed(page)
             for _ in page.keys:
                 self.foreign()  # nothing of ours lives directly under ns/
             for ns_prefix in page.prefixes:
@@ -553,6 +679,7 @@ class _Collector:
 
         def top_page(page: Page) -> Plan[None]:
             self.report.scanned += len(page.keys)
+            self.listed(page)
             old = age_cutoff(page, self.grace)
             for i, key in enumerate(page.keys):
                 relative = key[len(prefix) :]
@@ -588,6 +715,7 @@ class _Collector:
             metadata, _, refs = self.codec.peek_record(head_key, head.body)
         except CorruptObjectError:
             self.report.unreadable.append(head_key)
+            self.unsettled_thread = True
             self.keep()
             if segment in self.old_seal:
                 self.new_seal[segment] = self.old_seal[segment]
@@ -605,6 +733,9 @@ class _Collector:
         yield from self.scan(walk, guard)
         if guard is not None:
             yield from self.flush(guard)
+        if walk.aborted or not (walk.chain_sure and walk.refs_known):
+            self.unsettled_thread = True
+        if guard is not None:
             if walk.aborted:
                 return _Namespace(committed=True, run_segments=None)
             return _Namespace(committed=False, run_segments=set(), unsettled=walk.kept > 0)
@@ -676,6 +807,7 @@ class _Collector:
         records that only their link can place (at or below the head) ``READ_BATCH`` at a time, except those a
         seal that holds says are committed."""
         self.report.scanned += len(page.keys)
+        self.listed(page)
         if walk.builder is None and walk.chain.head_id is not None and not self.report.dry_run and page.served:
             cutoff = page.served.timestamp() - max(self.grace, seals.MARGIN_SECONDS)
             walk.builder = seals.Builder(walk.records, cutoff)
@@ -814,6 +946,8 @@ class _Collector:
             if key.startswith(walk.records):
                 continue  # judged by the walk over c/
             self.report.scanned += 1
+            if self.summary is not None:
+                self.summary.add(key[len(self.thread_prefix) :], page.etags[i] if i < len(page.etags) else None)
             kind = classify_in_namespace(key[len(walk.prefix) :])
             if kind not in _OUTSIDE_RECORDS:
                 self.foreign()

@@ -24,6 +24,7 @@ def run_entries(c: _Collector, prefix: str, namespaces: dict[str, _Namespace]) -
 
     def entries_page(page: Page) -> Plan[None]:
         c.report.scanned += len(page.keys)
+        c.listed(page)
         old = age_cutoff(page, c.grace)
         unproven: list[tuple[int, _Namespace]] = []
         for i, key in enumerate(page.keys):

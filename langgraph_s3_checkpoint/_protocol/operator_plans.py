@@ -23,17 +23,18 @@ from .codec import Codec, Record
 from .keys import COPIED, KeyKind, Layout, classify, escape, filed_checkpoint_id, is_digest, is_own_segment
 from .plans import (
     READ_BATCH,
-    SIDE_BY_SIDE,
+    FolderEnd,
+    FolderKeys,
     all_of,
     all_pages,
     any_under,
     chunks,
-    for_each_group,
+    folder_by_folder,
+    for_each_emitted,
     id_behind,
     mark,
     one,
     own_folders_under,
-    side_by_side,
 )
 from .repair import repair_needed
 from .requests import (
@@ -145,38 +146,56 @@ class ThreadStats:
         return data
 
 
-def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
-    prefix = layout.thread(thread_id)
-    objects = yield from _stat_listing(prefix)
-    stats = ThreadStats(thread_id)
-    counters = {
-        KeyKind.HEAD: "namespaces",
-        KeyKind.RECORD: "checkpoints",
-        KeyKind.WRITE: "writes",
-        KeyKind.BLOB: "blobs",
-    }
+_COUNTED = {
+    KeyKind.HEAD: "namespaces",
+    KeyKind.RECORD: "checkpoints",
+    KeyKind.WRITE: "writes",
+    KeyKind.BLOB: "blobs",
+}
+
+
+def _count(stats: ThreadStats, prefix: str, objects: Iterable[_Listed]) -> None:
+    """Add objects of the thread at ``prefix`` to its statistics."""
     for info in objects:
         kind = classify(info.key[len(prefix) :])
-        if kind in counters:
-            setattr(stats, counters[kind], getattr(stats, counters[kind]) + 1)
+        if kind in _COUNTED:
+            setattr(stats, _COUNTED[kind], getattr(stats, _COUNTED[kind]) + 1)
         stats.objects += 1
         stats.bytes += info.size
         if stats.last_modified is None or info.modified > stats.last_modified:
             stats.last_modified = info.modified
+
+
+def thread_stats(layout: Layout, thread_id: str) -> OpsPlan[ThreadStats]:
+    prefix = layout.thread(thread_id)
+    stats = ThreadStats(thread_id)
+    _count(stats, prefix, (yield from _stat_listing(prefix)))
     return stats
 
 
 def all_thread_stats(layout: Layout) -> OpsPlan[None]:
-    """Emit :class:`ThreadStats` for every thread, in key order; :data:`.plans.SIDE_BY_SIDE` threads are listed at
-    once."""
+    """Emit :class:`ThreadStats` for every thread with an object, in key order, from one flat listing of every thread
+    (:func:`.plans.folder_by_folder`: 1,000 keys a page, each with its size and date), nothing per thread but the GET
+    of the ``name`` of a thread whose id is a digest. A thread whose long id cannot be read back is left out, as
+    :func:`thread_ids` does."""
+    root = layout.threads_root
+    counted = ThreadStats("")
 
-    def group_stats(thread_ids_: list[str]) -> OpsPlan[None]:
-        for stats in (yield from side_by_side([thread_stats(layout, t) for t in thread_ids_])):
-            # Filer-backed servers (SeaweedFS) may keep listing a deleted thread's empty "directory".
-            if stats.objects:
-                yield Emit(stats)
+    def walk(item: FolderKeys | FolderEnd) -> OpsPlan[None]:
+        nonlocal counted
+        if item.segment is None or not is_own_segment(item.segment):
+            return  # keys in no thread's folder, or in a folder no thread id escapes to
+        prefix = f"{root}{item.segment}/"
+        if isinstance(item, FolderKeys):
+            page = item.page
+            _count(counted, prefix, map(_Listed, page.keys, page.sizes, page.modified))
+            return
+        stats, counted = counted, ThreadStats("")
+        thread_id = yield from id_behind(item.segment, prefix)
+        if thread_id is not None and stats.objects:
+            yield Emit(dataclasses.replace(stats, thread_id=thread_id))
 
-    yield from for_each_group(thread_ids(layout), SIDE_BY_SIDE, group_stats)
+    yield from for_each_emitted(folder_by_folder(root), walk)
 
 
 # ------------------------------------------------------------------------------------------------

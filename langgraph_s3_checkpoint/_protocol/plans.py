@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -159,6 +160,85 @@ def own_folders_under(root: str) -> Plan[list[str]]:
     return [p for page in found for p in page.prefixes if is_own_segment(p[len(root) : -1])]
 
 
+def surely_before(a: str, b: str) -> bool:
+    """Whether folder ``a`` lists before folder ``b`` (two thread segments, say) on every server: byte order of the
+    keys (``a/`` against ``b/``: S3, moto) and folder-by-folder order (``a`` against ``b``: SeaweedFS's filer) differ
+    only where one segment continues the other with ``-`` or ``%``, which sort below ``/``."""
+    return a < b and f"{a}/" < f"{b}/"
+
+
+@dataclass(frozen=True)
+class FolderKeys:
+    """Keys of one folder under a root (``segment``: its name; ``None``: keys directly under the root, in no
+    folder) from one page of :func:`folder_by_folder`, with their dates, ETags and sizes, and the page's ``served``."""
+
+    segment: str | None
+    page: Page
+
+
+@dataclass(frozen=True)
+class FolderEnd:
+    """Every key of folder ``segment`` has been emitted (:func:`folder_by_folder`)."""
+
+    segment: str
+
+
+def folder_by_folder(root: str) -> Generator[Any, Any, None]:
+    """A flat listing of ``root`` (``threads/``: LIST without a delimiter, 1,000 keys a page), emitted folder by
+    folder: ``Emit(FolderKeys)`` for the keys of each folder in each page, and ``Emit(FolderEnd)`` once the next
+    folder's first key (or the listing's end) shows that a folder's keys were all listed. Every server lists the keys
+    of one folder together (in byte order a key between two keys under ``T/`` is under ``T/`` too; SeaweedFS lists
+    folder by folder), so the walker holds one page and needs no whole-bucket memory; only the order *between*
+    folders differs between servers (:func:`surely_before`). A folder met again after a later one is a listing that
+    is not in either order: :class:`ValueError`, rather than judge a folder from part of its keys."""
+    token: str | None = None
+    current: str | None = None
+    """The folder whose keys are being emitted (``None``: keys in no folder, or none yet)."""
+    last: str | None = None
+    """The last folder met."""
+    while True:
+        page = yield from one(ListKeys(root, token=token))
+        segments = [_folder_of(key[len(root) :]) for key in page.keys]
+        start = 0
+        while start < len(page.keys):
+            segment = segments[start]
+            end = start
+            while end < len(page.keys) and segments[end] == segment:
+                end += 1
+            if segment != current:
+                if current is not None:
+                    yield Emit(FolderEnd(current))
+                if segment is not None:
+                    if last is not None and (segment == last or surely_before(segment, last)):
+                        raise ValueError(
+                            f"the listing of {root!r} is in no known key order: folder {segment!r} after {last!r}"
+                        )
+                    last = segment
+                current = segment
+            yield Emit(FolderKeys(segment, _slice(page, start, end)))
+            start = end
+        token = page.token
+        if token is None:
+            if current is not None:
+                yield Emit(FolderEnd(current))
+            return
+
+
+def _folder_of(relative: str) -> str | None:
+    folder, slash, _ = relative.partition("/")
+    return folder if slash else None
+
+
+def _slice(page: Page, start: int, end: int) -> Page:
+    """Keys ``start`` to ``end`` of a page, with their dates, ETags and sizes (each list only if the page had it
+    for every key)."""
+
+    def cut(values: list[Any]) -> list[Any]:
+        return values[start:end] if len(values) == len(page.keys) else []
+
+    return Page(page.keys[start:end], [], None, cut(page.modified), cut(page.etags), cut(page.sizes), page.served)
+
+
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -218,23 +298,6 @@ def side_by_side(subplans: Sequence[Plan[R]]) -> Plan[list[R]]:
             advance(i, replies[start : start + len(step)])
             start += len(step)
     return results
-
-
-def for_each_group(sub: Plan[Any], size: int, handle: Callable[[list[Any]], Plan[None]]) -> Plan[None]:
-    """Run a streaming sub-plan and the plan ``handle(group)`` for each ``size`` values it emits in turn (and for
-    the rest at its end): the values of one group can then be worked on :func:`side_by_side`."""
-    group: list[Any] = []
-
-    def take(value: Any) -> Plan[None]:
-        group.append(value)
-        if len(group) >= size:
-            full = group[:]
-            group.clear()
-            yield from handle(full)
-
-    yield from for_each_emitted(sub, take)
-    if group:
-        yield from handle(group)
 
 
 def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]]) -> Plan[None]:

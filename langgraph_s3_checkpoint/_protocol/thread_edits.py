@@ -31,19 +31,19 @@ from .keys import (
 )
 from .plans import (
     READ_BATCH,
-    SIDE_BY_SIDE,
+    FolderEnd,
+    FolderKeys,
     all_of,
     any_under,
     chunks,
     deletes,
+    folder_by_folder,
     for_each_emitted,
-    for_each_group,
     landed,
     mark,
     one,
     own_folders_under,
     pages,
-    side_by_side,
 )
 from .requests import (
     CREATE,
@@ -353,56 +353,46 @@ class ThreadEdits(Rollbacks):
         that showed the heads), like gc's and prune's, so a machine whose clock is ahead cannot take a
         live thread for an idle one. An idle thread's heads are deleted first, each only if it still
         has the ETag it was listed with (the root namespace's first): a thread written since it was
-        judged idle keeps its heads and is left alone (:meth:`_delete_idle_heads`). Cost: one LIST of
-        the thread index per 1,000 threads, and per thread one LIST of its namespaces and one LIST per
-        namespace (returning just its head), then, for an idle one, one GET and one conditional delete
-        per head, and ``delete_thread``. Threads are judged :data:`.plans.SIDE_BY_SIDE` at a time (their
-        listings share round trips); the idle ones of a group are then deleted one after another, in order.
+        judged idle keeps its heads and is left alone (:meth:`_delete_idle_heads`). Cost: one flat LIST of
+        every thread per 1,000 keys (:func:`.plans.folder_by_folder`: each head's LastModified and ETag are in
+        it), nothing per thread; then, for an idle one, the GET of its ``name`` if its id is a digest, one GET
+        and one conditional delete per head, and ``delete_thread``, thread after thread in key order.
         """
         root = self.layout.threads_root
+        heads: list[tuple[str, str, datetime]] = []
+        served: list[datetime] = []
 
-        def expire_group(prefixes: list[str]) -> Plan[None]:
-            judged = yield from side_by_side([self._idle_heads(prefix, older_than) for prefix in prefixes])
-            for prefix, heads in zip(prefixes, judged, strict=True):
-                if heads is None:
-                    continue
-                thread_id = yield from self._name_of(self.layout.segment_after(prefix, root), prefix)
-                if thread_id is None:
-                    continue
-                if not dry_run:
-                    unmark = yield from self._delete_idle_heads(thread_id, heads)
-                    if unmark is None:
-                        continue  # written since it was listed: alive
-                    yield from self._finish_delete(thread_id, unmark)
-                yield Emit(thread_id)
+        def walk(item: FolderKeys | FolderEnd) -> Plan[None]:
+            if item.segment is None or not is_own_segment(item.segment):
+                return  # keys in no thread's folder, or in a folder no thread id escapes to
+            prefix = f"{root}{item.segment}/"
+            if isinstance(item, FolderKeys):
+                page = item.page
+                for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False):
+                    if classify(key[len(prefix) :]) is KeyKind.HEAD:
+                        heads.append((key, etag, modified))
+                        if page.served is not None:
+                            served.append(page.served)
+                return
+            idle = _idle(heads[:], max(served, default=None), older_than)
+            del heads[:], served[:]
+            if idle is not None:
+                yield from self._expire(item.segment, prefix, idle, dry_run)
 
-        def own_thread_folders(page: Page) -> Plan[None]:
-            for prefix in page.prefixes:
-                if is_own_segment(self.layout.segment_after(prefix, root)):  # else a folder no thread id escapes to
-                    yield Emit(prefix)
+        yield from for_each_emitted(folder_by_folder(root), walk)
 
-        thread_folders = for_each_emitted(pages(root, delimiter="/"), own_thread_folders)
-        yield from for_each_group(thread_folders, SIDE_BY_SIDE, expire_group)
-
-    def _idle_heads(self, prefix: str, older_than: timedelta) -> Plan[list[tuple[str, str, datetime]] | None]:
-        """The heads (key, ETag, last modified) of the thread at ``prefix`` if none was written in the last
-        ``older_than`` by the server's clock, else ``None``; ``None`` too for a thread with no head at all (an
-        emptied folder some servers keep listing, or a leftover that gc collects): nothing to expire."""
-        ns_prefixes = yield from own_folders_under(f"{prefix}ns/")
-        # A LIST of the prefix "head" returns the head first if it exists ("head" sorts before
-        # every longer key it starts, a foreign "head-notes" included); only that key is taken.
-        pages_ = yield from all_of([ListKeys(Layout.head_in(p), max_keys=1) for p in ns_prefixes])
-        heads = [
-            (key, etag, modified)
-            for p, page in zip(ns_prefixes, pages_, strict=True)
-            for key, etag, modified in zip(page.keys, page.etags, page.modified, strict=False)
-            if key == Layout.head_in(p)
-        ]
-        newest = max((modified for _, _, modified in heads), default=None)
-        served = max((page.served for page in pages_ if page.served is not None), default=None)
-        if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
-            return None
-        return heads
+    def _expire(self, segment: str, prefix: str, heads: list[tuple[str, str, datetime]], dry_run: bool) -> Plan[None]:
+        """Delete the idle thread at ``prefix`` (or, dry, only name it) unless a head changed since it was listed;
+        emits its id if it goes."""
+        thread_id = yield from self._name_of(segment, prefix)
+        if thread_id is None:
+            return
+        if not dry_run:
+            unmark = yield from self._delete_idle_heads(thread_id, heads)
+            if unmark is None:
+                return  # written since it was listed: alive
+            yield from self._finish_delete(thread_id, unmark)
+        yield Emit(thread_id)
 
     def _delete_idle_heads(self, thread_id: str, heads: list[tuple[str, str, datetime]]) -> Plan[DeleteIfMatch | None]:
         """Mark the thread as being deleted and delete its heads if none changed since they were listed
@@ -461,6 +451,18 @@ class ThreadEdits(Rollbacks):
                 "under the prefix, live threads and the store's items included, so the rule was removed. Drop "
                 "ttl_days and expire idle threads with expire_threads() instead (docs/operations.md, Retention)."
             )
+
+
+def _idle(
+    heads: list[tuple[str, str, datetime]], served: datetime | None, older_than: timedelta
+) -> list[tuple[str, str, datetime]] | None:
+    """A thread's heads (key, ETag, LastModified) if none was written in the last ``older_than`` by the server's clock
+    (``served``: the ``Date`` of the listing that showed them), else ``None``; ``None`` too for a thread with no head
+    at all (a leftover that gc collects): nothing to expire."""
+    newest = max((modified for _, _, modified in heads), default=None)
+    if newest is None or newest > (served or datetime.now(timezone.utc)) - older_than:
+        return None
+    return heads
 
 
 @dataclass
