@@ -492,13 +492,10 @@ class Committing(Reading):
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
     def _index_entries(self, run_id: str, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
-        """The two create-only entries that index a run in a namespace, naming the oldest checkpoint it touched
-        there (as far as the first writer knows: an entry that exists is not changed)."""
-        marker = checkpoint_id.encode()
-        return [
-            Put(self.layout.run_entry(run_id, thread_id, ns), marker, mode=CREATE),
-            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, mode=CREATE),
-        ]
+        """The create-only entry that indexes a run in a namespace, naming the oldest checkpoint it touched there
+        (as far as the first writer knows: an entry that exists is not changed). One PUT: the per-thread twin
+        that 0.1.x also wrote is gone (docs/design.md, "Which runs wrote where")."""
+        return [Put(self.layout.run_entry(run_id, thread_id, ns), checkpoint_id.encode(), mode=CREATE)]
 
     def _names(self, thread_id: str, ns: str) -> list[Put]:
         """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""

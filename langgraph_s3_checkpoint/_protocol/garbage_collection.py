@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CorruptObjectError, InvalidConfigError
 from . import seals
 from .chain import Chain, Standing
-from .gc_run_index import SeenEntries, global_runs, run_entries
+from .gc_run_index import Sightings, global_runs, run_entries
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import (
     DELETE_BATCH,
@@ -297,7 +297,8 @@ class _Collector:
         self.old_seal: dict[str, seals.Part] = {}
         """The seal of the thread being scanned, by namespace segment, as the last gc left it."""
         self.new_seal: dict[str, seals.Part] = {}
-        self.seen_entries = SeenEntries()
+        self.sightings = Sightings()
+        """What the thread pass saw, for the global pass (:func:`.gc_run_index.global_runs`)."""
 
     # -- deciding and deleting ------------------------------------------------------------------------
     def doom(
@@ -342,6 +343,8 @@ class _Collector:
             if len(self.report.sample) < SAMPLE_SIZE:
                 self.report.sample.append(key)
         if self.report.dry_run:
+            for key, _, _ in doomed:
+                self.sightings.doomed.add(key)
             return
         names = [
             (key, reason, kind)
@@ -453,6 +456,8 @@ class _Collector:
         if sealed:
             yield from self.read_seal(segment)
         namespaces = yield from self.namespaces(prefix)
+        for ns_segment, info in namespaces.items():
+            self.sightings.namespace(segment, ns_segment, info.committed, info.run_segments)
         yield from run_entries(self, prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
         # condemns, even if a batch fails part-way.
