@@ -22,8 +22,8 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     Every object of a namespace that has no head: an interrupted ``delete_thread``, a ``copy_thread``
     that died before committing, or a thread whose very first put never committed.
 ``dangling_run_entry``
-    A run-index entry (``runs/{run}/...`` or ``threads/{T}/r/...``) whose namespace holds no committed
-    checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
+    A run-index entry (``runs/{run}/...``, or a 0.1.x twin ``threads/{T}/r/...``) whose namespace is gone or holds
+    no committed checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
     another run's checkpoint, resuming it, is indexed there: its entry stays while that checkpoint does, for
     ``delete_for_runs`` to take those writes out).
 ``setup_probe``
@@ -63,9 +63,9 @@ scanned :data:`.plans.SIDE_BY_SIDE` at a time (:func:`.plans.side_by_side`: a ro
 each), so a gc over many threads costs round trips per group of threads, not per thread; what it sends is the same.
 It streams every listing page by page: its memory is, per thread being scanned, one page, up to ``READ_BATCH``
 record bodies, for the namespace being scanned the blob references and run ids of its committed records (and of its
-seal), and a
-fixed 1 MiB of the run-index entries the thread pass listed, so that the global pass reads a global entry's
-twin only when the thread pass did not see it.
+seal), and
+a fixed 5 MiB of what the thread pass saw for the global pass to judge the run index by
+(:class:`.gc_run_index.Sightings`).
 """
 
 from __future__ import annotations
