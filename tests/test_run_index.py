@@ -12,6 +12,8 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
@@ -40,11 +42,11 @@ def chat(saver: S3Saver) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def turn(graph: Any, thread: str, run: str | None) -> None:
+def turn(graph: Any, thread: str, run: str | None, durability: str = "sync") -> None:
     config: dict[str, Any] = {"configurable": {"thread_id": thread}}
     if run is not None:
         config["metadata"] = {"run_id": run}
-    graph.invoke({"messages": [f"hello from {run}"]}, config)
+    graph.invoke({"messages": [f"hello from {run}"]}, config, durability=durability)
 
 
 def puts(bucket: MemoryBucket, start: int) -> list[str]:
@@ -56,20 +58,23 @@ def keys(bucket: MemoryBucket, prefix: str) -> list[str]:
     return bucket.keys(prefix)
 
 
-def test_a_run_costs_one_index_put() -> None:
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_a_run_costs_one_index_put(durability: str) -> None:
     """Turn for turn, a chat with a ``run_id`` (as the Agent Server sends) costs one PUT more than without: its
-    run's entry, and nothing under the thread."""
+    run's entry, and nothing under the thread. Under ``durability="async"`` the step's writes are sent while the
+    put that indexes the run is still in flight: they send no entry of their own (the saver knows one is on its
+    way), where a second, refused create-only PUT would still be billed."""
     bucket = MemoryBucket(keep_log=True)
     saver = S3Saver(bucket="b", client=bucket)
     graph = chat(saver)
-    turn(graph, "plain", None)
-    turn(graph, "runs", "r0")
+    turn(graph, "plain", None, durability)
+    turn(graph, "runs", "r0", durability)
     for n in range(1, 6):
         start = len(bucket.log or ())
-        turn(graph, "plain", None)
+        turn(graph, "plain", None, durability)
         without = puts(bucket, start)
         start = len(bucket.log or ())
-        turn(graph, "runs", f"r{n}")
+        turn(graph, "runs", f"r{n}", durability)
         with_run = puts(bucket, start)
         layout = saver.plans.layout
         assert len(with_run) == len(without) + 1, (with_run, without)
@@ -144,3 +149,28 @@ def test_the_entries_of_a_deleted_thread_go_with_the_next_gc() -> None:
     assert not keys(bucket, layout.run_index("r1")) and not keys(bucket, layout.run_index("r2"))
     assert keys(bucket, layout.run_index("r3")), "a live thread's entry stays"
     assert gc(saver, grace_seconds=0).total == 0
+
+
+def test_writes_sent_while_the_put_that_indexes_their_run_is_in_flight_send_no_entry() -> None:
+    """LangGraph sends a step's writes without waiting for its put (``durability="async"``): with the put's entry
+    sent and not yet answered, the writes to that checkpoint send no second entry (a refused create-only PUT is
+    billed all the same). Driven at the plan level, so the put is held exactly between its entry and its commit."""
+    bucket = MemoryBucket(keep_log=True)
+    saver = S3Saver(bucket="b", client=bucket)
+    head = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, _checkpoint(), {"run_id": "r0"}, {})
+    step = _checkpoint()
+    put = saver.plans.put(head, step, {"source": "loop", "step": 1, "run_id": "r1"}, {})
+    first = next(put)  # the prerequisites, as sent: the run's entry
+    layout = saver.plans.layout
+    assert [r.key for r in first if isinstance(r, Put)] == [layout.run_entry("r1", "t", "")]
+    start = len(bucket.log or ())
+    mine = {"configurable": {**head["configurable"], "checkpoint_id": step["id"]}, "metadata": {"run_id": "r1"}}
+    saver.put_writes(mine, [("messages", ["hi"])], "task-1")
+    assert puts(bucket, start) == [layout.task_writes("t", "", step["id"], "task-1")]
+    put.close()
+
+
+def _checkpoint() -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = str(uuid6())
+    return checkpoint
