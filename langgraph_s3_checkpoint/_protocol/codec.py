@@ -32,8 +32,6 @@ from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
 from .writes import StoredWrite, TaskWrites, restored
 
 MAGIC = b"LGS3"
-FORMAT_VERSION = 2
-"""The newest format version this release reads (and every older one: 1 and 2)."""
 THREAD_FORMAT = 2
 """The version a thread's heads and records, and gc's seals, are written in. Version 2 (release 0.2) reads as
 version 1 does; it marks a thread whose runs are indexed by their global run-index entries alone, without the
@@ -41,7 +39,9 @@ per-thread twin ``threads/{T}/r/{run}/{N}`` that 0.1.x writes, reads and garbage
 meets version 2 as a :class:`~langgraph_s3_checkpoint.errors.NewerFormatError` (its reads, puts, copies, rollbacks
 and gc stop there) instead of judging the new run index by rules that no longer hold."""
 OBJECT_FORMAT = 1
-"""The version every other object (writes, large values, the store's and the cache's) is written in."""
+"""The version every other object (writes, large values, the store's and the cache's) is written in. Each kind is
+read up to the version this release writes for it: a newer one is a newer release's
+(:class:`~langgraph_s3_checkpoint.errors.NewerFormatError`)."""
 _PLAIN = 0
 _ZLIB = 1
 ROLLED_BACK_NAMED = 16
@@ -116,12 +116,14 @@ class Codec:
         """A head's or record's frame (:data:`THREAD_FORMAT`)."""
         return self._frame(payload, THREAD_FORMAT)
 
-    def _unframe(self, key: str, data: bytes) -> Any:
+    def _unframe(self, key: str, data: bytes, newest: int = OBJECT_FORMAT) -> Any:
+        """An object's frame; ``newest``: the newest version this release writes for its kind (a newer one is a
+        newer release's)."""
         if len(data) < 6 or data[:4] != MAGIC:
             raise corrupt(key, "not written by langgraph-s3-checkpoint (bad magic)")
         version, compression = data[4], data[5]
-        if version > FORMAT_VERSION:
-            raise NewerFormatError(key, version, FORMAT_VERSION)
+        if version > newest:
+            raise NewerFormatError(key, version, newest)
         if version < 1:
             raise corrupt(key, f"format version {version} was never written by any release")
         body = data[6:]
@@ -208,7 +210,7 @@ class Codec:
         checkpoint's key (a botched manual restore, a tampered bucket) would otherwise show a checkpoint
         where another belongs, or hide one from ``list`` and gc.
         """
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         misfiled = (
             key.endswith(f"/{RECORD}")
             and isinstance(frame, dict)
@@ -263,7 +265,7 @@ class Codec:
 
     def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
         """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         if not isinstance(frame, dict) or "id" not in frame:
             raise CorruptObjectError(key, "record has no checkpoint id")
         return self._thread_frame({**frame, "previous_head": previous_head, "detached": False})
@@ -292,7 +294,7 @@ class Codec:
 
     def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
         """Metadata, parent id and blob references, without decoding channel values."""
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         try:
             return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
         except (KeyError, TypeError) as exc:

@@ -488,19 +488,19 @@ class Committing(Reading):
     def _run_entries(
         self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, parent: HeadSeen | None
     ) -> list[Put]:
-        """The run-index entry (the run's first checkpoint id here), unless the parent the put continues is the run's
-        or the saver knows the run's entry names this checkpoint or an older one."""
+        """The run-index entry (the run's first checkpoint id here), unless the parent the put continues is the run's.
+        What the saver remembers of entries it sent does not spare it: a rollback in another process may have deleted
+        the entry since, and a put is what commits a checkpoint that a rollback must find."""
         if run_id is None or (parent is not None and parent.run_id == run_id):
             return []
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
     def _index_entries(self, run_id: str, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
-        """The create-only entry that indexes a run in a namespace, naming the oldest checkpoint it touched there
-        (as far as the first writer knows: an entry that exists is not changed), unless the saver knows it names
-        this checkpoint or an older one. One PUT: the per-thread twin that 0.1.x also wrote is gone (docs/design.md,
-        "Which runs wrote where")."""
-        if not self.recall.claim_index_entry(thread_id, ns, run_id, checkpoint_id):
-            return []
+        """The create-only entry that indexes a run in a namespace, naming the oldest checkpoint it touched there (as
+        far as the first writer knows: an entry that exists is not changed), remembered as sent (so the run's writes
+        need not send it again, :meth:`_writes_run_entries`). One PUT: the per-thread twin that 0.1.x also wrote is
+        gone (docs/design.md, "Which runs wrote where")."""
+        self.recall.sent_index_entry(thread_id, ns, run_id, checkpoint_id)
         return [Put(self.layout.run_entry(run_id, thread_id, ns), checkpoint_id.encode(), mode=CREATE)]
 
     def _names(self, thread_id: str, ns: str) -> list[Put]:
@@ -578,9 +578,9 @@ class Committing(Reading):
         checkpoint; an entry that exists already stays, and a rollback walks down to the checkpoint it names, and to
         each parent its checkpoints have.
         """
-        if run_id is None:
+        if run_id is None or not self.recall.claim_index_entry(thread_id, ns, run_id, checkpoint_id):
             return []
-        return self._index_entries(run_id, thread_id, ns, checkpoint_id)
+        return [Put(self.layout.run_entry(run_id, thread_id, ns), checkpoint_id.encode(), mode=CREATE)]
 
 
 def _checked_id(checkpoint_id: Any) -> str:

@@ -700,14 +700,20 @@ class Recall:
             seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
         return seen if seen is not None and seen.checkpoint_id == checkpoint_id else None
 
+    def sent_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> None:
+        """A put is about to send the run's entry in the namespace, naming ``checkpoint_id``."""
+        with self._lock:
+            self._store(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
+
     def claim_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> bool:
-        """Whether the run's index entry in the namespace is to be sent, naming ``checkpoint_id``: not when the saver
-        knows an entry of the run there names this checkpoint or an older one (it sent one, or the head it last saw
-        there is the run's and not newer). When it is, it counts as sent from now on (the caller sends it at once:
-        check and claim are one step, so two concurrent calls of a run send one entry). A write that a concurrent
-        ``put_writes`` then sends without an entry of its own is on this checkpoint or a newer one of the run, which
-        commits only once the entry landed (it is its put's prerequisite). Forgetting costs a create-only PUT,
-        never correctness."""
+        """Whether ``put_writes`` of the run on ``checkpoint_id`` is to send the run's entry in the namespace: not when
+        the saver knows an entry of the run there names this checkpoint or an older one (it sent one, or the head it
+        last saw there is the run's and not newer). When it is, it counts as sent from now on (the caller sends it
+        at once: check and claim are one step, so two concurrent calls of a run send one entry). A write that a
+        ``put_writes`` sends without an entry of its own while its run's put is in flight is on that put's checkpoint
+        or a newer one of the run, which commits only once the entry landed (it is the put's prerequisite); one that
+        lands after a rollback in another process deleted the entry is on a checkpoint the rollback deleted, or is
+        the late write docs/design.md's conflict table leaves unfenced. Forgetting costs a create-only PUT."""
         with self._lock:
             seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
             sent: tuple[str, str] | None = self._lookup(("run entry", thread_id, ns))

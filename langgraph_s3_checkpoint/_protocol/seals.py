@@ -47,7 +47,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import CorruptObjectError
-from .codec import Codec
+from .codec import THREAD_FORMAT, Codec
 from .keys import Layout, is_own_segment
 from .plans import pages
 from .requests import Emit, Page, Plan, Request
@@ -127,7 +127,7 @@ def encode(codec: Codec, parts: dict[str, Part]) -> bytes:
 def decode(codec: Codec, key: str, body: bytes) -> dict[str, Part]:
     """A thread's seal; empty when it cannot be read (damaged, foreign, another format): nothing is trusted."""
     try:
-        frame = codec._unframe(key, body)
+        frame = codec._unframe(key, body, THREAD_FORMAT)
         if frame.get("format") != FORMAT:
             return {}
         return {str(ns): Part.from_frame(part) for ns, part in frame["namespaces"].items()}
