@@ -961,17 +961,19 @@ def writes_config(thread: str, ns: str, n: int, run: str | None) -> RunnableConf
 
 def put_committed(op: Op, spec: PutSpec) -> bool:
     """Whether the log shows this put's commit: its head PUT landed, or its detached record PUT did."""
+    codec = op.saver.plans.codec
     for request, reply in op.applied:
         if not isinstance(request, Put) or not isinstance(reply, Written):
             continue
-        if request.key.endswith("/head"):
-            frame = op.saver.plans.codec._unframe(request.key, request.body)
-            if frame.get("id") == spec.id:
-                return True
-        elif request.key.endswith("/checkpoint"):  # a record frame names its id and whether it is detached
-            frame = op.saver.plans.codec._unframe(request.key, request.body)
-            if frame.get("id") == spec.id and frame.get("detached"):
-                return True
+        if request.key.endswith("/head") and codec.peek_head_id(request.key, request.body) == spec.id:
+            return True
+        # A record names its id and whether it is detached.
+        if (
+            request.key.endswith("/checkpoint")
+            and codec.peek_head_id(request.key, request.body) == spec.id
+            and codec.peek_link(request.key, request.body)[1]
+        ):
+            return True
     return False
 
 

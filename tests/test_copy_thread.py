@@ -175,7 +175,7 @@ def test_an_import_that_died_before_its_heads_is_not_made_a_history_by_repair(
     importer = make_saver()
     crash_at(importer, lambda r: isinstance(r, Put) and r.key == layout.head("x", ""))
     with pytest.raises(Crash):
-        importer.bucket_io.run(import_thread(layout, "x", archive))
+        importer.bucket_io.run(import_thread(layout, importer.plans.codec, "x", archive))
     fresh = make_saver()
     [outcome] = fresh.repair_thread("x").namespaces
     assert outcome.status == "copying" and "an import" in outcome.reason and "import --replace" in outcome.reason
@@ -185,7 +185,8 @@ def test_an_import_that_died_before_its_heads_is_not_made_a_history_by_repair(
     report = run_gc(make_saver(), grace_seconds=0)
     assert report.deleted["unfinished_copy"] == 1 and report.deleted["headless_namespace"] > 0
     assert s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x")).get("KeyCount") == 0
-    assert make_saver().bucket_io.run(import_thread(layout, "x", archive)) == len(archive)  # again, to the end
+    again = make_saver()
+    assert again.bucket_io.run(import_thread(layout, again.plans.codec, "x", archive)) == len(archive)  # to the end
     assert ids(make_saver().list(cfg("x"))) == [cid(3), cid(2), cid(1)]
     keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=writer.bucket, Prefix=layout.thread("x"))["Contents"]]
     assert layout.copying("x") not in keys

@@ -111,7 +111,7 @@ def test_an_export_with_a_put_and_a_prune_before_any_batch_reads_whole_or_raises
     if archive is None:
         return  # told to export again; nothing of the thread's heads went out
     importer = S3Saver(bucket="b", client=bucket, prefix="imported", inline_threshold=LARGE)
-    importer.bucket_io.run(import_thread(importer.plans.layout, "t", archive))
+    importer.bucket_io.run(import_thread(importer.plans.layout, importer.plans.codec, "t", archive))
     history = list(contextvars.Context().run(importer.list, cfg("t")))
     assert history, f"the archive imported as an empty thread: {[e.relative for e in archive]}"
     for tup in history:

@@ -32,7 +32,16 @@ from .keys import RECORD, filed_checkpoint_id, is_digest, unescape
 from .writes import StoredWrite, TaskWrites, restored
 
 MAGIC = b"LGS3"
-FORMAT_VERSION = 1
+THREAD_FORMAT = 2
+"""The version a thread's heads and records, and gc's seals, are written in. Version 2 (release 0.2) reads as
+version 1 does; it marks a thread whose runs are indexed by their global run-index entries alone, without the
+per-thread twin ``threads/{T}/r/{run}/{N}`` that 0.1.x writes, reads and garbage-collects by. A 0.1.x process
+meets version 2 as a :class:`~langgraph_s3_checkpoint.errors.NewerFormatError` (its reads, puts, copies, rollbacks
+and gc stop there) instead of judging the new run index by rules that no longer hold."""
+OBJECT_FORMAT = 1
+"""The version every other object (writes, large values, the store's and the cache's) is written in. Each kind is
+read up to the version this release writes for it: a newer one is a newer release's
+(:class:`~langgraph_s3_checkpoint.errors.NewerFormatError`)."""
 _PLAIN = 0
 _ZLIB = 1
 ROLLED_BACK_NAMED = 16
@@ -95,21 +104,27 @@ class Codec:
     """Frames at least this large are zlib-compressed; ``None`` disables compression."""
 
     # -- framing --------------------------------------------------------------------------------
-    def _frame(self, payload: Any) -> bytes:
+    def _frame(self, payload: Any, version: int = OBJECT_FORMAT) -> bytes:
         body = ormsgpack.packb(payload)
         if self.compress_threshold is not None and len(body) >= self.compress_threshold:
             packed = zlib.compress(body, 3)
             if len(packed) < len(body):
-                return MAGIC + bytes((FORMAT_VERSION, _ZLIB)) + packed
-        return MAGIC + bytes((FORMAT_VERSION, _PLAIN)) + body
+                return MAGIC + bytes((version, _ZLIB)) + packed
+        return MAGIC + bytes((version, _PLAIN)) + body
 
-    def _unframe(self, key: str, data: bytes) -> Any:
+    def _thread_frame(self, payload: Any) -> bytes:
+        """A head's or record's frame (:data:`THREAD_FORMAT`)."""
+        return self._frame(payload, THREAD_FORMAT)
+
+    def _unframe(self, key: str, data: bytes, newest: int = OBJECT_FORMAT) -> Any:
+        """An object's frame; ``newest``: the newest version this release writes for its kind (a newer one is a
+        newer release's)."""
         if len(data) < 6 or data[:4] != MAGIC:
             raise corrupt(key, "not written by langgraph-s3-checkpoint (bad magic)")
         version, compression = data[4], data[5]
-        if version > FORMAT_VERSION:
-            raise NewerFormatError(key, version, FORMAT_VERSION)
-        if version != FORMAT_VERSION:
+        if version > newest:
+            raise NewerFormatError(key, version, newest)
+        if version < 1:
             raise corrupt(key, f"format version {version} was never written by any release")
         body = data[6:]
         try:
@@ -181,7 +196,12 @@ class Codec:
         }
         if deleted:
             frame["deleted"] = dict(deleted)
-        return self._frame(frame)
+        run = metadata.get("run_id")
+        if run is not None:
+            # Beside the serializer's copy, in the clear (as the run index's keys hold it): a copy or an import
+            # indexes the runs a thread carries without decoding metadata (:mod:`.run_index`), so without the key.
+            frame["run"] = str(run)
+        return self._thread_frame(frame)
 
     def _record_frame(self, key: str, data: bytes) -> Any:
         """A record's or head's frame; a record must hold the checkpoint its key names.
@@ -190,7 +210,7 @@ class Codec:
         checkpoint's key (a botched manual restore, a tampered bucket) would otherwise show a checkpoint
         where another belongs, or hide one from ``list`` and gc.
         """
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         misfiled = (
             key.endswith(f"/{RECORD}")
             and isinstance(frame, dict)
@@ -241,14 +261,14 @@ class Codec:
             raise corrupt(key, "record has no checkpoint id")
         merged = dict(links) if replace else {**_deleted_links(frame.get("deleted")), **links}
         kept = dict(sorted(merged.items())[-DELETED_NAMED:])
-        return self._frame({**frame, "deleted": kept})
+        return self._thread_frame({**frame, "deleted": kept})
 
     def relink(self, key: str, data: bytes, previous_head: str | None) -> bytes:
         """The same record as an ordinary link of the chain: naming ``previous_head``, not detached."""
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         if not isinstance(frame, dict) or "id" not in frame:
             raise CorruptObjectError(key, "record has no checkpoint id")
-        return self._frame({**frame, "previous_head": previous_head, "detached": False})
+        return self._thread_frame({**frame, "previous_head": previous_head, "detached": False})
 
     def rolled_back_on(self, key: str, data: bytes, run_id: str) -> bytes:
         """The same head in new bytes, so under a new ETag (a conditional write on the old one is then refused),
@@ -258,7 +278,7 @@ class Codec:
         if not isinstance(frame, dict) or "id" not in frame:
             raise corrupt(key, "record has no checkpoint id")
         runs = [*(run for run in _run_names(frame.get("rolled_back")) if run != run_id), run_id][-ROLLED_BACK_NAMED:]
-        return self._frame({**frame, "rolled_back": runs, "rewritten": uuid.uuid4().hex})
+        return self._thread_frame({**frame, "rolled_back": runs, "rewritten": uuid.uuid4().hex})
 
     def rolled_back_runs(self, key: str, data: bytes) -> list[str]:
         """The runs rolled back while this head was the head (:meth:`rolled_back_on`); none for any other."""
@@ -274,11 +294,17 @@ class Codec:
 
     def peek_record(self, key: str, data: bytes) -> tuple[CheckpointMetadata, str | None, dict[str, str]]:
         """Metadata, parent id and blob references, without decoding channel values."""
-        frame = self._unframe(key, data)
+        frame = self._unframe(key, data, THREAD_FORMAT)
         try:
             return self.load(key, frame["metadata"]), frame["parent"], dict(frame["blobs"])
         except (KeyError, TypeError) as exc:
             raise corrupt(key, f"record is missing a field ({exc})") from exc
+
+    def peek_run(self, key: str, data: bytes) -> str | None:
+        """The run a record names in the clear (``None``: none, or a 0.1.x record, whose run its twin entry names)."""
+        frame = self._record_frame(key, data)
+        run = frame.get("run") if isinstance(frame, dict) else None
+        return run if isinstance(run, str) else None
 
     def peek_blobs(self, key: str, data: bytes) -> dict[str, str]:
         """The large values (channel -> version) a record or head references, decoding nothing else (no key

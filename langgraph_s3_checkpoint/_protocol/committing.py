@@ -123,11 +123,13 @@ class Committing(Reading):
         now = datetime.now(timezone.utc)
         values = self._split_values(thread_id, ns, checkpoint, new_versions, basis.parent, now)
         names = [] if basis.parent is not None else self._names(thread_id, ns)  # its head proves them
-        run_entries = self._run_entries(run_id, thread_id, ns, checkpoint_id, basis.parent)
-        prerequisites = [*values.puts, *run_entries, *names]
         # Before anything is sent: S3 refusing the record's key while the head sent with it lands would leave a
         # head whose record can never be restored.
-        _refuse_long_keys(f"checkpoint {reprlib.repr(checkpoint_id)}", [record_key, *(p.key for p in prerequisites)])
+        entry_keys = [] if run_id is None else [self.layout.run_entry(run_id, thread_id, ns)]
+        other_keys = [p.key for p in [*values.puts, *names]]
+        _refuse_long_keys(f"checkpoint {reprlib.repr(checkpoint_id)}", [record_key, *entry_keys, *other_keys])
+        run_entries = self._run_entries(run_id, thread_id, ns, checkpoint_id, basis.parent)
+        prerequisites = [*values.puts, *run_entries, *names]
         if prerequisites or basis.unread:
             # Heterogeneous: the prerequisites' replies (ignored), then the head's when it is still to be read.
             replies: list[Any] = yield [*prerequisites, *([Get(head_key)] if basis.unread else [])]
@@ -486,19 +488,20 @@ class Committing(Reading):
     def _run_entries(
         self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str, parent: HeadSeen | None
     ) -> list[Put]:
-        """Run-index entries (the run's first checkpoint id here), unless the parent the put continues is the run's."""
+        """The run-index entry (the run's first checkpoint id here), unless the parent the put continues is the run's.
+        What the saver remembers of entries it sent does not spare it: a rollback in another process may have deleted
+        the entry since, and a put is what commits a checkpoint that a rollback must find."""
         if run_id is None or (parent is not None and parent.run_id == run_id):
             return []
         return self._index_entries(run_id, thread_id, ns, checkpoint_id)
 
     def _index_entries(self, run_id: str, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
-        """The two create-only entries that index a run in a namespace, naming the oldest checkpoint it touched
-        there (as far as the first writer knows: an entry that exists is not changed)."""
-        marker = checkpoint_id.encode()
-        return [
-            Put(self.layout.run_entry(run_id, thread_id, ns), marker, mode=CREATE),
-            Put(self.layout.thread_run_entry(run_id, thread_id, ns), marker, mode=CREATE),
-        ]
+        """The create-only entry that indexes a run in a namespace, naming the oldest checkpoint it touched there (as
+        far as the first writer knows: an entry that exists is not changed), remembered as sent (so the run's writes
+        need not send it again, :meth:`_writes_run_entries`). One PUT: the per-thread twin that 0.1.x also wrote is
+        gone (docs/design.md, "Which runs wrote where")."""
+        self.recall.sent_index_entry(thread_id, ns, run_id, checkpoint_id)
+        return [Put(self.layout.run_entry(run_id, thread_id, ns), checkpoint_id.encode(), mode=CREATE)]
 
     def _names(self, thread_id: str, ns: str) -> list[Put]:
         """``name`` objects for ids too long to be key segments (create-only: a rewrite is refused)."""
@@ -542,11 +545,12 @@ class Committing(Reading):
             for i, (channel, value) in enumerate(writes)
         ]
         key = self.layout.task_writes(t.thread_id, t.checkpoint_ns, t.checkpoint_id, task_id)
+        entry_keys = [] if run_id is None else [self.layout.run_entry(run_id, t.thread_id, t.checkpoint_ns)]
+        _refuse_long_keys(f"the writes of task {reprlib.repr(task_id)}", [key, *entry_keys])
         entries = self._writes_run_entries(run_id, t.thread_id, t.checkpoint_ns, t.checkpoint_id)
-        _refuse_long_keys(f"the writes of task {reprlib.repr(task_id)}", [key, *(e.key for e in entries)])
         if entries:
-            # Index first, as put does: writes that landed without their entries could not be rolled back.
-            # Their replies do not matter (refused: the run is indexed here already).
+            # Index first, as put does: writes that landed without their entry could not be rolled back.
+            # Its reply does not matter (refused: the run is indexed here already).
             yield from all_of(entries)
         first = TaskWrites.of_call(task_id, task_path, run_id, new)
         put = Put(key, self.codec.encode_task_writes(first), mode=CREATE)
@@ -566,19 +570,17 @@ class Committing(Reading):
         )
 
     def _writes_run_entries(self, run_id: str | None, thread_id: str, ns: str, checkpoint_id: str) -> list[Put]:
-        """Run-index entries for writes to ``checkpoint_id``, unless the run's entry in the namespace is known
-        to name a checkpoint no newer than it: the head this saver last saw there is the run's and not newer
-        (a run's writes to its own checkpoints, the hot path, even while the put of that checkpoint is still
-        in flight). Otherwise (a run resuming another run's checkpoint, a saver that knows nothing of the
-        namespace) the entries are offered create-only, naming this checkpoint; an entry that exists already
-        stays, and a rollback walks down to the checkpoint it names, and to each parent its checkpoints have.
+        """The run-index entry for writes to ``checkpoint_id``, unless the run's entry in the namespace is known to
+        name a checkpoint no newer than it (:meth:`.fencing.Recall.indexed_from`): the head this saver last saw there
+        is the run's and not newer, or this saver sent the entry (a run's writes to its own checkpoints, the hot path,
+        even while the put of that checkpoint is still in flight). Otherwise (a run resuming another run's
+        checkpoint, a saver that knows nothing of the namespace) the entry is offered create-only, naming this
+        checkpoint; an entry that exists already stays, and a rollback walks down to the checkpoint it names, and to
+        each parent its checkpoints have.
         """
-        if run_id is None:
+        if run_id is None or not self.recall.claim_index_entry(thread_id, ns, run_id, checkpoint_id):
             return []
-        head = self.recall.head_written_by(thread_id, ns)
-        if head is not None and head[1] == run_id and head[0] <= checkpoint_id:
-            return []
-        return self._index_entries(run_id, thread_id, ns, checkpoint_id)
+        return [Put(self.layout.run_entry(run_id, thread_id, ns), checkpoint_id.encode(), mode=CREATE)]
 
 
 def _checked_id(checkpoint_id: Any) -> str:

@@ -700,20 +700,36 @@ class Recall:
             seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
         return seen if seen is not None and seen.checkpoint_id == checkpoint_id else None
 
-    def head_written_by(self, thread_id: str, ns: str) -> tuple[str, str | None] | None:
-        """The checkpoint id of the head this saver last saw in the namespace and the run that wrote it
-        (``None``: it remembers no head there). Only asked, never changed, by ``put_writes``, and only to spare
-        the run-index entries of writes: forgetting costs two create-only PUTs, never correctness."""
+    def sent_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> None:
+        """A put is about to send the run's entry in the namespace, naming ``checkpoint_id``."""
+        with self._lock:
+            self._store(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
+
+    def claim_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> bool:
+        """Whether ``put_writes`` of the run on ``checkpoint_id`` is to send the run's entry in the namespace: not when
+        the saver knows an entry of the run there names this checkpoint or an older one (it sent one, or the head it
+        last saw there is the run's and not newer). When it is, it counts as sent from now on (the caller sends it
+        at once: check and claim are one step, so two concurrent calls of a run send one entry). A write that a
+        ``put_writes`` sends without an entry of its own while its run's put is in flight is on that put's checkpoint
+        or a newer one of the run, which commits only once the entry landed (it is the put's prerequisite); one that
+        lands after a rollback in another process deleted the entry is on a checkpoint the rollback deleted, or is
+        the late write docs/design.md's conflict table leaves unfenced. Forgetting costs a create-only PUT."""
         with self._lock:
             seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
-        return None if seen is None else (seen.checkpoint_id, seen.run_id)
+            sent: tuple[str, str] | None = self._lookup(("run entry", thread_id, ns))
+            for known in (sent, None if seen is None else (seen.run_id, seen.checkpoint_id)):
+                if known is not None and known[0] == run_id and known[1] <= checkpoint_id:
+                    return False
+            self._store(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
+            return True
 
     def forget_namespace(self, thread_id: str, ns: str) -> None:
-        """After a surprise (a conflict, a rollback): the next put reads the head again."""
+        """After a surprise (a conflict, a rollback): the next put reads the head again, and indexes its run."""
         with self._lock:
-            old = self._entries.pop(("head", thread_id, ns), None)
-            if old is not None:
-                self._bytes -= old[1]
+            for table in ("head", "run entry"):
+                old = self._entries.pop((table, thread_id, ns), None)
+                if old is not None:
+                    self._bytes -= old[1]
 
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:

@@ -22,8 +22,8 @@ objects behind. :func:`gc` (and :func:`agc`, its asyncio twin) finds them, by ca
     Every object of a namespace that has no head: an interrupted ``delete_thread``, a ``copy_thread``
     that died before committing, or a thread whose very first put never committed.
 ``dangling_run_entry``
-    A run-index entry (``runs/{run}/...`` or ``threads/{T}/r/...``) whose namespace holds no committed
-    checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
+    A run-index entry (``runs/{run}/...``, or a 0.1.x twin ``threads/{T}/r/...``) whose namespace is gone or holds
+    no committed checkpoint of that run, nor the checkpoint the entry names (a run that only wrote pending writes to
     another run's checkpoint, resuming it, is indexed there: its entry stays while that checkpoint does, for
     ``delete_for_runs`` to take those writes out).
 ``setup_probe``
@@ -67,8 +67,8 @@ that changed are scanned :data:`.plans.SIDE_BY_SIDE` at a time (:func:`.plans.si
 next requests of each), so a gc over many threads costs round trips per group of threads, not per thread; what it
 sends is the same. It streams every listing page by page: its memory is a page of the flat listing and, per thread
 being scanned, one page, up to ``READ_BATCH`` record bodies, for the namespace being scanned the blob references and
-run ids of its committed records (and of its seal), and a fixed 1 MiB of the run-index entries the thread pass
-listed, so that the global pass reads a global entry's twin only when the thread pass did not see it.
+run ids of its committed records (and of its seal), and a fixed 5 MiB of what the thread pass saw for the global pass
+to judge the run index by (:class:`.gc_run_index.Sightings`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CorruptObjectError, InvalidConfigError
 from . import seals
 from .chain import Chain, Standing
-from .gc_run_index import SeenEntries, global_runs, run_entries
+from .gc_run_index import Sightings, global_runs, run_entries
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import (
     DELETE_BATCH,
@@ -265,6 +265,8 @@ class _ThreadListed:
     scanned: int = 0
     foreign: int = 0
     records: int = 0
+    heads: list[str] = field(default_factory=list)
+    """The segments of its namespaces with a head."""
 
 
 @dataclass
@@ -273,9 +275,10 @@ class _Listed:
 
     thread: _ThreadListed = field(default_factory=_ThreadListed)
 
-    def note(self, prefix: str, segment: str, page: Page, seen: SeenEntries) -> None:
-        """Some keys of the thread at ``prefix``; its run-index entries go into ``seen`` (the global pass then
-        reads no twin of theirs, whether the thread is scanned or not)."""
+    def note(self, prefix: str, segment: str, page: Page, seen: Sightings) -> None:
+        """Some keys of the thread at ``prefix``; its 0.1.x run-index twins go into ``seen`` (the global pass then
+        reads no twin of theirs, whether the thread is scanned or not), and its namespaces with a head into the
+        thread's listing (:meth:`_Collector.unchanged` keeps the entries of a thread it does not scan)."""
         thread = self.thread
         etags = page.etags if len(page.etags) == len(page.keys) else [None] * len(page.keys)
         for key, etag in zip(page.keys, etags, strict=True):
@@ -291,7 +294,9 @@ class _Listed:
                 thread.foreign += 1
             elif kind is KeyKind.RUN_ENTRY:
                 _, run_segment, ns_segment = relative.split("/")
-                seen.add(run_segment, segment, ns_segment)
+                seen.twins.add(run_segment, segment, ns_segment)
+            elif kind is KeyKind.HEAD:
+                thread.heads.append(relative.split("/")[1])
 
     def take(self) -> _ThreadListed:
         """The thread's listing, once its last key was met; the next thread starts afresh."""
@@ -353,7 +358,8 @@ class _Collector:
         """The key of the seal ``old_seal`` was read from."""
         self.stale_seals: list[str] = []
         """Seals to delete (their thread is gone, or a newer one replaced them), shared by every thread's scan."""
-        self.seen_entries = SeenEntries()
+        self.sightings = Sightings()
+        """What the thread pass saw, for the global pass (:func:`.gc_run_index.global_runs`)."""
         self.thread_prefix = ""
         self.summary: seals.Summary | None = None
         """What the thread's scan listed of its keys, less what it deleted: what the next listing shows if nothing
@@ -414,6 +420,8 @@ class _Collector:
             if len(self.report.sample) < SAMPLE_SIZE:
                 self.report.sample.append(key)
         if self.report.dry_run:
+            for key, _, _ in doomed:
+                self.sightings.doomed.add(key)
             return
         names = [
             (key, reason, kind)
@@ -492,12 +500,12 @@ class _Collector:
                     self.report.scanned += len(item.page.keys)
                     self.report.foreign += len(item.page.keys)
                 else:
-                    listed.note(f"{threads_root}{item.segment}/", item.segment, item.page, self.seen_entries)
+                    listed.note(f"{threads_root}{item.segment}/", item.segment, item.page, self.sightings)
             elif is_own_segment(item.segment):
                 # The seals are listed in step with the threads, so the cursor moves in thread order, here.
                 found, passed = yield from self.seal_cursor.upto(item.segment)
                 self.stale_seals.extend(passed)
-                if self.unchanged(listed.take(), found):
+                if self.unchanged(item.segment, listed.take(), found):
                     return
                 changed.append((f"{threads_root}{item.segment}/", item.segment, found))
                 if len(changed) >= SIDE_BY_SIDE:
@@ -512,7 +520,7 @@ class _Collector:
         yield from self.remove_seals()
         self.report.foreign += self.seal_cursor.foreign
 
-    def unchanged(self, thread: _ThreadListed, found: list[seals.SealKey]) -> bool:
+    def unchanged(self, segment: str, thread: _ThreadListed, found: list[seals.SealKey]) -> bool:
         """Whether a thread needs no scan: it holds nothing gc judges (its seals go), or its keys are exactly those
         its last gc left, as a seal's key says (:class:`.seals.Summary`). Skipping a thread only ever keeps."""
         if thread.summary.count == 0:
@@ -524,6 +532,9 @@ class _Collector:
         self.report.foreign += thread.foreign
         self.report.records_sealed += thread.records
         self.report.threads_unchanged += 1
+        for ns_segment in thread.heads:
+            # Unchanged since its last scan, which judged its run-index entries: they stay as they were.
+            self.sightings.namespace(segment, ns_segment, committed=True, run_segments=None)
         return True
 
     def scan_threads(self, changed: list[tuple[str, str, list[seals.SealKey]]]) -> Plan[None]:
@@ -568,6 +579,8 @@ class _Collector:
             newest = max(found, key=lambda seal: (seal.modified is not None, seal.modified or 0, seal.key))
             yield from self.read_seal(newest.key)
         namespaces = yield from self.namespaces(prefix)
+        for ns_segment, info in namespaces.items():
+            self.sightings.namespace(segment, ns_segment, info.committed, info.run_segments)
         yield from run_entries(self, prefix, namespaces)
         # Deleted before the thread's own keys are judged: the ``deleting`` marker must outlive what it
         # condemns, even if a batch fails part-way.

@@ -1,12 +1,15 @@
-"""gc's judgement of the run index (``runs/{run}/{T}/{N}`` and its twin ``threads/{T}/r/{run}/{N}``): which entries
-still lead a rollback to a run's checkpoints or writes, and which dangle. The thread pass judges each thread's
-entries with its global twin; the global pass reads a twin only for an entry the thread pass did not list."""
+"""gc's judgement of the run index (``runs/{run}/{T}/{N}``, and the twin ``threads/{T}/r/{run}/{N}`` that 0.1.x
+wrote beside it): which entries still lead a rollback to a run's checkpoints or writes, and which dangle. The
+thread pass judges each thread's 0.1.x twins with their global entries; the global pass judges the rest by their
+namespace, which the thread pass saw (or a GET of its head shows)."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from .keys import KeyKind, Layout, classify, is_own_segment
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def run_entries(c: _Collector, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
-    """Judge a thread's run-index entries (``r/{run}/{ns}``), each with its global twin."""
+    """Judge a thread's 0.1.x run-index twins (``r/{run}/{ns}``), each with its global entry."""
     thread_segment = prefix[len(f"{c.root}threads/") : -1]
     entries_root = f"{prefix}r/"
 
@@ -32,7 +35,7 @@ def run_entries(c: _Collector, prefix: str, namespaces: dict[str, _Namespace]) -
                 c.foreign()
                 continue
             run_segment, ns_segment = key[len(entries_root) :].split("/")
-            c.seen_entries.add(run_segment, thread_segment, ns_segment)
+            c.sightings.twins.add(run_segment, thread_segment, ns_segment)
             info = namespaces.get(ns_segment)
             if info is None or not info.committed:
                 doom_entry(c, page, i, old, thread_segment)
@@ -88,38 +91,80 @@ def doom_entry(c: _Collector, page: Page, i: int, old: Callable[[int], bool], th
 
 
 def global_runs(c: _Collector) -> Plan[None]:
-    """Global run-index entries whose per-thread twin is gone (the thread pass handled the rest)."""
+    """Global run-index entries the thread pass did not judge with a 0.1.x twin (every entry 0.2 writes). Such an
+    entry stays while a committed record of its namespace names its run, or the checkpoint it names is there (a run
+    that only wrote pending writes to another run's checkpoint, resuming it); it dangles once its namespace is gone
+    (``delete_thread``, ``expire_threads``, a first put that never committed) or holds neither (a put that died or
+    lost, a rollback that died before its last step). What the thread pass saw decides without a request
+    (:class:`Sightings`); an entry costs a GET of its namespace's head when the thread pass did not see the
+    namespace (created since, or gone), and a GET of itself and a 1-key LIST of the checkpoint it names when no
+    committed record names its run; where the thread pass could not know the runs (a damaged record), it stays."""
     runs_root = f"{c.root}runs/"
 
     def runs_page(page: Page) -> Plan[None]:
         c.report.scanned += len(page.keys)
         old = age_cutoff(page, c.grace)
-        ours: list[tuple[int, str]] = []
+        unseen: list[tuple[int, str]] = []
+        unproven: list[tuple[int, str]] = []
         for i, key in enumerate(page.keys):
             parts = key[len(runs_root) :].split("/")
             if len(parts) != 3 or not all(map(is_own_segment, parts)):
                 c.foreign()
                 continue
             run_segment, thread_segment, ns_segment = parts
-            if c.seen_entries.may_hold(run_segment, thread_segment, ns_segment):
-                continue  # its twin was listed by the thread pass (the thread pass judged both)
-            ours.append((i, f"{c.root}threads/{thread_segment}/r/{run_segment}/{ns_segment}"))
-        for start in range(0, len(ours), READ_BATCH):
-            chunk = ours[start : start + READ_BATCH]
-            twins = yield from all_of([Get(twin) for _, twin in chunk])
-            for (i, _), twin in zip(chunk, twins, strict=True):
-                if twin is None:
+            ns_prefix = f"{c.root}threads/{thread_segment}/ns/{ns_segment}/"
+            seen = c.sightings.of_entry(run_segment, thread_segment, ns_segment)
+            if seen is Seen.KEPT:
+                c.keep()
+            elif seen is Seen.RUN_UNNAMED:
+                unproven.append((i, ns_prefix))
+            elif seen is Seen.NAMESPACE_UNSEEN:
+                unseen.append((i, ns_prefix))
+        for start in range(0, len(unseen), READ_BATCH):
+            chunk = unseen[start : start + READ_BATCH]
+            heads = yield from all_of([Get(Layout.head_in(ns_prefix)) for _, ns_prefix in chunk])
+            for (i, _), head in zip(chunk, heads, strict=True):
+                if head is None:
                     c.doom(page, i, "dangling_run_entry", old)
+                else:
+                    c.keep()
+        yield from judge_by_named_checkpoint(c, page, unproven, old)
         yield from c.flush_if_full()
 
     yield from for_each_emitted(pages(runs_root), runs_page)
     yield from c.flush()
 
 
-class SeenEntries:
-    """The per-thread run-index entries the thread pass listed, in fixed memory (a Bloom filter, 1 MiB): the
-    global pass reads the twin of a global entry only when the filter says it was not listed. A false "listed"
-    (about 2% at a million entries) only keeps a dangling entry until a later gc (each run salts its hashes)."""
+def judge_by_named_checkpoint(
+    c: _Collector, page: Page, unproven: list[tuple[int, str]], old: Callable[[int], bool]
+) -> Plan[None]:
+    """Entries of runs that no committed record of their namespace names: each stays while the checkpoint it names
+    is there (its record: gc has deleted the garbage ones by now; a dry run counts those it would have), and is
+    garbage otherwise, going once past the grace as every garbage. An entry whose body cannot be read stays
+    (``delete_for_runs`` then walks the whole namespace)."""
+    for start in range(0, len(unproven), READ_BATCH):
+        chunk = unproven[start : start + READ_BATCH]
+        bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+        named: list[tuple[int, str]] = []
+        for (i, ns_prefix), body in zip(chunk, bodies, strict=True):
+            checkpoint_id = _named_checkpoint(body)
+            if body is None:
+                continue  # deleted since the listing (a rollback of the run finished)
+            if checkpoint_id is None:
+                c.keep()
+            else:
+                named.append((i, Layout.record_in(ns_prefix, checkpoint_id)))
+        listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
+        for (i, record), listing in zip(named, listings, strict=True):
+            if record in listing.keys and not c.sightings.doomed.may_hold(record):
+                c.keep()
+            else:
+                c.doom(page, i, "dangling_run_entry", old)
+
+
+class Bloom:
+    """A set of key segments in fixed memory (1 MiB): a false "held" (about 2% at a million) is possible, a false
+    "not held" is not. Salted per gc, so a false "held" does not repeat."""
 
     BITS = 1 << 23
     HASHES = 5
@@ -128,16 +173,65 @@ class SeenEntries:
         self.bits = bytearray(self.BITS // 8)
         self.salt = uuid.uuid4().bytes
 
-    def _positions(self, run: str, thread: str, ns: str) -> list[int]:
-        digest = hashlib.blake2b(f"{run}/{thread}/{ns}".encode(), digest_size=4 * self.HASHES, key=self.salt).digest()
+    def _positions(self, segments: tuple[str, ...]) -> list[int]:
+        digest = hashlib.blake2b("/".join(segments).encode(), digest_size=4 * self.HASHES, key=self.salt).digest()
         return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") % self.BITS for k in range(self.HASHES)]
 
-    def add(self, run: str, thread: str, ns: str) -> None:
-        for bit in self._positions(run, thread, ns):
+    def add(self, *segments: str) -> None:
+        for bit in self._positions(segments):
             self.bits[bit >> 3] |= 1 << (bit & 7)
 
-    def may_hold(self, run: str, thread: str, ns: str) -> bool:
-        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(run, thread, ns))
+    def may_hold(self, *segments: str) -> bool:
+        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(segments))
+
+
+class Seen(Enum):
+    """What the thread pass saw of a global run-index entry's namespace (:meth:`Sightings.of_entry`)."""
+
+    TWIN = "its 0.1.x twin: judged with it by the thread pass"
+    KEPT = "a committed record names its run, or its runs could not be known: it stays"
+    RUN_UNNAMED = "no committed record names its run: judged by the checkpoint it names"
+    NAMESPACE_UNSEEN = "no head seen: judged by a GET of its head"
+
+
+@dataclass
+class Sightings:
+    """What the thread pass saw, for the global pass to judge the run index by, in fixed memory. Each set only ever
+    makes an entry stay: its false "held" keeps a dangling entry until a later gc, never deletes a live one (``doomed``
+    counts in a dry run only, where nothing is deleted)."""
+
+    twins: Bloom = field(default_factory=Bloom)
+    """0.1.x per-thread twins listed (run, thread, ns segments): the thread pass judged them with their entries."""
+    runs: Bloom = field(default_factory=Bloom)
+    """(run, thread, ns) of every run a committed record names, in namespaces whose runs are known."""
+    runs_known: Bloom = field(default_factory=Bloom)
+    """(thread, ns) with a head and every committed record's run known."""
+    runs_unknown: Bloom = field(default_factory=Bloom)
+    """(thread, ns) with a head whose runs could not be known (a record that could not be read)."""
+    doomed: Bloom = field(default_factory=Bloom)
+    """In a dry run, the keys it would have deleted (a real run has deleted them before the global pass)."""
+
+    def of_entry(self, run_segment: str, thread_segment: str, ns_segment: str) -> Seen:
+        """What the thread pass saw of a global entry's namespace."""
+        if self.twins.may_hold(run_segment, thread_segment, ns_segment):
+            return Seen.TWIN
+        if self.runs.may_hold(run_segment, thread_segment, ns_segment):
+            return Seen.KEPT
+        if self.runs_unknown.may_hold(thread_segment, ns_segment):
+            return Seen.KEPT
+        if self.runs_known.may_hold(thread_segment, ns_segment):
+            return Seen.RUN_UNNAMED
+        return Seen.NAMESPACE_UNSEEN
+
+    def namespace(self, thread_segment: str, ns_segment: str, committed: bool, run_segments: set[str] | None) -> None:
+        if not committed:
+            return
+        if run_segments is None:
+            self.runs_unknown.add(thread_segment, ns_segment)
+            return
+        self.runs_known.add(thread_segment, ns_segment)
+        for run_segment in run_segments:
+            self.runs.add(run_segment, thread_segment, ns_segment)
 
 
 def _named_checkpoint(entry: StoredObject | None) -> str | None:

@@ -19,7 +19,7 @@ Layout under ``{prefix}/`` (see docs/design.md)::
     threads/{T}/deleting                      a delete_thread in progress (or one that died part-way)
     threads/{T}/copying                       a copy_thread into T in progress (or one that died)
     threads/{T}/name                          real thread id, only when T is a digest
-    threads/{T}/r/{run}/{N}                   this thread's entries in the run index
+    threads/{T}/r/{run}/{N}                   0.1.x only: this thread's twins of its run-index entries
     threads/{T}/ns/{N}/name                   real namespace, only when N is a digest
     threads/{T}/ns/{N}/deleting               a rollback removing this namespace's head (or one that died)
     threads/{T}/ns/{N}/head                   commit pointer: a copy of the newest record
@@ -409,9 +409,13 @@ class Layout:
         return self.thread(target_thread_id) + key[len(self.thread(source_thread_id)) :]
 
     def global_run_entry_of(self, thread_run_key: str, thread_segment: str) -> str:
-        """Global run-index key for a ``threads/{T}/r/{run}/{N}`` key."""
+        """Global run-index key for a 0.1.x twin ``threads/{T}/r/{run}/{N}``."""
         run_seg, ns_seg = thread_run_key.split("/")[-2:]
-        return f"{self.prefix}runs/{run_seg}/{thread_segment}/{ns_seg}"
+        return self.run_entry_at(run_seg, thread_segment, ns_seg)
+
+    def run_entry_at(self, run_segment: str, thread_segment: str, ns_segment: str) -> str:
+        """Global run-index key from key segments (a namespace known by its folder, as listed)."""
+        return f"{self.prefix}runs/{run_segment}/{thread_segment}/{ns_segment}"
 
 
 # ------------------------------------------------------------------------------------------------

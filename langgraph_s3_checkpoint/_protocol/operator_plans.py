@@ -47,6 +47,7 @@ from .requests import (
     Put,
     StoredObject,
 )
+from .run_index import CARRYING, CarriedRuns
 
 T = TypeVar("T")
 OpsPlan = Generator[Any, Any, T]
@@ -314,7 +315,7 @@ class _ArchiveReferences:
             )
 
 
-def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -> OpsPlan[int]:
+def import_thread(layout: Layout, codec: Codec, thread_id: str, objects: Iterable[Exported]) -> OpsPlan[int]:
     """Write exported objects under ``thread_id``; heads last, so the thread appears complete or not at all.
 
     Refuses (:class:`TargetThreadExistsError`) when the thread already has objects. Returns the number
@@ -327,6 +328,7 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
     prefix = layout.thread(thread_id)
     segment = escape(thread_id)
     target = _MarkedTarget(layout.copying(thread_id))
+    carried = CarriedRuns(codec)
     heads: list[Put] = []
     batch: list[Put] = []
     written = 0
@@ -338,11 +340,17 @@ def import_thread(layout: Layout, thread_id: str, objects: Iterable[Exported]) -
         if kind == KeyKind.HEAD:
             heads.append(Put(key, item.body, mode=CREATE))
             continue
-        batch.extend(_history_puts(layout, key, item.body, kind, segment))
+        if kind in CARRYING:
+            carried.note(key, item.relative, kind, item.body)
+        # Unconditional, like copy_thread's copies: the emptiness check and the conditional heads guard the
+        # thread, and a write key creates its record's "directory" on filer-backed servers, which an
+        # If-None-Match PUT of the record itself would then see as an existing object.
+        batch.append(Put(key, item.body))
         written += 1
         if len(batch) >= READ_BATCH:
             yield from target.put_all(batch)
             batch = []
+    batch.extend(carried.entries(layout, segment))  # the run index, before the heads commit the thread
     if is_digest(segment):
         batch.append(Put(layout.thread_name(thread_id), thread_id.encode("utf-8", "surrogatepass")))
     if batch:
@@ -379,19 +387,6 @@ def _archived_kind(item: Exported) -> KeyKind:
     if not is_safe_relative(item.relative):
         raise CorruptObjectError(item.relative, "the archive holds a key that is not part of a thread")
     return classify(item.relative)
-
-
-def _history_puts(layout: Layout, key: str, body: bytes, kind: KeyKind, segment: str) -> list[Put]:
-    """The PUTs of one imported object that is not a head: the object, and a run entry's global twin.
-
-    Unconditional, like copy_thread's copies: the emptiness check and the conditional heads guard the
-    thread, and a write key creates its record's "directory" on filer-backed servers, which an
-    If-None-Match PUT of the record itself would then see as an existing object.
-    """
-    puts = [Put(key, body)]
-    if kind == KeyKind.RUN_ENTRY:
-        puts.append(Put(layout.global_run_entry_of(key, segment), body))
-    return puts
 
 
 def _put_all(puts: list[Put]) -> OpsPlan[None]:

@@ -66,7 +66,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import CorruptObjectError
-from .codec import Codec
+from .codec import THREAD_FORMAT, Codec
 from .keys import Layout, is_own_segment
 from .plans import pages, surely_before
 from .requests import Emit, Page, Plan, Request
@@ -217,13 +217,14 @@ class Part:
 
 
 def encode(codec: Codec, parts: dict[str, Part]) -> bytes:
-    return codec._frame({"format": FORMAT, "namespaces": {ns: part.to_frame() for ns, part in parts.items()}})
+    # In the thread format: a 0.1.x gc trusting this seal would skip the records that tell it the format changed.
+    return codec._thread_frame({"format": FORMAT, "namespaces": {ns: part.to_frame() for ns, part in parts.items()}})
 
 
 def decode(codec: Codec, key: str, body: bytes) -> dict[str, Part]:
     """A thread's seal; empty when it cannot be read (damaged, foreign, another format): nothing is trusted."""
     try:
-        frame = codec._unframe(key, body)
+        frame = codec._unframe(key, body, THREAD_FORMAT)
         if frame.get("format") != FORMAT:
             return {}
         return {str(ns): Part.from_frame(part) for ns, part in frame["namespaces"].items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from itertools import zip_longest
 
 from ..errors import (
     CREATE_BUCKET_ADVICE,
@@ -66,6 +67,7 @@ from .requests import (
     same_etag,
 )
 from .rollback import Rollbacks
+from .run_index import CARRYING, CarriedRuns
 
 PRUNE_NAMING_ATTEMPTS = 5
 """How often ``prune`` reads the head again to name what it deletes when the head moved meanwhile."""
@@ -205,27 +207,35 @@ class ThreadEdits(Rollbacks):
 
     def _copy_history(self, source_thread_id: str, target_thread_id: str, needed: set[str]) -> Plan[set[str]]:
         """Server-side copies of every object of the source thread except its heads and its ``name`` (both
-        written by ``copy_thread`` for the target), with the global run-index twin of each run entry.
-        Returns which of the ``needed`` source keys were copied."""
+        written by ``copy_thread`` for the target), then the target's run index (:mod:`.run_index`: the runs the
+        copied records, writes and 0.1.x twins name, read beside the copies). Returns which of the ``needed``
+        source keys were copied."""
         source_prefix = self.layout.thread(source_thread_id)
-        target_segment = escape(target_thread_id)
+        carried = CarriedRuns(self.codec)
         copied: set[str] = set()
 
         def copy_page(page: Page) -> Plan[None]:
-            requests: list[Copy] = []
+            copies: list[Copy] = []
+            reads: list[tuple[str, KeyKind]] = []
             for key in page.keys:
                 kind = classify(key[len(source_prefix) :])
-                if kind not in COPIED:
-                    continue
-                requests.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
-                if kind is KeyKind.RUN_ENTRY:
-                    requests.append(Copy(key, self.layout.global_run_entry_of(key, target_segment)))
-            for chunk in chunks(requests, READ_BATCH * 2):
-                replies = yield from all_of(chunk)
-                existing = {c.source for c, existed in zip(chunk, replies, strict=True) if existed}
-                copied.update(existing & needed)
+                if kind in COPIED:
+                    copies.append(Copy(key, self.layout.retarget_thread(key, source_thread_id, target_thread_id)))
+                if kind in CARRYING:
+                    reads.append((key, kind))
+            for copy_chunk, read_chunk in zip_longest(chunks(copies, READ_BATCH), chunks(reads, READ_BATCH)):
+                copy_chunk, read_chunk = copy_chunk or [], read_chunk or []
+                replies = yield from all_of([*copy_chunk, *(Get(key) for key, _ in read_chunk)])
+                existed, bodies = replies[: len(copy_chunk)], replies[len(copy_chunk) :]
+                copied.update({c.source for c, there in zip(copy_chunk, existed, strict=True) if there} & needed)
+                for (key, kind), obj in zip(read_chunk, bodies, strict=True):
+                    if obj is not None:  # else deleted since the listing: nothing of it was copied either
+                        carried.note(key, key[len(source_prefix) :], kind, obj.body)
 
         yield from for_each_emitted(pages(source_prefix), copy_page)
+        entries = carried.entries(self.layout, escape(target_thread_id))
+        for chunk in chunks(entries, READ_BATCH):
+            yield from all_of(chunk)
         return copied
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:

@@ -510,7 +510,7 @@ def cmd_import(ctx: Context, args: argparse.Namespace) -> int:
                 yield item
 
         try:
-            written = ctx.bucket_io.run(operator_plans.import_thread(ctx.layout, thread_id, counted()))
+            written = ctx.bucket_io.run(operator_plans.import_thread(ctx.layout, ctx.core.codec, thread_id, counted()))
         except TargetThreadExistsError as exc:
             raise Failure(EXIT_PROBLEMS, str(exc)) from None
         finally:
