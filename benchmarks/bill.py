@@ -1,6 +1,6 @@
 """The whole bill: S3Saver, DynamoDBSaver and PostgresSaver fed the same agents, measured, then priced.
 
-    python benchmarks/bill.py                 # ~10 minutes: writes results/bill.md and results/bill.json
+    python benchmarks/bill.py                 # ~5 minutes: writes results/bill.md and results/bill.json
     python benchmarks/bill.py --quick         # a smoke run (fewer turns), same sections
 
 Agents, each a LangGraph graph without a model (deterministic nodes; text is seeded pseudo-random words, which
