@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from langchain_core.runnables import RunnableConfig
-
 from .._protocol import operator_plans
 from .._transport.bucket_io import BucketIO
 from ..saver import S3Saver
@@ -212,15 +210,6 @@ class Context:
     @property
     def where(self) -> str:
         return f"s3://{self.saver.bucket}/{self.saver.prefix}".rstrip("/")
-
-
-def thread_config(thread_id: str, ns: str | None, checkpoint_id: str | None = None) -> RunnableConfig:
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    if ns is not None:
-        configurable["checkpoint_ns"] = ns
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
 
 
 def load_attr(option: str, spec: str, *, factory: Callable[[Any], bool]) -> Any:
