@@ -193,6 +193,17 @@ class Context:
     def emit_json(self, value: Any) -> None:
         self.out.write(dumps(value) + "\n")
 
+    def listing_done(self, entries: Sequence[Any], as_json: Callable[[Any], Any], none_found: str) -> bool:
+        """What a listing shows unless it prints a table: with ``--json``, the entries as a JSON list (each as
+        ``as_json`` makes it); with none, ``none_found``. Whether it did (the caller prints the entries otherwise)."""
+        if self.as_json:
+            self.emit_json([as_json(entry) for entry in entries])
+            return True
+        if not entries:
+            self.out.write(none_found + "\n")
+            return True
+        return False
+
     def confirm(self, args: argparse.Namespace, question: str) -> None:
         """Ask before a destructive change when stdin is a terminal (``--yes`` answers yes)."""
         if getattr(args, "yes", False) or not sys.stdin.isatty():

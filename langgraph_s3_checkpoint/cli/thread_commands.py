@@ -56,11 +56,7 @@ def cmd_threads(ctx: Context, args: argparse.Namespace) -> int:
         stats.append(item)
         bar.advance(detail=item.thread_id)
     bar.close()
-    if ctx.as_json:
-        ctx.emit_json([s.as_dict() for s in stats])
-        return EXIT_OK
-    if not stats:
-        ctx.out.write(f"no threads under {ctx.where}\n")
+    if ctx.listing_done(stats, operator_plans.ThreadStats.as_dict, f"no threads under {ctx.where}"):
         return EXIT_OK
     rows = [
         [
