@@ -41,8 +41,8 @@ from .plans import (
     MAX_PAGE,
     READ_BATCH,
     all_of,
+    all_pages,
     chunks,
-    collect_emitted,
     for_each_emitted,
     id_behind,
     list_all,
@@ -543,8 +543,7 @@ class Reading(PlansState):
 
     def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)
-        found: list[Page] = []
-        yield from collect_emitted(pages(root, delimiter="/"), found)
+        found = yield from all_pages(root, delimiter="/")
         names = []
         for page in found:
             for prefix in page.prefixes:
