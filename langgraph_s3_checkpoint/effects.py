@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 from langchain_core.runnables import RunnableConfig
 
 from ._protocol.keys import escape
-from ._protocol.plans import one
+from ._protocol.plans import Steps, one
 from ._protocol.requests import CREATE, PRECONDITION_FAILED, DeleteObjects, Get, Plan, Put
 from .errors import InvalidConfigError, SaverMisuseError
 
@@ -118,6 +118,11 @@ class EffectLedger:
 
     Raises:
         InvalidConfigError: ``mode`` is neither.
+
+    Errors every method taking a ``key`` may raise, besides those its docstring names: :class:`InvalidConfigError`
+    (``key`` is empty) and the saver's I/O errors (all are :class:`S3CheckpointError`: :class:`S3RequestError`,
+    :class:`S3AccessError`, :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first
+    write).
     """
 
     def __init__(self, saver: BaseS3Saver, *, mode: Mode = "at_least_once") -> None:
@@ -150,13 +155,7 @@ class EffectLedger:
 
     # -- sync -----------------------------------------------------------------------------------
     def done(self, key: str) -> bool:
-        """Whether ``key`` is marked.
-
-        Raises:
-            InvalidConfigError: ``key`` is empty.
-            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
-                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
-        """
+        """Whether ``key`` is marked."""
         return self._bucket_io.run(self._exists(key))
 
     def mark(self, key: str) -> bool:
@@ -164,22 +163,11 @@ class EffectLedger:
 
         Returns:
             ``True`` if this call created the marker, ``False`` if it already existed.
-
-        Raises:
-            InvalidConfigError: ``key`` is empty.
-            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
-                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
         """
         return self._bucket_io.run(self._create(key))
 
     def forget(self, key: str) -> None:
-        """Remove ``key``'s marker, so the next ``once`` fires again.
-
-        Raises:
-            InvalidConfigError: ``key`` is empty.
-            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
-                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
-        """
+        """Remove ``key``'s marker, so the next ``once`` fires again."""
         self._bucket_io.run(self._remove(key))
 
     def once(self, key: str, action: Callable[[], object]) -> bool:
@@ -199,23 +187,15 @@ class EffectLedger:
             Whether ``action`` ran in this call.
 
         Raises:
-            InvalidConfigError: ``key`` is empty.
-            S3CheckpointError: The saver's I/O errors (:class:`S3RequestError`, :class:`S3AccessError`,
-                :class:`BucketNotFoundError`, :class:`ConditionalWritesUnsupportedError` at the first write).
             Exception: Whatever ``action`` raises, unchanged.
         """
-        steps = self._order()
-        answer: bool | None = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                return bool(done.value)
+        steps = Steps(self._order())
+        for step in steps:
             if step == "act":
                 action()
-                answer = None
             else:
-                answer = self.mark(key) if step == "mark" else self.done(key)
+                steps.answer(self.mark(key) if step == "mark" else self.done(key))
+        return steps.result
 
     def _order(self) -> Generator[str, bool | None, bool]:
         """The order of :meth:`once` for this mode, once for both the sync and the async form: yields
@@ -247,18 +227,13 @@ class EffectLedger:
 
     async def aonce(self, key: str, action: Callable[[], Awaitable[object]]) -> bool:
         """:meth:`once`, awaited; ``action`` returns an awaitable. Same result and errors."""
-        steps = self._order()
-        answer: bool | None = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                return bool(done.value)
+        steps = Steps(self._order())
+        for step in steps:
             if step == "act":
                 await action()
-                answer = None
             else:
-                answer = await (self.amark(key) if step == "mark" else self.adone(key))
+                steps.answer(await (self.amark(key) if step == "mark" else self.adone(key)))
+        return steps.result
 
 
 __all__ = ["EffectLedger", "Mode", "idempotency_key"]

@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple, writes_sort_key
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore, Item, PutOp
 
 from ._protocol import operator_plans
+from ._protocol.checkpoint_plans import checkpoint_config
 from .errors import InvalidConfigError, MigrationError, S3CheckpointError
 from .migration_locations import LOCATIONS, open_checkpointer, open_store, prepare_target, shown, would_create
 from .saver import BaseS3Saver
@@ -207,17 +207,6 @@ Snapshot = dict[tuple[str, str], _Listed]
 """A thread's checkpoints by (checkpoint namespace, checkpoint id)."""
 
 
-def _thread_config(
-    thread_id: str, checkpoint_ns: str | None = None, checkpoint_id: str | None = None
-) -> RunnableConfig:
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    if checkpoint_ns is not None:
-        configurable["checkpoint_ns"] = checkpoint_ns
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
-
-
 def _parent_id(tup: CheckpointTuple) -> str | None:
     parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     return None if parent is None else str(parent)
@@ -227,7 +216,7 @@ def _snapshot(saver: BaseCheckpointSaver[Any], thread_id: str) -> Snapshot:
     """Every checkpoint of every namespace of a thread, as ``list`` shows it now."""
     return {
         (str(tup.config["configurable"].get("checkpoint_ns", "")), str(tup.checkpoint["id"])): _Listed.of(tup)
-        for tup in saver.list(_thread_config(thread_id))
+        for tup in saver.list(checkpoint_config(thread_id))
     }
 
 
@@ -472,7 +461,7 @@ class _ThreadCopier:
     # -- writing -----------------------------------------------------------------------------
     def _copy_missing(self, snapshot: Snapshot, present: Snapshot) -> None:
         for ns, checkpoint_id in self._missing(snapshot, present):
-            config = _thread_config(self.thread_id, ns, checkpoint_id)
+            config = checkpoint_config(self.thread_id, ns, checkpoint_id)
             tup = _guarded(f"reading checkpoint {checkpoint_id!r} of {self.thread_id!r}", self.source.get_tuple, config)
             if tup is None:
                 continue  # deleted from the source since it was listed: the next listing shows it gone
@@ -488,7 +477,7 @@ class _ThreadCopier:
         """Put one checkpoint on its parent, as the run that made it did."""
         checkpoint_id, parent_id = str(tup.checkpoint["id"]), _parent_id(tup)
         head = self.heads.get(ns)
-        config = _thread_config(self.thread_id, ns, parent_id)
+        config = checkpoint_config(self.thread_id, ns, parent_id)
         if parent_id is not None and head is not None and parent_id != head:
             # A branch (time travel, an update of an older checkpoint): its maker read the parent by id. The put on
             # the config that read returns is the S3 saver's fork, instead of a step on a head that moved on.
@@ -523,7 +512,7 @@ class _ThreadCopier:
             if task_id in tasks:
                 call = (task_id, task_path if channel in WRITES_IDX_MAP else None)
                 calls.setdefault(call, (task_path, []))[1].append((channel, value))
-        config = _thread_config(self.thread_id, ns, str(tup.checkpoint["id"]))
+        config = checkpoint_config(self.thread_id, ns, str(tup.checkpoint["id"]))
         for (task_id, _), (task_path, writes) in calls.items():
             self._on_target("putting writes", self.target.put_writes, config, writes, task_id, task_path)
             self.result.writes += len(writes)
@@ -549,7 +538,7 @@ class _ThreadCopier:
             fresh = _guarded(
                 f"reading checkpoint {checkpoint_id!r} of {self.thread_id!r}",
                 self.source.get_tuple,
-                _thread_config(self.thread_id, ns, checkpoint_id),
+                checkpoint_config(self.thread_id, ns, checkpoint_id),
             )
             tup = fresh if fresh is not None else tup
         return [(str(t), str(c), v, "") for t, c, v in tup.pending_writes or ()]

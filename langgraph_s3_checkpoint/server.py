@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidConfigError
 from .options import parse_flag
@@ -44,6 +44,9 @@ from .saver import AsyncS3Saver
 
 if TYPE_CHECKING:
     from .store import AsyncS3Store
+
+Opened = TypeVar("Opened", "AsyncS3Saver", "AsyncS3Store")
+"""What the server opens: the checkpointer or the store."""
 
 ENV_URL = "LANGGRAPH_S3_URL"
 ENV_ENDPOINT_URL = "LANGGRAPH_S3_ENDPOINT_URL"
@@ -98,9 +101,7 @@ def saver_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> A
         InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
             malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
     """
-    url, overrides = options_from_env(environ)
-    overrides.update(kwargs)
-    return AsyncS3Saver._from_url(url, **overrides)
+    return _from_env(AsyncS3Saver, environ, kwargs)
 
 
 @asynccontextmanager
@@ -119,12 +120,8 @@ async def checkpointer() -> AsyncIterator[AsyncS3Saver]:
         ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
         S3CheckpointError: Any other error of ``setup()`` (see :meth:`.S3Saver.setup`).
     """
-    saver = saver_from_env()
-    try:
-        await saver.setup()
+    async with _set_up(saver_from_env()) as saver:
         yield saver
-    finally:
-        saver.close()
 
 
 def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncS3Store:
@@ -139,14 +136,11 @@ def store_from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> A
         The store; the caller closes it.
 
     Raises:
-        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
-            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
+        InvalidConfigError: As :func:`saver_from_env`.
     """
     from .store import AsyncS3Store
 
-    url, overrides = options_from_env(environ)
-    overrides.update(kwargs)
-    return AsyncS3Store._from_url(url, **overrides)
+    return _from_env(AsyncS3Store, environ, kwargs)
 
 
 @asynccontextmanager
@@ -159,18 +153,28 @@ async def store() -> AsyncIterator[AsyncS3Store]:
         The store, set up.
 
     Raises:
-        InvalidConfigError: ``LANGGRAPH_S3_URL`` is not set or not ``s3://bucket/...``, an option in it is unknown or
-            malformed, or ``LANGGRAPH_S3_CREATE_BUCKET`` is not a boolean.
-        BucketNotFoundError: The bucket does not exist and ``LANGGRAPH_S3_CREATE_BUCKET`` is not true.
-        ConditionalWritesUnsupportedError: The server does not enforce conditional writes.
-        S3CheckpointError: Any other error of ``setup()`` (see :meth:`.S3Store.setup`).
+        S3CheckpointError: As :func:`checkpointer` (the store's ``setup()``: :meth:`.S3Store.setup`).
     """
-    store = store_from_env()
-    try:
-        await store.setup()
+    async with _set_up(store_from_env()) as store:
         yield store
+
+
+def _from_env(opened: type[Opened], environ: Mapping[str, str] | None, options: dict[str, Any]) -> Opened:
+    """``opened`` (the saver's or the store's class) at the environment's location, ``options`` overriding both the
+    URL's and the environment's."""
+    url, overrides = options_from_env(environ)
+    overrides.update(options)
+    return opened._from_url(url, **overrides)
+
+
+@asynccontextmanager
+async def _set_up(opened: Opened) -> AsyncIterator[Opened]:
+    """``opened`` once set up (the bucket checked, conditional writes probed), closed on exit."""
+    try:
+        await opened.setup()
+        yield opened
     finally:
-        store.close()
+        opened.close()
 
 
 __all__ = ["checkpointer", "options_from_env", "saver_from_env", "store", "store_from_env"]

@@ -34,6 +34,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from langgraph_s3_checkpoint import CheckpointConflictError, S3RequestError, S3Saver
+from langgraph_s3_checkpoint._protocol.checkpoint_plans import checkpoint_config
 from langgraph_s3_checkpoint._protocol.keys import revert_id
 from langgraph_s3_checkpoint._protocol.requests import (
     PRECONDITION_FAILED,
@@ -78,12 +79,7 @@ def cname(checkpoint_id: str | None) -> str:
 
 
 def cfg(thread_id: str, ns: str | None = "", checkpoint_id: str | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id}
-    if ns is not None:
-        conf["checkpoint_ns"] = ns
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
+    return checkpoint_config(thread_id, ns, checkpoint_id)
 
 
 def short_key(key: str) -> str:

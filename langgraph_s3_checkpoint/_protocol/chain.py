@@ -142,17 +142,9 @@ class Chain:
     ) -> Standing:
         """The standing of the next record (strictly older than every record met before); ``undecodable``: its body
         could not be decoded, so ``previous_head`` and ``detached`` are unknown."""
-        if self.head_damaged:
-            return Standing.COMMITTED
-        if self.pending(checkpoint_id):
-            return Standing.PENDING
-        if undecodable:
-            return Standing.UNDECODABLE
-        if checkpoint_id == self.head_id:
-            return Standing.COMMITTED
-        self._bridge(checkpoint_id)
-        if checkpoint_id in self.deleted:
-            return Standing.ORPHAN
+        settled = self._settled(checkpoint_id, undecodable=undecodable)
+        if settled is not None:
+            return settled
         if detached:
             return Standing.COMMITTED
         if self.link is None or checkpoint_id > self.link:
@@ -164,18 +156,29 @@ class Chain:
 
     def decided(self, checkpoint_id: str) -> Standing | None:
         """Whether ``checkpoint_id`` (not met yet) is already known to be off the chain or on it."""
+        settled = self._settled(checkpoint_id)
+        if settled is not None:
+            return settled
+        if checkpoint_id == self.link:
+            return Standing.COMMITTED
+        if self.link is None or checkpoint_id > self.link:
+            return Standing.ORPHAN
+        return None
+
+    def _settled(self, checkpoint_id: str, *, undecodable: bool = False) -> Standing | None:
+        """The standing of a record that its link does not decide: every record under a damaged head, one newer
+        than the head, one that cannot be decoded, the head's own, one whose link was deleted (after moving the
+        link past the deleted links above it); ``None`` for the others."""
         if self.head_damaged:
             return Standing.COMMITTED
         if self.pending(checkpoint_id):
             return Standing.PENDING
+        if undecodable:
+            return Standing.UNDECODABLE
         if checkpoint_id == self.head_id:
             return Standing.COMMITTED
         self._bridge(checkpoint_id)
         if checkpoint_id in self.deleted:
-            return Standing.ORPHAN
-        if checkpoint_id == self.link:
-            return Standing.COMMITTED
-        if self.link is None or checkpoint_id > self.link:
             return Standing.ORPHAN
         return None
 

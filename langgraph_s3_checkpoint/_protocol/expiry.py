@@ -58,13 +58,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import CorruptObjectError, NewerFormatError
 from .codec import Codec
-from .plans import chunks, deletes, one
+from .plans import any_under, chunks, deletes, for_each_emitted, one, pages
 from .requests import (
     CREATE,
     PRECONDITION_FAILED,
     DeleteIfMatch,
     Get,
-    ListKeys,
     Page,
     Plan,
     Put,
@@ -242,8 +241,7 @@ def file_if_empty(owner: Expiring[E]) -> Plan[None]:
     item it will hold is written with its marker, so its first sweep need not read them all."""
     if owner.state.filed:
         return
-    page = yield from one(ListKeys(owner.markers.items_root, max_keys=1))
-    if page.keys:
+    if (yield from any_under(owner.markers.items_root)):
         return
     frame = {"format": FORMAT, "swept_through": None}
     # Create-only: refused when a sweep or another setup wrote it first, and then it exists as well.
@@ -299,16 +297,14 @@ def _read_filed(owner: Expiring[E]) -> Plan[int | None]:
 def _file_every_item(owner: Expiring[E], now: datetime, swept: Swept, dry_run: bool) -> Plan[None]:
     """The pass for items filed by no marker: read every item, delete the expired ones, file the others that
     have a TTL. Page by page, :data:`CHUNK` items at a time."""
-    token: str | None = None
-    while True:
-        page: Page = yield from one(ListKeys(owner.markers.items_root, token=token))
+
+    def file_page(page: Page) -> Plan[None]:
         items = [key for key in page.keys if owner.is_item(key)]
         swept.skipped += len(page.keys) - len(items)
         for chunk in chunks(items, CHUNK):
             yield from _settle(owner, [_Due[E](item) for item in chunk], now, swept, dry_run)
-        if page.token is None:
-            return
-        token = page.token
+
+    yield from for_each_emitted(pages(owner.markers.items_root), file_page)
 
 
 def _sweep_due(
@@ -317,10 +313,8 @@ def _sweep_due(
     """Judge the items of every marker of a minute up to ``through``, listing from ``LATE_MINUTES`` before
     ``start``; stop at the first later minute."""
     start_after = None if start is None else owner.markers.start_after(max(0, start - LATE_MINUTES))
-    token: str | None = None
-    while True:
-        listing = ListKeys(owner.markers.folder, start_after=None if token else start_after, token=token)
-        page: Page = yield from one(listing)
+
+    def settle_page(page: Page) -> Plan[bool]:
         due: list[str] = []
         ended = False
         for key in page.keys:
@@ -333,9 +327,9 @@ def _sweep_due(
             due.append(key)
         for chunk in chunks(due, CHUNK):
             yield from _settle_markers(owner, chunk, now, swept, dry_run)
-        if ended or page.token is None:
-            return
-        token = page.token
+        return not ended
+
+    yield from for_each_emitted(pages(owner.markers.folder, start_after=start_after), settle_page)
 
 
 def _settle_markers(owner: Expiring[E], keys: Sequence[str], now: datetime, swept: Swept, dry_run: bool) -> Plan[None]:

@@ -51,6 +51,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from .lru import LeastRecentlyUsed
+
 ABSENT = "<absent>"
 """The "checkpoint id" of a namespace without a head: what a parentless put continues."""
 SUPERSEDED = "<superseded>"
@@ -658,52 +660,35 @@ class Recall:
 
     def __init__(self, max_bytes: int = DEFAULT_MEMORY_BYTES, *, track_blob_ages: bool = False) -> None:
         self._lock = threading.Lock()
-        self.max_bytes = max_bytes
         self.track_blob_ages = track_blob_ages
         self.runs = RunReads()
-        self._entries: OrderedDict[tuple[str, str, str], tuple[Any, int]] = OrderedDict()
-        """(table, thread, ns) -> (value, size): one LRU order for every table."""
-        self._bytes = 0
+        self._kept: LeastRecentlyUsed[tuple[str, str, str], Any] = LeastRecentlyUsed(max_bytes)
+        """(table, thread, ns) -> value: one LRU order for every table."""
+
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
 
     @property
     def retained_bytes(self) -> int:
         """Bytes the recall accounts for now (at most ``max_bytes``)."""
-        return self._bytes
-
-    def _store(self, key: tuple[str, str, str], value: Any, size: int) -> None:
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= old[1]
-        if size > self.max_bytes:
-            return
-        self._entries[key] = (value, size)
-        self._bytes += size
-        while self._bytes > self.max_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self._bytes -= evicted
-
-    def _lookup(self, key: tuple[str, str, str]) -> Any:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
+        return self._kept.retained_bytes
 
     def saw_head(self, thread_id: str, ns: str, seen: HeadSeen) -> None:
         """A head this saver read or committed."""
         with self._lock:
-            self._store(("head", thread_id, ns), seen, seen.size())
+            self._kept.keep(("head", thread_id, ns), seen, seen.size())
 
     def head(self, thread_id: str, ns: str, checkpoint_id: str) -> HeadSeen | None:
         """The remembered head of the namespace, if it held ``checkpoint_id``."""
         with self._lock:
-            seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
+            seen: HeadSeen | None = self._kept.get(("head", thread_id, ns))
         return seen if seen is not None and seen.checkpoint_id == checkpoint_id else None
 
     def sent_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> None:
         """A put is about to send the run's entry in the namespace, naming ``checkpoint_id``."""
         with self._lock:
-            self._store(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
+            self._kept.keep(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
 
     def claim_index_entry(self, thread_id: str, ns: str, run_id: str, checkpoint_id: str) -> bool:
         """Whether ``put_writes`` of the run on ``checkpoint_id`` is to send the run's entry in the namespace: not when
@@ -715,26 +700,24 @@ class Recall:
         lands after a rollback in another process deleted the entry is on a checkpoint the rollback deleted, or is
         the late write docs/design.md's conflict table leaves unfenced. Forgetting costs a create-only PUT."""
         with self._lock:
-            seen: HeadSeen | None = self._lookup(("head", thread_id, ns))
-            sent: tuple[str, str] | None = self._lookup(("run entry", thread_id, ns))
+            seen: HeadSeen | None = self._kept.get(("head", thread_id, ns))
+            sent: tuple[str, str] | None = self._kept.get(("run entry", thread_id, ns))
             for known in (sent, None if seen is None else (seen.run_id, seen.checkpoint_id)):
                 if known is not None and known[0] == run_id and known[1] <= checkpoint_id:
                     return False
-            self._store(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
+            self._kept.keep(("run entry", thread_id, ns), (run_id, checkpoint_id), ENTRY_OVERHEAD)
             return True
 
     def forget_namespace(self, thread_id: str, ns: str) -> None:
         """After a surprise (a conflict, a rollback): the next put reads the head again, and indexes its run."""
         with self._lock:
             for table in ("head", "run entry"):
-                old = self._entries.pop((table, thread_id, ns), None)
-                if old is not None:
-                    self._bytes -= old[1]
+                self._kept.forget((table, thread_id, ns))
 
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
-            for key in [k for k in self._entries if k[1] == thread_id]:
-                self._bytes -= self._entries.pop(key)[1]
+            for key in [k for k in self._kept if k[1] == thread_id]:
+                self._kept.forget(key)
 
     def wrote_blobs(self, thread_id: str, ns: str, refs: Mapping[str, str], when: datetime | None) -> None:
         """Remember when these (channel -> version) values were written, for lifecycle renewal (only with a TTL:
@@ -743,18 +726,18 @@ class Recall:
             return
         with self._lock:
             key = ("blob ages", thread_id, ns)
-            known: dict[tuple[str, str], datetime] = dict(self._lookup(key) or {})
+            known: dict[tuple[str, str], datetime] = dict(self._kept.get(key) or {})
             for ref in refs.items():
                 known.pop(ref, None)
                 known[ref] = when  # re-inserted: the most recently referenced values are kept
             while len(known) > BLOB_AGES_PER_NAMESPACE:
                 del known[next(iter(known))]
             size = ENTRY_OVERHEAD + sum(200 + len(c) + len(v) for c, v in known) + sys.getsizeof(known)
-            self._store(key, known, size)
+            self._kept.keep(key, known, size)
 
     def blob_written(self, thread_id: str, ns: str, channel: str, version: str) -> datetime | None:
         with self._lock:
-            known: dict[tuple[str, str], datetime] | None = self._lookup(("blob ages", thread_id, ns))
+            known: dict[tuple[str, str], datetime] | None = self._kept.get(("blob ages", thread_id, ns))
         return None if known is None else known.get((channel, version))
 
 

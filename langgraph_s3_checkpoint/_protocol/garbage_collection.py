@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import collections
 import copy
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -837,6 +837,16 @@ class _Collector:
             else:
                 yield from self.judge_keys(walk, page, parsed, range(split, len(parsed)))
 
+    def own_keys(self, parsed: Sequence[Any], indices: range) -> Iterator[tuple[int, Any]]:
+        """The keys of a ``c/`` page at ``indices`` that are the saver's, with what each is; the others are counted
+        as foreign."""
+        for i in indices:
+            p = parsed[i]
+            if p is None:
+                self.foreign()
+            else:
+                yield i, p
+
     def judge_keys(self, walk: _Walk, page: Page, parsed: Sequence[Any], indices: range) -> Plan[None]:
         """Judge keys of a ``c/`` page by the chain's rule, reading records at or below the head."""
         old = age_cutoff(page, self.grace)
@@ -851,11 +861,7 @@ class _Collector:
                 and chain.decided(p.checkpoint_id) is not Standing.PENDING
             ],
         )
-        for i in indices:
-            p = parsed[i]
-            if p is None:
-                self.foreign()
-                continue
+        for i, p in self.own_keys(parsed, indices):
             cid = p.checkpoint_id
             reason: str | None
             accounted = False
@@ -883,11 +889,7 @@ class _Collector:
         use = walk.seal
         assert use is not None
         old = age_cutoff(page, self.grace)
-        for i in indices:
-            p = parsed[i]
-            if p is None:
-                self.foreign()
-                continue
+        for i, p in self.own_keys(parsed, indices):
             cid = p.checkpoint_id
             reason: str | None = None
             if not p.is_record:

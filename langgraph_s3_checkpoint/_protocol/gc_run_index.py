@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .keys import KeyKind, Layout, classify, is_own_segment
-from .plans import READ_BATCH, age_cutoff, all_of, for_each_emitted, pages
+from .plans import READ_BATCH, age_cutoff, all_of, chunks, for_each_emitted, pages
 from .requests import Get, ListKeys, Page, Plan, StoredObject
 
 if TYPE_CHECKING:
     from .garbage_collection import _Collector, _Namespace
+
+T = TypeVar("T")
 
 
 def run_entries(c: _Collector, prefix: str, namespaces: dict[str, _Namespace]) -> Plan[None]:
@@ -61,23 +63,17 @@ def judge_unproven_entries(
     An entry whose body cannot be read stays (``delete_for_runs`` then walks the whole namespace). Costs a
     GET of each such entry and a 1-key LIST of the checkpoint it names; entries of runs with committed
     records of their own, the usual case, cost nothing."""
-    for start in range(0, len(unproven), READ_BATCH):
-        chunk = unproven[start : start + READ_BATCH]
-        bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+    for chunk in chunks(unproven, READ_BATCH):
         named: list[tuple[int, str]] = []
-        for (i, info), body in zip(chunk, bodies, strict=True):
-            checkpoint_id = _named_checkpoint(body)
-            if body is None:
-                continue  # deleted since the listing (a rollback of the run finished)
+        for i, info, checkpoint_id in (yield from _checkpoints_named(page, chunk)):
             if checkpoint_id is None or checkpoint_id == info.head_id:
                 c.keep()
             elif checkpoint_id in info.garbage_records:
                 doom_entry(c, page, i, old, thread_segment)
             else:
                 named.append((i, Layout.record_in(info.prefix, checkpoint_id)))
-        listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
-        for (i, record), listing in zip(named, listings, strict=True):
-            if record in listing.keys:
+        for i, _, there in (yield from _records_there(named)):
+            if there:
                 c.keep()
             else:
                 doom_entry(c, page, i, old, thread_segment)
@@ -120,8 +116,7 @@ def global_runs(c: _Collector) -> Plan[None]:
                 unproven.append((i, ns_prefix))
             elif seen is Seen.NAMESPACE_UNSEEN:
                 unseen.append((i, ns_prefix))
-        for start in range(0, len(unseen), READ_BATCH):
-            chunk = unseen[start : start + READ_BATCH]
+        for chunk in chunks(unseen, READ_BATCH):
             heads = yield from all_of([Get(Layout.head_in(ns_prefix)) for _, ns_prefix in chunk])
             for (i, _), head in zip(chunk, heads, strict=True):
                 if head is None:
@@ -142,21 +137,15 @@ def judge_by_named_checkpoint(
     is there (its record: gc has deleted the garbage ones by now; a dry run counts those it would have), and is
     garbage otherwise, going once past the grace as every garbage. An entry whose body cannot be read stays
     (``delete_for_runs`` then walks the whole namespace)."""
-    for start in range(0, len(unproven), READ_BATCH):
-        chunk = unproven[start : start + READ_BATCH]
-        bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+    for chunk in chunks(unproven, READ_BATCH):
         named: list[tuple[int, str]] = []
-        for (i, ns_prefix), body in zip(chunk, bodies, strict=True):
-            checkpoint_id = _named_checkpoint(body)
-            if body is None:
-                continue  # deleted since the listing (a rollback of the run finished)
+        for i, ns_prefix, checkpoint_id in (yield from _checkpoints_named(page, chunk)):
             if checkpoint_id is None:
                 c.keep()
             else:
                 named.append((i, Layout.record_in(ns_prefix, checkpoint_id)))
-        listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
-        for (i, record), listing in zip(named, listings, strict=True):
-            if record in listing.keys and not c.sightings.doomed.may_hold(record):
+        for i, record, there in (yield from _records_there(named)):
+            if there and not c.sightings.doomed.may_hold(record):
                 c.keep()
             else:
                 c.doom(page, i, "dangling_run_entry", old)
@@ -232,6 +221,20 @@ class Sightings:
         self.runs_known.add(thread_segment, ns_segment)
         for run_segment in run_segments:
             self.runs.add(run_segment, thread_segment, ns_segment)
+
+
+def _checkpoints_named(page: Page, chunk: Sequence[tuple[int, T]]) -> Plan[list[tuple[int, T, str | None]]]:
+    """The entries of ``chunk`` (indices into ``page``, each with what its judge needs) read in one batch, each with the
+    checkpoint id it names (``None``: its body cannot be read); an entry deleted since the listing (a rollback of the
+    run finished) is left out."""
+    bodies = yield from all_of([Get(page.keys[i]) for i, _ in chunk])
+    return [(i, x, _named_checkpoint(body)) for (i, x), body in zip(chunk, bodies, strict=True) if body is not None]
+
+
+def _records_there(named: list[tuple[int, str]]) -> Plan[list[tuple[int, str, bool]]]:
+    """Each (entry, record) of ``named`` with whether the record is there, by 1-key LISTs in one batch."""
+    listings = (yield from all_of([ListKeys(record, max_keys=1) for _, record in named])) if named else []
+    return [(i, record, record in listing.keys) for (i, record), listing in zip(named, listings, strict=True)]
 
 
 def _named_checkpoint(entry: StoredObject | None) -> str | None:

@@ -10,10 +10,10 @@ in S3-sized chunks.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .keys import is_digest, is_own_segment, named_id, unescape
 from .requests import (
@@ -32,6 +32,7 @@ from .requests import (
 )
 
 R = TypeVar("R")
+Y = TypeVar("Y")
 A = TypeVar("A")
 B = TypeVar("B")
 C = TypeVar("C")
@@ -249,19 +250,43 @@ def deletes(keys: Sequence[str]) -> list[Request]:
     return [DeleteObjects(tuple(chunk)) for chunk in chunks(keys, DELETE_BATCH)]
 
 
+class Steps(Iterator[Y], Generic[Y, R]):
+    """A generator driven by whoever answers its steps (a plan by a driver or another plan, a request's exchanges by
+    a sender): ``for step in steps:`` takes each step it yields, ``steps.answer(reply)`` gives the reply it receives
+    for that step (``None`` if not answered: an :class:`~.requests.Emit`, a wait), and :attr:`result` is what it
+    returned once the loop ends. One way to drive a generator, for every loop that does."""
+
+    def __init__(self, generator: Generator[Y, Any, R]) -> None:
+        self._generator = generator
+        self._reply: Any = None
+        self.result: R
+        """What the generator returned (set once it has)."""
+
+    def __iter__(self) -> Steps[Y, R]:
+        return self
+
+    def __next__(self) -> Y:
+        reply, self._reply = self._reply, None
+        try:
+            return self._generator.send(reply)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+    def answer(self, reply: Any) -> None:
+        """The reply to the step just taken, sent with the next."""
+        self._reply = reply
+
+
 def collect_emitted(sub: Plan[Any], into: list[Any]) -> Plan[Any]:
     """Run a streaming sub-plan inside another plan, appending what it emits to ``into``."""
-    reply: Any = None
-    while True:
-        try:
-            step = sub.send(reply)
-        except StopIteration as stop:
-            return stop.value
+    steps = Steps(sub)
+    for step in steps:
         if isinstance(step, Emit):
             into.append(step.value)
-            reply = None
         else:
-            reply = yield step
+            steps.answer((yield step))
+    return steps.result
 
 
 def side_by_side(subplans: Sequence[Plan[R]]) -> Plan[list[R]]:
@@ -306,19 +331,14 @@ def for_each_emitted(sub: Plan[Any], handle: Callable[[Any], Plan[bool | None]])
     ``handle`` returning ``False`` stops the stream. This is how listings are processed page by page
     without holding more than one page.
     """
-    reply: Any = None
-    while True:
-        try:
-            step = sub.send(reply)
-        except StopIteration:
-            return
+    steps = Steps(sub)
+    for step in steps:
         if isinstance(step, Emit):
-            reply = None
             if (yield from handle(step.value)) is False:
                 sub.close()
                 return
         else:
-            reply = yield step
+            steps.answer((yield step))
 
 
 def age_cutoff(page: Page, grace: float) -> Callable[[int], bool]:

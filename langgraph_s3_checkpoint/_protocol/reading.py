@@ -41,8 +41,8 @@ from .plans import (
     MAX_PAGE,
     READ_BATCH,
     all_of,
+    all_pages,
     chunks,
-    collect_emitted,
     for_each_emitted,
     id_behind,
     list_all,
@@ -88,14 +88,17 @@ def parse_config(config: RunnableConfig | None, *, need_checkpoint_id: bool = Fa
     return CheckpointAddress(str(thread_id), ns, checkpoint_id)
 
 
-def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
+def checkpoint_config(
+    thread_id: str, checkpoint_ns: str | None = None, checkpoint_id: str | None = None
+) -> RunnableConfig:
+    """The config naming a thread and, when given, a namespace and a checkpoint in it (the saver's replies, the
+    CLI's and the migration's calls of any checkpointer)."""
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_ns is not None:
+        configurable["checkpoint_ns"] = checkpoint_ns
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
 
 
 @dataclass
@@ -540,8 +543,7 @@ class Reading(PlansState):
 
     def _namespaces(self, thread_id: str) -> Plan[builtins.list[str]]:
         root = self.layout.namespaces(thread_id)
-        found: list[Page] = []
-        yield from collect_emitted(pages(root, delimiter="/"), found)
+        found = yield from all_pages(root, delimiter="/")
         names = []
         for page in found:
             for prefix in page.prefixes:

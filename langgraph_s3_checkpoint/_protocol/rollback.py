@@ -12,14 +12,13 @@ from ..errors import CheckpointConflictError, CorruptObjectError, InvalidArgumen
 from .chain import Chain, Standing
 from .committing import WRITE_ATTEMPTS, Committing
 from .keys import CheckpointKey, Layout, is_digest, is_own_segment
-from .plans import READ_BATCH, all_of, chunks, collect_emitted, deletes, exists, list_all, mark, one, pages
+from .plans import READ_BATCH, all_of, all_pages, chunks, deletes, exists, list_all, mark, one
 from .requests import (
     PRECONDITION_FAILED,
     DeleteIfMatch,
     DeleteObjects,
     Get,
     ListKeys,
-    Page,
     Plan,
     PreconditionFailed,
     Put,
@@ -47,8 +46,7 @@ class Rollbacks(Committing):
         unnamed: CorruptObjectError | None = None
         for run_id in map(str, run_ids):
             index = self.layout.run_index(run_id)
-            entries: list[Page] = []
-            yield from collect_emitted(pages(index), entries)
+            entries = yield from all_pages(index)
             # Only "{thread}/{namespace}" entries are ours (not folder markers or foreign objects).
             keys = [k for page in entries for k in page.keys if _is_pair(k[len(index) :])]
             if not keys:

@@ -68,7 +68,7 @@ from typing import Any
 from ..errors import CorruptObjectError
 from .codec import THREAD_FORMAT, Codec
 from .keys import Layout, is_own_segment
-from .plans import pages, surely_before
+from .plans import Steps, pages, surely_before
 from .requests import Emit, Page, Plan, Request
 
 FOLDER = "_gc/"
@@ -311,23 +311,16 @@ class Cursor:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.source = pages(f"{root}{FOLDER}")
+        self.source = Steps(pages(f"{root}{FOLDER}"))
         self.buffer: collections.OrderedDict[str, list[SealKey]] = collections.OrderedDict()
         """Thread segment -> its seals, for the seals listed and not yet matched."""
         self.exhausted = False
-        self.reply: Any = None
         self.foreign = 0
         """Keys in the folder that are not seals of ours (left alone)."""
 
     def _fill(self) -> Plan[None]:
-        while True:
-            try:
-                step = self.source.send(self.reply)
-            except StopIteration:
-                self.exhausted = True
-                return
+        for step in self.source:
             if isinstance(step, Emit):
-                self.reply = None
                 page: Page = step.value
                 for i, key in enumerate(page.keys):
                     found = thread_of(self.root, key)
@@ -339,7 +332,8 @@ class Cursor:
                     self.buffer.setdefault(segment, []).append(SealKey(key, listed, modified))
                 return
             requests: list[Request] = step
-            self.reply = yield requests
+            self.source.answer((yield requests))
+        self.exhausted = True
 
     def upto(self, segment: str | None) -> Plan[tuple[list[SealKey], list[str]]]:
         """The seals of thread ``segment``, and the keys of the seals of threads surely before it, which gc has

@@ -22,9 +22,10 @@ import threading
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
+from .._protocol.plans import Steps
 from .._protocol.requests import Get, ListKeys, Put
 from .blocking_sender import tls_context
-from .deadline import Deadline, DeadlinePassed, within
+from .deadline import Attempts, Deadline, DeadlinePassed, within
 from .direct import DirectTransport
 from .http1 import Exchange, Failure, ProtocolError, Reply, ReplyReader, Response, request_bytes
 
@@ -232,31 +233,25 @@ class AsyncioSender:
     async def execute(self, request: Get | Put | ListKeys, deadline: Deadline | None = None) -> Any:
         """Send ``request``; with a ``deadline`` (:mod:`.deadline`) no attempt or wait between attempts starts
         after its ``last_start``, and an attempt in flight is cancelled at its ``cut_at`` (its connection dropped)."""
-        steps = self.direct.exchanges(request)
-        answer: Response | Failure | None = None
-        sent = False
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                return done.value
+        steps = Steps(self.direct.exchanges(request))
+        attempts = Attempts(deadline)
+        for step in steps:
             if isinstance(step, Exchange):
-                if deadline is None:
-                    answer = await self._send(step, None)
-                    continue
-                deadline.check_start(sent=sent)
-                earlier, sent = sent, True
-                try:
-                    answer = await within(self._send(step, deadline), deadline.cut_left())
-                except asyncio.TimeoutError:
-                    raise DeadlinePassed(sent=True) from None
-                except DeadlinePassed as late:  # its slot or connection came after its time was up
-                    raise DeadlinePassed(sent=late.sent or earlier) from None
+                with attempts.attempt():
+                    steps.answer(await self._send_within(step, deadline))
             else:
-                if deadline is not None and step >= deadline.start_left():
-                    raise DeadlinePassed(sent=sent)
+                attempts.wait(step)
                 await asyncio.sleep(step)
-                answer = None
+        return steps.result
+
+    async def _send_within(self, exchange: Exchange, deadline: Deadline | None) -> Response | Failure:
+        """One attempt, cut at the deadline's ``cut_at`` (then it went out: :class:`DeadlinePassed`)."""
+        if deadline is None:
+            return await self._send(exchange, None)
+        try:
+            return await within(self._send(exchange, deadline), deadline.cut_left())
+        except asyncio.TimeoutError:
+            raise DeadlinePassed(sent=True) from None
 
     async def _send(self, exchange: Exchange, deadline: Deadline | None) -> Response | Failure:
         if self._closed:

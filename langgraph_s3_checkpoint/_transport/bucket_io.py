@@ -46,6 +46,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
+from .._protocol.plans import Steps
 from .._protocol.requests import (
     Emit,
     Get,
@@ -481,27 +482,21 @@ class BucketIO:
         With ``bounded``, the deadline counts the time spent getting to each emitted item (not the
         consumer's time). ThreadEdits that may legitimately run long (deleting or copying a large thread)
         passes ``bounded=False``: each of its requests is still bounded by the client's timeouts."""
-        reply: Any = None
-        started = time.monotonic() if bounded else None
-        while (step := _advance(plan, reply)) is not _DONE:
+        steps = _CallSteps(plan, bounded)
+        for step in steps:
             if isinstance(step, Emit):
-                reply = None
                 yield step.value
-                started = time.monotonic() if bounded else None
             else:
-                reply = self._step(step, started)
+                steps.answer(self._step(step, steps.started))
 
     async def aiterate(self, plan: Plan[Any], *, bounded: bool = True) -> AsyncIterator[Any]:
         """The same, awaiting each batch instead of blocking on it."""
-        reply: Any = None
-        started = time.monotonic() if bounded else None
-        while (step := _advance(plan, reply)) is not _DONE:
+        steps = _CallSteps(plan, bounded)
+        for step in steps:
             if isinstance(step, Emit):
-                reply = None
                 yield step.value
-                started = time.monotonic() if bounded else None
             else:
-                reply = await self._astep(step, started)
+                steps.answer(await self._astep(step, steps.started))
 
     # -- conditional writes: the probe's verdict before the first write (conditions.py) -------------
     def _step(self, step: list[Request], started: float | None) -> list[Any]:
@@ -538,24 +533,18 @@ class BucketIO:
 
     def _drive(self, plan: Plan[T], started: float | None) -> T:
         """Run a plan of batches (the probe, a batch without conditions) within the caller's operation."""
-        reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value
+        steps = Steps(plan)
+        for step in steps:
             assert isinstance(step, list)  # these plans stream nothing
-            reply = self._batch(step, started)
+            steps.answer(self._batch(step, started))
+        return steps.result
 
     async def _adrive(self, plan: Plan[T], started: float | None) -> T:
-        reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value
+        steps = Steps(plan)
+        for step in steps:
             assert isinstance(step, list)
-            reply = await self._abatch(step, started)
+            steps.answer(await self._abatch(step, started))
+        return steps.result
 
     def run(self, plan: Plan[T], *, bounded: bool = True) -> T:
         """Run a plan to its result."""
@@ -565,7 +554,6 @@ class BucketIO:
         return _only_result([item async for item in self.aiterate(_result_of(plan), bounded=bounded)])
 
 
-_DONE = object()
 _MISS = object()
 
 
@@ -645,12 +633,23 @@ def _fill(replies: list[Any], fetched: list[Any]) -> list[Any]:
     return [next(answers) if reply is _MISS else reply for reply in replies]
 
 
-def _advance(plan: Plan[Any], reply: Any) -> Any:
-    """The plan's next step, or ``_DONE``."""
-    try:
-        return plan.send(reply)
-    except StopIteration:
-        return _DONE
+class _CallSteps(Steps[Any, Any]):
+    """A plan's steps as a call's driver takes them, with :attr:`started`: the instant the call's deadline counts from
+    for the next batch (the call's start, then each time the consumer takes up the stream again after an emitted
+    item: its own time does not count; ``None`` for an unbounded call)."""
+
+    def __init__(self, plan: Plan[Any], bounded: bool) -> None:
+        super().__init__(plan)
+        self._bounded = bounded
+        self._emitted = False
+        self.started = time.monotonic() if bounded else None
+
+    def __next__(self) -> Any:
+        if self._emitted:
+            self.started = time.monotonic() if self._bounded else None
+        step = super().__next__()
+        self._emitted = isinstance(step, Emit)
+        return step
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,36 @@ class Deadline:
             self._connections = []
 
 
+class Attempts:
+    """One request's attempts held to its deadline (``None``: unbounded), as both direct senders send them: no attempt,
+    and no wait before one, starts after the deadline's ``last_start``, and the :class:`DeadlinePassed` an attempt ends
+    with (its connection came after its time was up, or it was cut) says whether any attempt went out."""
+
+    __slots__ = ("deadline", "sent")
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self.deadline = deadline
+        self.sent = False
+        """Whether an attempt went out (a write's outcome is then unknown)."""
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Around one attempt: refused past the last start; a :class:`DeadlinePassed` it raises counts the attempts
+        before it as sent."""
+        if self.deadline is not None:
+            self.deadline.check_start(sent=self.sent)
+        earlier, self.sent = self.sent, True
+        try:
+            yield
+        except DeadlinePassed as late:
+            raise DeadlinePassed(sent=late.sent or earlier) from None
+
+    def wait(self, seconds: float) -> None:
+        """Before waiting ``seconds`` for the next attempt: refused if that attempt could not start after the wait."""
+        if self.deadline is not None and seconds >= self.deadline.start_left():
+            raise DeadlinePassed(sent=self.sent)
+
+
 def _shut_down(sock: Any) -> None:
     """Wake a thread blocked reading ``sock`` with end of stream. For a TLS socket, socket.socket's own shutdown:
     SSLSocket's would also drop the TLS object under the reading thread. (TLS through an HTTPS proxy is an object of

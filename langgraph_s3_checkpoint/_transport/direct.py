@@ -43,6 +43,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 
 from botocore.httpsession import get_cert_path
 
+from .._protocol.plans import Steps
 from .._protocol.requests import (
     PRECONDITION_FAILED,
     Create,
@@ -58,7 +59,7 @@ from .._protocol.requests import (
 )
 from ..errors import InvalidConfigError, NotS3EndpointError, WrongRegionError, unreachable
 from .blocking_sender import BlockingSender, tls_context
-from .deadline import Deadline, DeadlinePassed
+from .deadline import Attempts, Deadline
 from .http1 import Exchange, Failure, Response
 from .retries import RETRY_STATUS, Kind, Retries, final_error, kind_of
 
@@ -221,29 +222,16 @@ class DirectTransport:
     def execute(self, request: Get | Put | ListKeys, deadline: Deadline | None = None) -> Any:
         """Send ``request``; with a ``deadline`` (:mod:`.deadline`) no attempt or wait between attempts starts
         after its ``last_start``, and an attempt in flight ends by its ``cut_at`` (:class:`DeadlinePassed`)."""
-        steps = self.exchanges(request)
-        answer: Response | Failure | None = None
-        sent = False
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                return done.value
+        steps = Steps(self.exchanges(request))
+        attempts = Attempts(deadline)
+        for step in steps:
             if isinstance(step, Exchange):
-                if deadline is None:
-                    answer = self._connections.send(step)
-                    continue
-                deadline.check_start(sent=sent)
-                earlier, sent = sent, True
-                try:
-                    answer = self._connections.send(step, deadline)
-                except DeadlinePassed as late:  # its connection came after its time was up, or it was cut
-                    raise DeadlinePassed(sent=late.sent or earlier) from None
+                with attempts.attempt():
+                    steps.answer(self._connections.send(step, deadline))
             else:
-                if deadline is not None and step >= deadline.start_left():
-                    raise DeadlinePassed(sent=sent)
+                attempts.wait(step)
                 time.sleep(step)
-                answer = None
+        return steps.result
 
     # -- the pure part, shared by both senders --------------------------------------------------
     def exchanges(self, request: Get | Put | ListKeys) -> Exchanges:

@@ -104,6 +104,17 @@ HEAD, FIXED, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, TRAILERS, UNTIL_CLOSE, DONE = (
 )
 
 
+def _on_line(step: Callable[[ReplyReader, bytearray], bool]) -> Callable[[ReplyReader], bool]:
+    """A step of :class:`ReplyReader` that reads one line (a chunk's size, the end of its data, a trailer field): it
+    waits until the line is complete, then takes it without its line break."""
+
+    def read_line(reader: ReplyReader) -> bool:
+        line = reader._line()
+        return line is not None and step(reader, line)
+
+    return read_line
+
+
 class ReplyReader:
     """Reads the reply to one request from the bytes of a connection, in whatever pieces they arrive.
 
@@ -168,10 +179,8 @@ class ReplyReader:
         self._take_body()
         return self._remaining == 0 and self._finish()
 
-    def _read_chunk_size(self) -> bool:
-        line = self._line()
-        if line is None:
-            return False
+    @_on_line
+    def _read_chunk_size(self, line: bytearray) -> bool:
         size = line.split(b";", 1)[0].strip(b" \t")
         if not _HEX.fullmatch(size):
             raise ProtocolError(f"not a chunk size: {bytes(line[:40])!r}")
@@ -187,19 +196,15 @@ class ReplyReader:
             self._state = CHUNK_END
         return True
 
-    def _read_chunk_end(self) -> bool:
-        line = self._line()
-        if line is None:
-            return False
+    @_on_line
+    def _read_chunk_end(self, line: bytearray) -> bool:
         if line:
             raise ProtocolError("a chunk is longer than its size says")
         self._state = CHUNK_SIZE
         return True
 
-    def _read_trailers(self) -> bool:
-        line = self._line()
-        if line is None:
-            return False
+    @_on_line
+    def _read_trailers(self, line: bytearray) -> bool:
         if line:
             return True  # a trailer field, read past: S3 sends none the saver uses
         return self._finish()

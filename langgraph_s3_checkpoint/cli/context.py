@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from langchain_core.runnables import RunnableConfig
-
 from .._protocol import operator_plans
 from .._transport.bucket_io import BucketIO
 from ..saver import S3Saver
@@ -195,6 +193,17 @@ class Context:
     def emit_json(self, value: Any) -> None:
         self.out.write(dumps(value) + "\n")
 
+    def listing_done(self, entries: Sequence[Any], as_json: Callable[[Any], Any], none_found: str) -> bool:
+        """What a listing shows unless it prints a table: with ``--json``, the entries as a JSON list (each as
+        ``as_json`` makes it); with none, ``none_found``. Whether it did (the caller prints the entries otherwise)."""
+        if self.as_json:
+            self.emit_json([as_json(entry) for entry in entries])
+            return True
+        if not entries:
+            self.out.write(none_found + "\n")
+            return True
+        return False
+
     def confirm(self, args: argparse.Namespace, question: str) -> None:
         """Ask before a destructive change when stdin is a terminal (``--yes`` answers yes)."""
         if getattr(args, "yes", False) or not sys.stdin.isatty():
@@ -212,15 +221,6 @@ class Context:
     @property
     def where(self) -> str:
         return f"s3://{self.saver.bucket}/{self.saver.prefix}".rstrip("/")
-
-
-def thread_config(thread_id: str, ns: str | None, checkpoint_id: str | None = None) -> RunnableConfig:
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    if ns is not None:
-        configurable["checkpoint_ns"] = ns
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
 
 
 def load_attr(option: str, spec: str, *, factory: Callable[[Any], bool]) -> Any:

@@ -73,40 +73,28 @@ def _copy_threads(
     finally:
         bar.close()
     if ctx.as_json:
-        ctx.emit_json(
+        threads = [
             {
-                "ok": report.ok,
-                "dry_run": report.dry_run,
-                "source": source_name,
-                "target": target_name,
-                "checkpoints": report.checkpoints,
-                "writes": report.writes,
-                "threads": [
-                    {
-                        "thread_id": t.thread_id,
-                        "status": t.status.value,
-                        "checkpoints": t.checkpoints,
-                        "writes": t.writes,
-                        "rounds": t.rounds,
-                        "problems": t.problems,
-                    }
-                    for t in report.threads
-                ],
+                "thread_id": t.thread_id,
+                "status": t.status.value,
+                "checkpoints": t.checkpoints,
+                "writes": t.writes,
+                "rounds": t.rounds,
+                "problems": t.problems,
             }
-        )
-        return EXIT_OK if report.ok else EXIT_PROBLEMS
+            for t in report.threads
+        ]
+        details = {"checkpoints": report.checkpoints, "writes": report.writes, "threads": threads}
+        return _emit_report(ctx, report, source_name, target_name, details)
     rows = [[t.thread_id, t.status.value, t.checkpoints, t.writes, t.rounds] for t in report.threads]
     print_table(["THREAD", "STATUS", "CHECKPOINTS", "WRITES", "ROUNDS"], rows, ctx.out)
-    for thread in report.threads:
-        for problem in thread.problems:
-            ctx.out.write(f"PROBLEM {thread.thread_id}: {problem}\n")
-    verb = "would copy" if report.dry_run else "copied"
-    verdict = "" if report.dry_run else "; verified: " + ("OK" if report.ok else "see the problems above")
-    ctx.out.write(
-        f"{verb} {report.checkpoints} checkpoint(s) and {report.writes} write(s) of {len(report.threads)} thread(s) "
-        f"from {source_name} into {target_name}{verdict}\n"
+    return _print_report(
+        ctx,
+        report,
+        [f"{thread.thread_id}: {problem}" for thread in report.threads for problem in thread.problems],
+        f"{report.checkpoints} checkpoint(s) and {report.writes} write(s) of {len(report.threads)} thread(s) "
+        f"from {source_name} into {target_name}",
     )
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 # ------------------------------------------------------------------------------------------------
@@ -157,27 +145,43 @@ def _copy_store(
     finally:
         bar.close()
     if ctx.as_json:
-        ctx.emit_json(
-            {
-                "ok": report.ok,
-                "dry_run": report.dry_run,
-                "source": source_name,
-                "target": target_name,
-                "namespaces": report.namespaces,
-                "items": report.items,
-                "unchanged": report.unchanged,
-                "problems": report.problems,
-            }
-        )
-        return EXIT_OK if report.ok else EXIT_PROBLEMS
-    for problem in report.problems:
+        details = {
+            "namespaces": report.namespaces,
+            "items": report.items,
+            "unchanged": report.unchanged,
+            "problems": report.problems,
+        }
+        return _emit_report(ctx, report, source_name, target_name, details)
+    return _print_report(
+        ctx,
+        report,
+        report.problems,
+        f"{report.items} item(s) of {report.namespaces} namespace(s) from {source_name} into {target_name} "
+        f"({report.unchanged} already there)",
+    )
+
+
+def _emit_report(
+    ctx: Context,
+    report: migrate.MigrationReport | migrate.StoreCopyReport,
+    source_name: str,
+    target_name: str,
+    details: dict[str, Any],
+) -> int:
+    """A copy's report as JSON: the fields every copy has, then ``details``."""
+    ctx.emit_json({"ok": report.ok, "dry_run": report.dry_run, "source": source_name, "target": target_name, **details})
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _print_report(
+    ctx: Context, report: migrate.MigrationReport | migrate.StoreCopyReport, problems: list[str], copied: str
+) -> int:
+    """A copy's problems, one a line, then what it copied (a dry run: would copy) and whether the target verified."""
+    for problem in problems:
         ctx.out.write(f"PROBLEM {problem}\n")
     verb = "would copy" if report.dry_run else "copied"
     verdict = "" if report.dry_run else "; verified: " + ("OK" if report.ok else "see the problems above")
-    ctx.out.write(
-        f"{verb} {report.items} item(s) of {report.namespaces} namespace(s) from {source_name} into {target_name} "
-        f"({report.unchanged} already there){verdict}\n"
-    )
+    ctx.out.write(f"{verb} {copied}{verdict}\n")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 

@@ -113,23 +113,49 @@ def _add_cache_commands(commands: Any, destructive: Callable[[Any], None]) -> No
     sub.add_argument("namespaces", nargs="*", metavar="NAMESPACE", help="a JSON list of labels")
     destructive(sub)
     sub = _add_command(cache_commands, "sweep", cmd_cache_sweep, "delete every expired (TTL) entry now")
-    sub.add_argument(
-        "--full",
-        action="store_true",
-        help="read every entry, not only those whose expiry came due (after an older release wrote entries)",
-    )
+    _add_full_sweep_option(sub, "entry", "entries")
     destructive(sub)
 
 
-def _add_migration_options(sub: Any) -> None:
-    sub.add_argument(
-        "--thread",
-        dest="threads",
-        action="append",
-        default=None,
-        metavar="ID",
-        help="copy this thread (repeatable; default: every thread)",
+def _add_full_sweep_option(sub: Any, thing: str, things: str) -> None:
+    """``--full`` of a TTL sweep (the store's, the cache's)."""
+    help_text = f"read every {thing}, not only those whose expiry came due (after an older release wrote {things})"
+    sub.add_argument("--full", action="store_true", help=help_text)
+
+
+def _add_index_option(sub: Any, help_text: str) -> None:
+    """``--index``: the IndexConfig (or a factory of one) that embeds what a store command writes."""
+    sub.add_argument("--index", default=None, metavar="MODULE:ATTR", help=help_text)
+
+
+def _add_selection_option(sub: Any, flag: str, dest: str, metavar: str, help_text: str) -> None:
+    """A repeatable option naming what a copy takes (default: everything)."""
+    sub.add_argument(flag, dest=dest, action="append", default=None, metavar=metavar, help=help_text)
+
+
+def _add_migration_commands(
+    add: Callable[[str, Handler, str], Any],
+    handlers: tuple[Handler, Handler],
+    things: str,
+    other: str,
+    add_options: Callable[[Any], None],
+    note: str = "",
+) -> None:
+    """``import-from`` and ``export-to``: ``things`` copied from another ``other`` into the location and back, each
+    with the options ``add_options`` adds."""
+    import_from, export_to = handlers
+    sub = add(
+        "import-from", import_from, f"copy {things} from another {other} into the location ({note}docs/migration.md)"
     )
+    sub.add_argument("source", metavar="SOURCE", help=f"where the {things} are: {migrate.LOCATIONS}")
+    add_options(sub)
+    sub = add("export-to", export_to, f"copy {things} from the location into another {other} ({note}docs/migration.md)")
+    sub.add_argument("target", metavar="TARGET", help=f"where to copy them: {migrate.LOCATIONS}")
+    add_options(sub)
+
+
+def _add_migration_options(sub: Any) -> None:
+    _add_selection_option(sub, "--thread", "threads", "ID", "copy this thread (repeatable; default: every thread)")
     sub.add_argument(
         "--rounds",
         type=int,
@@ -141,20 +167,17 @@ def _add_migration_options(sub: Any) -> None:
 
 
 def _add_store_migration_options(sub: Any) -> None:
-    sub.add_argument(
+    _add_selection_option(
+        sub,
         "--namespace",
-        dest="namespaces",
-        action="append",
-        default=None,
-        metavar="NAMESPACE_PREFIX",
-        help="copy the namespaces under this prefix, labels joined by dots (repeatable; default: all)",
+        "namespaces",
+        "NAMESPACE_PREFIX",
+        "copy the namespaces under this prefix, labels joined by dots (repeatable; default: all)",
     )
-    sub.add_argument(
-        "--index",
-        default=None,
-        metavar="MODULE:ATTR",
-        help="the target's IndexConfig (or a factory returning one): the target embeds the items it receives "
-        "with it; without it they get no vectors (a factory TARGET brings its own)",
+    _add_index_option(
+        sub,
+        "the target's IndexConfig (or a factory returning one): the target embeds the items it receives with it; "
+        "without it they get no vectors (a factory TARGET brings its own)",
     )
     sub.add_argument("--dry-run", action="store_true", help="report what the target lacks, write nothing")
 
@@ -217,20 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--thread", default=None, help="thread id to import under (default: the exported id)")
     sub.add_argument("--replace", action="store_true", help="delete an existing thread of that id first")
     destructive(sub)
-    sub = command(
-        "import-from",
-        cmd_import_from,
-        "copy threads from another checkpointer into the location (resumable; docs/migration.md)",
+    _add_migration_commands(
+        command, (cmd_import_from, cmd_export_to), "threads", "checkpointer", _add_migration_options, "resumable; "
     )
-    sub.add_argument("source", metavar="SOURCE", help=f"where the threads are: {migrate.LOCATIONS}")
-    _add_migration_options(sub)
-    sub = command(
-        "export-to",
-        cmd_export_to,
-        "copy threads from the location into another checkpointer (resumable; docs/migration.md)",
-    )
-    sub.add_argument("target", metavar="TARGET", help=f"where to copy them: {migrate.LOCATIONS}")
-    _add_migration_options(sub)
     sub = command("gc", cmd_gc, "delete leftovers of interrupted or losing writes (never committed checkpoints)")
     sub.add_argument(
         "--grace-seconds",
@@ -272,12 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("key")
     sub.add_argument("value")
     sub.add_argument("--ttl", type=float, default=None, help="expire the item after N minutes")
-    sub.add_argument(
-        "--index",
-        default=None,
-        metavar="MODULE:ATTR",
-        help="the application's IndexConfig (or a factory returning one): embed the item with it, so semantic "
-        "search finds it; without it the item gets no vectors",
+    _add_index_option(
+        sub,
+        "the application's IndexConfig (or a factory returning one): embed the item with it, so semantic search "
+        "finds it; without it the item gets no vectors",
     )
     sub.add_argument("--no-index", action="store_true", help="do not embed the item (stores with an index)")
     sub = store_command("rm", cmd_store_rm, "delete one item")
@@ -289,22 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--filter", default=None, metavar="JSON", help='e.g. \'{"kind": "pref", "score": {"$gt": 3}}\'')
     paging(sub, 100)
     sub = store_command("sweep", cmd_store_sweep, "delete every expired (TTL) item now")
-    sub.add_argument(
-        "--full",
-        action="store_true",
-        help="read every item, not only those whose expiry came due (after an older release wrote items)",
-    )
+    _add_full_sweep_option(sub, "item", "items")
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation on a terminal")
-    sub = store_command(
-        "import-from", cmd_store_import_from, "copy items from another store into the location (docs/migration.md)"
+    _add_migration_commands(
+        store_command, (cmd_store_import_from, cmd_store_export_to), "items", "store", _add_store_migration_options
     )
-    sub.add_argument("source", metavar="SOURCE", help=f"where the items are: {migrate.LOCATIONS}")
-    _add_store_migration_options(sub)
-    sub = store_command(
-        "export-to", cmd_store_export_to, "copy items from the location into another store (docs/migration.md)"
-    )
-    sub.add_argument("target", metavar="TARGET", help=f"where to copy them: {migrate.LOCATIONS}")
-    _add_store_migration_options(sub)
     _add_cache_commands(commands, destructive)
     return parser
 

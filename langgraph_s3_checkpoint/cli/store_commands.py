@@ -86,11 +86,9 @@ def cmd_store_ls(ctx: Context, args: argparse.Namespace) -> int:
             prefix=prefix or None, max_depth=args.max_depth, limit=args.limit, offset=args.offset
         )
     )
-    if ctx.as_json:
-        ctx.emit_json([list(ns) for ns in namespaces])
-        return EXIT_OK
-    if not namespaces:
-        ctx.out.write(f"no namespaces{' under ' + repr(args.prefix) if prefix else ''} in {ctx.where}\n")
+    if ctx.listing_done(
+        namespaces, list, f"no namespaces{' under ' + repr(args.prefix) if prefix else ''} in {ctx.where}"
+    ):
         return EXIT_OK
     for ns in namespaces:
         ctx.out.write(_dotted(ns) + "\n")
@@ -153,11 +151,7 @@ def cmd_store_search(ctx: Context, args: argparse.Namespace) -> int:
     items = _store_call(
         lambda: store.search(prefix, filter=filter_, limit=args.limit, offset=args.offset, refresh_ttl=False)
     )
-    if ctx.as_json:
-        ctx.emit_json([_item_dict(i) for i in items])
-        return EXIT_OK
-    if not items:
-        ctx.out.write(f"no items under {args.prefix or 'the root'!r} in {ctx.where}\n")
+    if ctx.listing_done(items, _item_dict, f"no items under {args.prefix or 'the root'!r} in {ctx.where}"):
         return EXIT_OK
     rows = [
         [

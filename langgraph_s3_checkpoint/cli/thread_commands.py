@@ -20,6 +20,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from .._protocol import operator_plans
+from .._protocol.checkpoint_plans import checkpoint_config
 from ..errors import (
     CorruptObjectError,
     TargetThreadExistsError,
@@ -42,7 +43,6 @@ from .context import (
     print_table,
     report_done,
     short_time,
-    thread_config,
 )
 
 
@@ -56,11 +56,7 @@ def cmd_threads(ctx: Context, args: argparse.Namespace) -> int:
         stats.append(item)
         bar.advance(detail=item.thread_id)
     bar.close()
-    if ctx.as_json:
-        ctx.emit_json([s.as_dict() for s in stats])
-        return EXIT_OK
-    if not stats:
-        ctx.out.write(f"no threads under {ctx.where}\n")
+    if ctx.listing_done(stats, operator_plans.ThreadStats.as_dict, f"no threads under {ctx.where}"):
         return EXIT_OK
     rows = [
         [
@@ -98,7 +94,7 @@ def _summary(tup: CheckpointTuple) -> dict[str, Any]:
 
 def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
     ctx.require_thread(args.thread)
-    config = thread_config(args.thread, args.ns)
+    config = checkpoint_config(args.thread, args.ns)
     limit = args.limit if args.limit and args.limit > 0 else None
     bar = ctx.bar("history", total=limit)
     items: list[dict[str, Any]] = []
@@ -133,7 +129,7 @@ def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_show(ctx: Context, args: argparse.Namespace) -> int:
     ns = args.ns or ""
-    tup = ctx.saver.get_tuple(thread_config(args.thread, ns, args.checkpoint))
+    tup = ctx.saver.get_tuple(checkpoint_config(args.thread, ns, args.checkpoint))
     if tup is None:
         what = (
             f"checkpoint {args.checkpoint!r} of thread {args.thread!r}"

@@ -331,18 +331,7 @@ class BaseS3Store(ClosesAtBlockEnd, BaseStore):
 
     # -- TTL ----------------------------------------------------------------------------------------
     async def asweep_ttl(self, *, full: bool = False) -> int:
-        """Delete every expired item now. (Reads are already blind to them.)
-
-        Args:
-            full: Read every item instead of only those whose expiry came due (after processes of an older
-                release wrote items).
-
-        Returns:
-            How many items were deleted.
-
-        Raises:
-            S3CheckpointError: An error every call may raise (see :class:`BaseS3Store`).
-        """
+        """:meth:`S3Store.sweep_ttl`, awaited: same arguments, result and errors."""
         return await self._arun("asweep_ttl", self._plans.sweep(full), bounded=False)
 
     def _sweep_interval_s(self, sweep_interval_minutes: float | None) -> float | None:

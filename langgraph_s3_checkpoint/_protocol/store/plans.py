@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -31,6 +30,7 @@ from ...errors import (
 )
 from .. import expiry
 from ..keys import is_digest
+from ..lru import LeastRecentlyUsed
 from ..plans import all_pages, chunks, one, side_by_side
 from ..requests import (
     CREATE,
@@ -192,41 +192,30 @@ class KnownNames:
     GETs its name again. A long-lived store touching ever new long labels used to keep every one."""
 
     def __init__(self, max_bytes: int = NAMES_MEMORY_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
-        self._bytes = 0
+        self._kept: LeastRecentlyUsed[str, str] = LeastRecentlyUsed(max_bytes)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._kept)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
 
     @property
     def retained_bytes(self) -> int:
         """Bytes kept now (at most ``max_bytes``), by :func:`sys.getsizeof` of both strings and the entry's
         overhead."""
-        return self._bytes
+        return self._kept.retained_bytes
 
     def get(self, segment: str) -> str | None:
         with self._lock:
-            entry = self._entries.get(segment)
-            if entry is None:
-                return None
-            self._entries.move_to_end(segment)
-            return entry[0]
+            return self._kept.get(segment)
 
     def remember(self, segment: str, real: str) -> None:
         size = sys.getsizeof(segment) + sys.getsizeof(real) + NAME_ENTRY_OVERHEAD
         with self._lock:
-            old = self._entries.pop(segment, None)
-            if old is not None:
-                self._bytes -= old[1]
-            if size > self.max_bytes:
-                return
-            self._entries[segment] = (real, size)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (_, evicted) = self._entries.popitem(last=False)
-                self._bytes -= evicted
+            self._kept.keep(segment, real, size)
 
 
 # ------------------------------------------------------------------------------------------------
