@@ -83,6 +83,7 @@ from ..errors import CorruptObjectError, InvalidConfigError
 from . import seals
 from .chain import Chain, Standing
 from .gc_run_index import Sightings, global_runs, run_entries
+from .gc_seals import Listed, SealKeeping, SealUse, ThreadListed
 from .keys import COPYING, DELETING, KeyKind, Layout, classify, classify_in_namespace, escape, is_own_segment
 from .plans import (
     DELETE_BATCH,
@@ -182,7 +183,7 @@ class _Walk:
     """Objects of the namespace that stay (committed, young, foreign)."""
     aborted: bool = False
     """A head appeared in a namespace found headless: a first put committed meanwhile; leave it."""
-    seal: _SealUse | None = None
+    seal: SealUse | None = None
     """The namespace's seal from the last gc, while it may be used."""
     builder: seals.Builder | None = None
     """The namespace's new seal, built while its records are judged (not in a dry run)."""
@@ -226,16 +227,6 @@ class _Walk:
 
 
 @dataclass
-class _SealUse:
-    """A namespace's seal from the last gc and what decides whether it holds (:mod:`.seals`)."""
-
-    part: seals.Part
-    check: seals.Check
-    usable: bool | None = None
-    """Decided when the walk reaches the sealed range."""
-
-
-@dataclass
 class _BatchedReads:
     """The bodies of some keys of a listing page, read ``READ_BATCH`` at a time: a batch is read when the
     first key of it is needed (the keys must be asked for in order)."""
@@ -253,55 +244,6 @@ class _BatchedReads:
             objs = yield from all_of([Get(self.keys[j]) for j in batch])
             self.bodies = dict(zip(batch, objs, strict=True))
         return self.bodies[i]
-
-
-@dataclass
-class _ThreadListed:
-    """What the flat listing of every thread showed of one thread: the :class:`.seals.Summary` of the keys gc
-    judges (:func:`.seals.judged`), and for the report, how many there are, how many are foreign, how many are
-    records."""
-
-    summary: seals.Summary = field(default_factory=seals.Summary)
-    scanned: int = 0
-    foreign: int = 0
-    records: int = 0
-    heads: list[str] = field(default_factory=list)
-    """The segments of its namespaces with a head."""
-
-
-@dataclass
-class _Listed:
-    """The thread the flat listing is in (its keys come together, page after page)."""
-
-    thread: _ThreadListed = field(default_factory=_ThreadListed)
-
-    def note(self, prefix: str, segment: str, page: Page, seen: Sightings) -> None:
-        """Some keys of the thread at ``prefix``; its 0.1.x run-index twins go into ``seen`` (the global pass then
-        reads no twin of theirs, whether the thread is scanned or not), and its namespaces with a head into the
-        thread's listing (:meth:`_Collector.unchanged` keeps the entries of a thread it does not scan)."""
-        thread = self.thread
-        etags = page.etags if len(page.etags) == len(page.keys) else [None] * len(page.keys)
-        for key, etag in zip(page.keys, etags, strict=True):
-            relative = key[len(prefix) :]
-            if not seals.judged(relative):
-                continue
-            thread.summary.add(relative, etag)
-            thread.scanned += 1
-            kind = classify(relative)
-            if kind is KeyKind.RECORD:
-                thread.records += 1
-            elif kind is KeyKind.UNKNOWN:
-                thread.foreign += 1
-            elif kind is KeyKind.RUN_ENTRY:
-                _, run_segment, ns_segment = relative.split("/")
-                seen.twins.add(run_segment, segment, ns_segment)
-            elif kind is KeyKind.HEAD:
-                thread.heads.append(relative.split("/")[1])
-
-    def take(self) -> _ThreadListed:
-        """The thread's listing, once its last key was met; the next thread starts afresh."""
-        thread, self.thread = self.thread, _ThreadListed()
-        return thread
 
 
 def _skipping(prefix: str, skip: str) -> Generator[Any, Any, None]:
@@ -338,7 +280,7 @@ def _size(page: Page, i: int) -> int:
     return page.sizes[i] if i < len(page.sizes) else 0
 
 
-class _Collector:
+class _Collector(SealKeeping):
     def __init__(self, plans: CheckpointPlans, grace_seconds: float, dry_run: bool) -> None:
         self.codec = plans.codec
         self.root = plans.layout.prefix
@@ -491,7 +433,7 @@ class _Collector:
         scanned :data:`.plans.SIDE_BY_SIDE` at a time, each as before (:meth:`thread`)."""
         threads_root = f"{self.root}threads/"
         changed: list[tuple[str, str, list[seals.SealKey]]] = []
-        listed = _Listed()
+        listed = Listed()
 
         def walk(item: Any) -> Plan[None]:
             if isinstance(item, FolderKeys):
@@ -520,7 +462,7 @@ class _Collector:
         yield from self.remove_seals()
         self.report.foreign += self.seal_cursor.foreign
 
-    def unchanged(self, segment: str, thread: _ThreadListed, found: list[seals.SealKey]) -> bool:
+    def unchanged(self, segment: str, thread: ThreadListed, found: list[seals.SealKey]) -> bool:
         """Whether a thread needs no scan: it holds nothing gc judges (its seals go), or its keys are exactly those
         its last gc left, as a seal's key says (:class:`.seals.Summary`). Skipping a thread only ever keeps."""
         if thread.summary.count == 0:
@@ -590,81 +532,6 @@ class _Collector:
         yield from self.thread_keys(prefix, unsettled=any(info.unsettled for info in namespaces.values()))
         yield from self.flush()
         yield from self.write_seal(segment)
-
-    # -- seals (seals.py) ------------------------------------------------------------------------------
-    def read_seal(self, key: str) -> Plan[None]:
-        """A seal of the thread, which the listing of seals shows."""
-        obj = yield from one(Get(key))
-        self.old_seal = {} if obj is None else seals.decode(self.codec, key, obj.body)
-        self.seal_read = key
-
-    def remove_seals(self) -> Plan[None]:
-        """Delete the seals queued: those of threads that are gone, those a newer seal replaced (nothing depends on
-        a seal: it only saves reads). Never in a dry run."""
-        keys = self.stale_seals[:]
-        del self.stale_seals[:]
-        if keys and not self.report.dry_run:
-            yield deletes(keys)
-
-    def write_seal(self, segment: str) -> Plan[None]:
-        """Write the thread's seal when it changed, and queue its other seals for deletion (never in a dry run).
-        Its key says what the thread's next listing shows if nothing changes (:class:`.seals.Summary`), unless the
-        scan left something to judge again (:attr:`unsettled_thread`)."""
-        if self.report.dry_run:
-            return
-        summary = self.summary
-        assert summary is not None
-        key = None
-        if summary.count > 0:
-            listed = None if self.unsettled_thread else summary.digest
-            if listed is not None or self.new_seal:
-                key = seals.key_of(self.root, segment, listed)
-        if key is not None and (key != self.seal_read or self.new_seal != self.old_seal):
-            yield [Put(key, seals.encode(self.codec, self.new_seal), expires=False)]
-        self.stale_seals.extend(seal.key for seal in self.seals_found if seal.key != key)
-
-    def seal_for(self, segment: str, walk: _Walk) -> _SealUse | None:
-        """The namespace's seal, if the head has not gone back below the head it was made at."""
-        part = self.old_seal.get(segment)
-        head_id = walk.chain.head_id
-        if part is None or head_id is None or head_id < part.head:
-            return None
-        walk.met_seal_head = head_id == part.head
-        return _SealUse(part, seals.Check(part, walk.records))
-
-    def seal_namespace(self, segment: str, walk: _Walk) -> None:
-        """The namespace's part of the thread's new seal: the records it found committed, or the last gc's if
-        it still held and no new one can be made (a young record below the new top); none without a head."""
-        if walk.headless or walk.aborted:
-            return
-        head_id = walk.chain.head_id
-        assert head_id is not None
-        part = None
-        if walk.builder is not None and walk.chain_sure and walk.refs_known:
-            part = walk.builder.part(head_id)
-        use = walk.seal
-        if use is not None and use.usable and (part is None or part.same_records(use.part)):
-            part = use.part  # it still holds and nothing new is sealed: no need to write it again
-        if part is not None:
-            self.new_seal[segment] = part
-
-    def enter_sealed_range(self, walk: _Walk, first_id: str) -> None:
-        """Decide, at the first key at or below the seal's ``top``, whether the seal holds (module docstring of
-        :mod:`.seals`); if it does, the sealed records' large values and runs are known from it."""
-        use = walk.seal
-        assert use is not None
-        connected = walk.met_seal_head or (
-            first_id == use.part.head and walk.chain.decided(first_id) is Standing.COMMITTED
-        )
-        use.usable = use.check.valid and walk.chain_sure and connected
-        if not use.usable:
-            return
-        walk.referenced.update(f"{walk.prefix}{ref}" for ref in use.part.refs)
-        if walk.runs is not None:
-            walk.runs.update(use.part.runs)
-        if walk.builder is not None:
-            walk.builder.refs.update(use.part.refs)
-            walk.builder.runs.update(use.part.runs)
 
     def namespaces(self, prefix: str) -> Plan[dict[str, _Namespace]]:
         """Scan each namespace of a thread; what was found in each, by namespace segment."""
@@ -793,16 +660,6 @@ class _Collector:
         yield from for_each_emitted(pages(walk.records), records_page)
         if not walk.aborted:
             yield from for_each_emitted(_skipping(walk.prefix, walk.records), rest_page)
-
-    def check_seal(self, use: _SealUse, records: str) -> Plan[None]:
-        """Compare the sealed range with a listing of ``c/`` (keys only) before judging a namespace of more
-        than one page."""
-
-        def check_page(page: Page) -> Plan[None]:
-            use.check.page(page)
-            yield from ()
-
-        yield from for_each_emitted(pages(records), check_page)
 
     def references(self, walk: _Walk, metadata: Any, refs: dict[str, str]) -> tuple[list[str], str | None]:
         """Note the blobs and the run of a committed record (or the head); returns them (blob keys relative to
