@@ -61,6 +61,7 @@ from langgraph_s3_checkpoint import (
     S3Saver,
     TargetThreadExistsError,
 )
+from langgraph_s3_checkpoint._protocol.codec import THREAD_FORMAT
 from langgraph_s3_checkpoint._protocol.garbage_collection import gc_plan
 from langgraph_s3_checkpoint._protocol.repair import repair_plan
 from langgraph_s3_checkpoint._protocol.requests import ListKeys, Put
@@ -125,6 +126,30 @@ def history(w: World, *, runs: tuple[str, ...] = ("r1", "r1"), ns: str = "", thr
     if parent is not None:
         w.latest(ctx["peer"], thread, ns)
     return ctx
+
+
+def as_0_1_left_it(setup: Callable[[World], dict[str, Any]]) -> Callable[[World], dict[str, Any]]:
+    """``setup``'s bucket as release 0.1 leaves it (tests/test_format_upgrade.py runs 0.1.0 itself on a server):
+    heads and records in format 1, without the run in the clear, and beside each run-index entry its twin under the
+    thread; then new processes, as after an upgrade (0.1's are gone, and with them what they remembered)."""
+
+    def made(w: World) -> dict[str, Any]:
+        ctx = setup(w)
+        codec = ctx["W"].plans.codec
+        for key in w.bucket.keys(""):
+            stored = w.bucket.object(key)
+            assert stored is not None
+            if key.endswith(("/head", "/checkpoint")):
+                frame = codec._unframe(key, stored.body, THREAD_FORMAT)
+                frame.pop("run", None)
+                w.bucket.execute(Put(key, codec._frame(frame, 1)))
+            elif key.startswith("runs/"):
+                run, thread, ns = key.split("/")[1:]
+                w.bucket.execute(Put(f"threads/{thread}/r/{run}/{ns}", stored.body))
+        ctx["W"], ctx["runtime"], ctx["peer"] = w.saver(), Runtime(), w.saver()
+        return ctx
+
+    return made
 
 
 def _between(w: World, ctx: dict[str, Any], name: str | None) -> Callable[[], None] | None:
@@ -230,9 +255,13 @@ def _put_scenario(
     n: int | None = None,
     thread: str = "t",
     runs: tuple[str, ...] = ("r1", "r1"),
+    of_0_1: bool = False,
 ) -> Scenario:
+    def written(w: World) -> dict[str, Any]:
+        return history(w, runs=runs if thread == "t" else ())
+
     def setup(w: World) -> dict[str, Any]:
-        ctx = history(w, runs=runs if thread == "t" else ())
+        ctx = (as_0_1_left_it(written) if of_0_1 else written)(w)
         ctx["thread"] = thread
         return ctx
 
@@ -269,6 +298,14 @@ PUT_SCENARIOS = [
     _put_scenario(
         "put on a thread id too long for a key (name object)", saver="new", read="latest", parent=None, thread="L" * 200
     ),
+    _put_scenario(
+        "put of a new run on a thread 0.1 wrote (migrated as it is next written)",
+        saver="new",
+        read="latest",
+        run="r2",
+        of_0_1=True,
+    ),
+    _put_scenario("put of a 0.1 run going on in a new process", saver="new", read="latest", of_0_1=True),
 ]
 
 
@@ -533,6 +570,12 @@ MAINTENANCE_SCENARIOS = [
     ),
     _rollback("delete_for_runs of an older run (head stays)", _two_runs, "r1"),
     _rollback(
+        "delete_for_runs of a run 0.1 wrote (its twin entry goes too)",
+        as_0_1_left_it(_two_runs),
+        "r2",
+        variants=("404", "412"),
+    ),
+    _rollback(
         "delete_for_runs of the thread's only run (head deleted If-Match)",
         lambda w: history(w, runs=("r1", "r1")),
         "r1",
@@ -561,6 +604,14 @@ MAINTENANCE_SCENARIOS = [
     _maintenance(
         "copy_thread (two namespaces)",
         _two_ns,
+        lambda s, ctx: s.plans.copy_thread("t", "u"),
+        lambda o, ctx: o.copy_thread("t", "u"),
+        threads=("t", "u"),
+        on_exists=_copy_exists,
+    ),
+    _maintenance(
+        "copy_thread of a thread 0.1 wrote (twins copied, entries made)",
+        as_0_1_left_it(_two_ns),
         lambda s, ctx: s.plans.copy_thread("t", "u"),
         lambda o, ctx: o.copy_thread("t", "u"),
         threads=("t", "u"),
