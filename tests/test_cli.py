@@ -477,6 +477,7 @@ def test_gc_removes_leftovers_only(env: Env) -> None:
 
     kept = env.json("gc")  # default grace: everything here is too young to go
     assert kept["deleted_objects"] == 0 and kept["young"] >= 2
+    assert kept["records_read"] == len(history) and kept["threads_unchanged"] == 0  # the first gc reads them all
     dry = env.json("gc", "--grace-seconds", "0", "--dry-run")
     assert dry["dry_run"] is True
     assert dry["deleted"] == {"orphan_blob": 1, "setup_probe": 1}

@@ -607,6 +607,9 @@ def cmd_gc(ctx: Context, args: argparse.Namespace) -> int:
                 "deleted_bytes": report.deleted_bytes,
                 "young": report.young,
                 "foreign": report.foreign,
+                "records_read": report.records_read,
+                "records_sealed": report.records_sealed,
+                "threads_unchanged": report.threads_unchanged,
                 "unreadable": report.unreadable,
                 "sample": report.sample,
             }
