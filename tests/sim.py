@@ -58,6 +58,9 @@ from langgraph_s3_checkpoint.memory import MemoryBucket
 BUCKET = "sim"
 INLINE = 64
 """inline_threshold of simulated savers: the ``big`` channel (~120 bytes) is a blob, ``count`` is inline."""
+TAIL = 70
+"""appended_tail_bytes of simulated savers: the ``log`` list (elements of ~30 bytes) carries two appended elements
+in its records, and a put that appends a third writes a new base (codec.Appended)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -715,6 +718,13 @@ def big_value(k: int) -> str:
     return "B" * 100 + str(k)
 
 
+def log_value(k: int) -> list[str]:
+    """The ``log`` channel at the big channel's index ``k``: a list that each larger index extends by one element, as
+    a chat's messages grow, large from the start, so that a put stores it as appended to its parent's base or as a new
+    base, and a fork, a prune or a rollback meets a base that several records share."""
+    return ["L" * 24 + f"{i:04d}" for i in range(k // 10 + 3)]
+
+
 @dataclass
 class PutSpec:
     thread: str
@@ -744,8 +754,9 @@ class PutSpec:
         cp = empty_checkpoint()
         cp["id"] = cid(self.n)
         cp["ts"] = f"2025-01-01T00:00:00.{self.n:06d}+00:00"
-        cp["channel_values"] = {"count": self.n, "big": big_value(self.big)}
-        cp["channel_versions"] = {"count": f"{self.n:032}.0", "big": f"{self.big:032}.0"}
+        cp["channel_values"] = {"count": self.n, "big": big_value(self.big), "log": log_value(self.big)}
+        big_version = f"{self.big:032}.0"
+        cp["channel_versions"] = {"count": f"{self.n:032}.0", "big": big_version, "log": big_version}
         return cp
 
     def metadata(self) -> CheckpointMetadata:
@@ -758,7 +769,7 @@ class PutSpec:
         cp = self.checkpoint()
         nv = {"count": cp["channel_versions"]["count"]}
         if self.big_changed:
-            nv["big"] = cp["channel_versions"]["big"]
+            nv["big"] = nv["log"] = cp["channel_versions"]["big"]
         return nv
 
 
@@ -772,6 +783,7 @@ class World:
         self.bigs: dict[tuple[str, str, int], int] = {}
         self.failures: list[str] = []
         self._n = 0
+        self.tail_bytes = TAIL
 
     def fork(self) -> World:
         """A world in the state this one is in (bucket, oracle, what was attempted, the next id), changed apart from
@@ -783,11 +795,14 @@ class World:
         other.bigs = dict(self.bigs)
         other.failures = list(self.failures)
         other._n = self._n
+        other.tail_bytes = self.tail_bytes
         return other
 
     def saver(self) -> S3Saver:
         """A new saver: a new process, with no memory of heads."""
-        return S3Saver(bucket=BUCKET, client=self.bucket, inline_threshold=INLINE, read_cache_bytes=1 << 20)
+        saver = S3Saver(bucket=BUCKET, client=self.bucket, inline_threshold=INLINE, read_cache_bytes=1 << 20)
+        saver.plans.appended_tail_bytes = self.tail_bytes
+        return saver
 
     def next_n(self) -> int:
         self._n += 10

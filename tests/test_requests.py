@@ -103,6 +103,28 @@ def test_put_of_a_fenced_step_is_two_puts(counted: Counted) -> None:
     assert counter.snapshot() == {"PutObject": 2}  # record, then head (If-Match)
 
 
+def test_a_put_that_appends_to_a_large_list_is_two_puts(counted: Counted) -> None:
+    """The list's base was stored by the first put; the next ones carry what they append in the record and the head
+    (codec.Appended), until the tail outgrows its budget."""
+    saver, counter = counted
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
+    log = [f"message {i} " + "x" * 1000 for i in range(8)]
+    version = None
+    for step in range(4):
+        log.append(f"message {8 + step} " + "y" * 1000)
+        version = saver.get_next_version(version, None)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"messages": version}
+        cp["channel_values"] = {"messages": list(log)}
+        counter.reset()
+        config = saver.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": version})
+        # the first (a process that never read the thread: it reads the head first) writes the base (its large
+        # value), the record and the head; the next ones the record and the head
+        assert counter.snapshot() == ({"GetObject": 1, "PutObject": 3} if step == 0 else {"PutObject": 2})
+    tup = saver.get_tuple(config)
+    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
+
+
 def test_put_writes_is_one_put_per_call(counted: Counted) -> None:
     saver, counter = counted
     config = _chain(saver, f"t-{uuid4().hex}", 1)

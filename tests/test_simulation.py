@@ -35,6 +35,7 @@ from hypothesis.stateful import (
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from sim import (
+    TAIL,
     Crash,
     Fault,
     Held,
@@ -134,7 +135,9 @@ def as_0_1_left_it(setup: Callable[[World], dict[str, Any]]) -> Callable[[World]
     thread; then new processes, as after an upgrade (0.1's are gone, and with them what they remembered)."""
 
     def made(w: World) -> dict[str, Any]:
+        w.tail_bytes = 0  # 0.1 stored each version of a list whole: every large list is its own base
         ctx = setup(w)
+        w.tail_bytes = TAIL
         codec = ctx["W"].plans.codec
         for key in w.bucket.keys(""):
             stored = w.bucket.object(key)
@@ -142,6 +145,8 @@ def as_0_1_left_it(setup: Callable[[World], dict[str, Any]]) -> Callable[[World]
             if key.endswith(("/head", "/checkpoint")):
                 frame = codec._unframe(key, stored.body, THREAD_FORMAT)
                 frame.pop("run", None)
+                appended = frame.pop("appended", {})
+                assert all(not tail for _, _, tail in appended.values()), "0.1 stores lists whole"
                 w.bucket.execute(Put(key, codec._frame(frame, 1)))
             elif key.startswith("runs/"):
                 run, thread, ns = key.split("/")[1:]

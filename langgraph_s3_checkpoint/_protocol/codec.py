@@ -16,9 +16,10 @@ newer format version fails with a clear error instead of guessing.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,54 @@ def corrupt(key: str, reason: str) -> CorruptObjectError:
     return CorruptObjectError(key, reason)
 
 
+APPENDED_TAIL_BYTES = 32 * 1024
+"""The most serialized bytes a record carries of a list's elements appended since its base (:class:`Appended`);
+beyond, the list is stored whole as a new base. A chat of 1 KB messages writes a base about every 15 turns: a PUT
+spared at each other step that changes it, at the price of the tail travelling in the record and the head."""
+
+
+@dataclass(frozen=True)
+class Appended:
+    """A list value stored as what was appended: the large value its record references (``blobs``: the list at an
+    earlier version of the channel, the *base*) followed by the elements appended since, inline in the record.
+
+    Why: a chat's ``messages`` grows by one or two elements a step, and storing the whole list at every version made
+    storage grow with the square of the conversation and cost a PUT a step. The base is written once, the records
+    that extend it carry only the tail, and a new base is written when the tail outgrows its budget
+    (:data:`APPENDED_TAIL_BYTES`). A value extends the base when its first ``count`` elements serialize to the
+    same bytes (``digest``): the bytes, not the objects, are compared, so an element changed in place is never taken
+    for the stored one (a serializer that encrypts writes new bytes each time, so with it every large list is a new
+    base, as before)."""
+
+    count: int
+    """Elements of the base value."""
+    digest: str
+    """:func:`elements_digest` of the base value's elements."""
+    tail: tuple[list[Any], ...] = ()
+    """The elements after the base's, as stored (serde type and bytes)."""
+
+    def frame(self) -> list[Any]:
+        return [self.count, self.digest, list(self.tail)]
+
+    @classmethod
+    def from_frame(cls, stored: Any) -> Appended:
+        count, digest, tail = stored
+        return cls(int(count), str(digest), tuple(list(typed) for typed in tail))
+
+    def tail_bytes(self) -> int:
+        return sum(len(typed[1]) for typed in self.tail)
+
+
+def elements_digest(elements: Sequence[list[Any]]) -> str:
+    """A digest of serialized list elements (each ``[tag, bytes]``), as :class:`Appended` compares them."""
+    h = hashlib.sha256()
+    for tag, data in elements:
+        encoded_tag = str(tag).encode()
+        h.update(len(encoded_tag).to_bytes(4, "big") + encoded_tag + len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
 @dataclass
 class Record:
     """One stored checkpoint: what ``put`` receives, split into inline values and blob references."""
@@ -71,6 +120,11 @@ class Record:
     """The same values as stored (serde type and bytes): what a put continuing this record carries over."""
     blobs: dict[str, str] = field(default_factory=dict)
     """Channel -> version of values stored as separate blob objects."""
+    appended: dict[str, Appended] = field(default_factory=dict)
+    """Channels whose value is the blob at ``blobs[channel]`` followed by these elements (:class:`Appended`), as
+    stored: what a put continuing this record carries over."""
+    tails: dict[str, list[Any]] = field(default_factory=dict)
+    """The same elements decoded: what :meth:`Codec.extended` appends to the base."""
     previous_head: str | None = None
     """Id of the head this checkpoint replaced when it was committed: the commit chain."""
     detached: bool = False
@@ -181,6 +235,7 @@ class Codec:
         previous_head: str | None = None,
         detached: bool = False,
         deleted: Mapping[str, str | None] | None = None,
+        appended: Mapping[str, Appended] | None = None,
     ) -> bytes:
         """Frame a record from already-encoded inline values (see :meth:`encode_value`)."""
         stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
@@ -196,6 +251,8 @@ class Codec:
         }
         if deleted:
             frame["deleted"] = dict(deleted)
+        if appended:
+            frame["appended"] = {channel: entry.frame() for channel, entry in appended.items()}
         run = metadata.get("run_id")
         if run is not None:
             # Beside the serializer's copy, in the clear (as the run index's keys hold it): a copy or an import
@@ -232,6 +289,8 @@ class Codec:
                 inline={ch: self.load(key, typed) for ch, typed in frame["inline"].items()},
                 encoded=dict(frame["inline"]),
                 blobs=dict(frame["blobs"]),
+                appended=(appended := self._appended(key, frame)),
+                tails={ch: [self.load(key, typed) for typed in entry.tail] for ch, entry in appended.items()},
                 previous_head=frame.get("previous_head"),
                 detached=bool(frame.get("detached", False)),
                 deleted=_deleted_links(frame.get("deleted")),
@@ -373,6 +432,27 @@ class Codec:
 
     def decode_blob(self, key: str, data: bytes) -> Any:
         return self.load(key, self._unframe(key, data))
+
+    def _appended(self, key: str, frame: Mapping[str, Any]) -> dict[str, Appended]:
+        """A record's ``appended`` field (absent: none), its tails checked to decode."""
+        try:
+            appended = {str(ch): Appended.from_frame(stored) for ch, stored in (frame.get("appended") or {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise corrupt(key, f"an appended list is malformed ({exc})") from exc
+        if any(ch not in frame["blobs"] for ch in appended):
+            raise corrupt(key, "an appended list names no large value to extend")
+        return appended
+
+    @staticmethod
+    def extended(key: str, base: Any, record: Record, channel: str, record_key: str) -> Any:
+        """The value ``record`` stores for ``channel`` given its large value ``base`` (read at ``key``): ``base``
+        itself, or a new list of ``base`` followed by the record's tail (:class:`Appended`)."""
+        appended = record.appended.get(channel)
+        if appended is None:
+            return base
+        if type(base) is not list or len(base) != appended.count:
+            raise corrupt(record_key, f"extends {key}, which does not hold a list of {appended.count} elements")
+        return [*base, *record.tails[channel]]
 
 
 def _deleted_links(stored: Any) -> dict[str, str | None]:

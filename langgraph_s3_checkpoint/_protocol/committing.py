@@ -25,6 +25,7 @@ from ..errors import (
     ParentNotCommittedError,
 )
 from .chain import Standing
+from .codec import Appended, elements_digest
 from .fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
@@ -148,6 +149,7 @@ class Committing(Reading):
                 previous_head=previous_head,
                 detached=detached,
                 deleted=deleted,
+                appended=values.appended,
             )
 
         def reoffered() -> list[Put]:
@@ -160,7 +162,11 @@ class Committing(Reading):
             live = checkpoint["channel_values"]
             blobs = [
                 sent.get(key)
-                or Put(key, self.codec.encode_blob(self.codec.encode_value(channel, live[channel])), mode=CREATE)
+                or Put(
+                    key,
+                    self.codec.encode_blob(self.codec.encode_value(channel, values.stored(live, channel))),
+                    mode=CREATE,
+                )
                 for channel, version in values.blobs.items()
                 if (key := self.layout.blob(thread_id, ns, channel, version)) in sent or channel in live
             ]
@@ -177,7 +183,14 @@ class Committing(Reading):
         if committed_etag is not None:
             versions = checkpoint["channel_versions"]
             seen = head_seen(
-                checkpoint_id, committed_etag, values.blobs, run_id, versions, values.inline, deleted=deleted
+                checkpoint_id,
+                committed_etag,
+                values.blobs,
+                run_id,
+                versions,
+                values.inline,
+                deleted=deleted,
+                appended=values.appended,
             )
             self.recall.saw_head(thread_id, ns, seen)
         self.recall.wrote_blobs(thread_id, ns, values.renewed, now)
@@ -446,6 +459,15 @@ class Committing(Reading):
             if isinstance(kept, list):
                 result.inline[channel] = kept
                 continue
+            if kept is _PARENTS_BLOB and parent is not None and channel in parent.appended:
+                if self.ttl is None or channel not in values:
+                    result.blobs[channel] = parent.blobs[channel]
+                    result.appended[channel] = parent.appended[channel]
+                    continue
+                kept = None  # with a lifecycle rule the base's age is unknown here: the list is stored anew
+            listed = kept is None and self.ttl is None and type(values[channel]) is list
+            if listed and self._store_list(result, thread_id, ns, channel, version, values[channel], parent, now):
+                continue
             typed = None if kept is _PARENTS_BLOB else self.codec.encode_value(channel, values[channel])
             if typed is not None and len(typed[1]) <= self.inline_threshold:
                 result.inline[channel] = typed
@@ -454,6 +476,43 @@ class Committing(Reading):
             vouched = parent is not None and parent.blobs.get(channel) == version
             self._store_blob(result, thread_id, ns, channel, version, typed, vouched, values, now)
         return result
+
+    def _store_list(
+        self,
+        result: _Values,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        value: list[Any],
+        parent: HeadSeen | None,
+        now: datetime,
+    ) -> bool:
+        """Store a large list as what was appended to the parent's (:class:`~.codec.Appended`): no request, when its
+        first elements serialize to the bytes of the base the parent extends and the rest fits
+        :attr:`~.reading.PlansState.appended_tail_bytes`; else as a new base, the whole list as a large value.
+        ``False``: small enough to be inlined whole, like any small value.
+
+        Only on a base the fenced parent references (its head is there, so its large values are), and without a
+        lifecycle rule (which expires a base by its own age, while the records extending it live on)."""
+        elements = [self.codec.encode_value(channel, element) for element in value]
+        if sum(len(typed[1]) for typed in elements) <= self.inline_threshold:
+            return False
+        base = None if parent is None or channel not in parent.blobs else parent.appended.get(channel)
+        if base is not None and base.count <= len(elements):
+            tail = elements[base.count :]
+            fits = sum(len(typed[1]) for typed in tail) <= self.appended_tail_bytes
+            if fits and elements_digest(elements[: base.count]) == base.digest:
+                assert parent is not None
+                result.blobs[channel] = parent.blobs[channel]
+                result.appended[channel] = Appended(base.count, base.digest, tuple(tail))
+                return True
+        result.blobs[channel] = version
+        result.appended[channel] = Appended(len(elements), elements_digest(elements))
+        vouched = parent is not None and parent.blobs.get(channel) == version
+        typed = self.codec.encode_value(channel, value)
+        self._store_blob(result, thread_id, ns, channel, version, typed, vouched, {}, now)
+        return True
 
     def _store_blob(
         self,
@@ -669,10 +728,18 @@ class _Values:
 
     inline: dict[str, list[Any]] = field(default_factory=dict)
     blobs: dict[str, str] = field(default_factory=dict)
+    appended: dict[str, Appended] = field(default_factory=dict)
+    """Lists stored as the large value at ``blobs[channel]`` and what was appended since."""
     puts: list[Put] = field(default_factory=list)
     """Large values to store before the commit."""
     renewed: dict[str, str] = field(default_factory=dict)
     """Large values rewritten now (their age restarts, for the lifecycle rule)."""
+
+    def stored(self, live: Mapping[str, Any], channel: str) -> Any:
+        """What the large value ``blobs[channel]`` holds, from the live value: a list's base is its first elements
+        (their bytes matched the base's)."""
+        appended = self.appended.get(channel)
+        return live[channel] if appended is None else live[channel][: appended.count]
 
 
 _NO_VALUE = object()

@@ -73,17 +73,18 @@ class DeltaHistoryReading(Reading):
         the seeds the ancestor before it stored. An ancestor whose record is gone (pruned, rolled back) ends
         the walk, as in InMemorySaver.
         """
-        large: list[tuple[str, Get]] = []
+        large: list[tuple[str, Get, Record, str]] = []  # channel, its read, the record storing it, the record's key
         while True:
             ancestor = history.next_ancestor if history.remaining else None
             reads = (yield from walk.folder(ancestor)) if ancestor is not None else []
             if not reads and not large:
                 return
-            replies = yield from all_of([*(read for _, read in large), *reads])
-            for (channel, read), blob in zip(large, replies, strict=False):
+            replies = yield from all_of([*(read for _, read, _, _ in large), *reads])
+            for (channel, read, holder, holder_key), blob in zip(large, replies, strict=False):
                 if blob is None:
                     raise CorruptObjectError(read.key, "a channel value the checkpoint references is missing")
-                history.seeds[channel] = self.codec.decode_blob(read.key, blob.body)
+                base = self.codec.decode_blob(read.key, blob.body)
+                history.seeds[channel] = self.codec.extended(read.key, base, holder, channel, holder_key)
             found = replies[len(large) :]
             if not reads or found[0] is None:
                 return  # no further ancestor (its record is gone)
@@ -94,7 +95,12 @@ class DeltaHistoryReading(Reading):
                 if obj is not None
             ]
             large = [
-                (channel, Get(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])))
+                (
+                    channel,
+                    Get(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])),
+                    record,
+                    reads[0].key,
+                )
                 for channel in history.take(record, merge_writes(batches))
             ]
 

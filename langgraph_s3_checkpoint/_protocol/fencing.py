@@ -49,9 +49,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .lru import LeastRecentlyUsed
+
+if TYPE_CHECKING:
+    from .codec import Appended
 
 ABSENT = "<absent>"
 """The "checkpoint id" of a namespace without a head: what a parentless put continues."""
@@ -600,10 +603,13 @@ class HeadSeen:
     (:attr:`HeadNow.NAMES_THIS_RUN_ROLLED_BACK`), also when it continues this head without reading it."""
     deleted: Mapping[str, str | None] = field(default_factory=dict)
     """The deleted links the head names (``chain.py``): a record committed on top of it carries them."""
+    appended: Mapping[str, Appended] = field(default_factory=dict)
+    """The head's lists stored as appended to a large value (:class:`~.codec.Appended`): a put extends them."""
 
     def size(self) -> int:
         """Bytes this entry keeps alive, roughly: its values, ids and the containers' overhead."""
         values = sum(len(typed[1]) for typed in (self.inline or {}).values() if _bytes_of(typed) is not None)
+        values += sum(entry.tail_bytes() + 100 * len(entry.tail) for entry in self.appended.values())
         strings = sum(len(k) + len(v) for k, v in (*self.blobs.items(), *self.versions.items()))
         strings += sum(len(k) + len(v or "") for k, v in self.deleted.items())
         entries = len(self.blobs) + len(self.versions) + len(self.inline or {}) + len(self.deleted)
@@ -632,6 +638,7 @@ def head_seen(
     inline: Mapping[str, list[Any]],
     rolled_back: tuple[str, ...] = (),
     deleted: Mapping[str, str | None] | None = None,
+    appended: Mapping[str, Appended] | None = None,
 ) -> HeadSeen:
     """What to remember of a head just written or read."""
     size = sum(len(b) for typed in inline.values() if (b := _bytes_of(typed)) is not None)
@@ -644,6 +651,7 @@ def head_seen(
         dict(inline) if size <= REMEMBERED_VALUES_BYTES else None,
         rolled_back,
         dict(deleted or {}),
+        dict(appended or {}),
     )
 
 

@@ -22,7 +22,7 @@ from ..errors import (
     InvalidConfigError,
 )
 from .chain import Chain, Standing
-from .codec import Codec, Record, WriteBatch
+from .codec import APPENDED_TAIL_BYTES, Codec, Record, WriteBatch
 from .fencing import (
     ABSENT,
     HeadSeen,
@@ -244,6 +244,9 @@ class PlansState:
     layout: Layout
     codec: Codec
     inline_threshold: int = 4096
+    appended_tail_bytes: int = APPENDED_TAIL_BYTES
+    """Bytes of a list's elements appended since its base that a record carries before a new base is written
+    (:class:`~.codec.Appended`)."""
     ttl: timedelta | None = None
     """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
     recall: Recall = field(default_factory=Recall)
@@ -452,7 +455,8 @@ class Reading(PlansState):
                 blob = next(replies)
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
-                values[ch] = self.codec.decode_blob(key, blob.body)
+                record_key = self.layout.record(thread_id, ns, record.checkpoint["id"])
+                values[ch] = self.codec.extended(key, self.codec.decode_blob(key, blob.body), record, ch, record_key)
                 written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
                 self.recall.wrote_blobs(thread_id, ns, {ch: version}, written)
             batches = []
@@ -738,6 +742,7 @@ def seen_in(head: StoredObject, record: Record) -> HeadSeen:
         record.encoded,
         record.rolled_back,
         record.deleted,
+        record.appended,
     )
 
 

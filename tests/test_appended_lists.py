@@ -1,0 +1,290 @@
+"""Large lists stored as what was appended (``codec.Appended``): a base large value, then tails in the records.
+
+What is checked: a list read back equals what was put, element types included, under the default serializer and
+under ``EncryptedSerializer``; a put that only appends sends no large value until the tail outgrows its budget; an
+element changed in place, an element removed and a fork are stored anew, never taken for the stored base; a new
+process extends what it read; gc, prune and copy_thread keep the base that later records share; with a lifecycle TTL
+every large list is stored whole. The simulation (tests/test_simulation.py) drives the same lists through every
+fault point and interleaving (its ``log`` channel); tests/test_requests.py counts the requests on a real server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, MessagesState, StateGraph
+
+from langgraph_s3_checkpoint import S3Saver
+from langgraph_s3_checkpoint._protocol.codec import APPENDED_TAIL_BYTES
+from langgraph_s3_checkpoint._protocol.requests import Put
+from langgraph_s3_checkpoint.gc import gc
+from langgraph_s3_checkpoint.memory import MemoryBucket
+
+pytestmark = pytest.mark.memory
+
+ELEMENT = "m" * 1000
+"""About 1 KB serialized, as a chat message."""
+
+
+class Thread:
+    """One thread's puts by hand, as LangGraph makes them: each checkpoint continues the last, and the ``log`` list
+    channel gets a new version whenever its value is given."""
+
+    def __init__(self, saver: S3Saver, thread_id: str = "t") -> None:
+        self.saver = saver
+        self.thread_id = thread_id
+        self.config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        self.versions: dict[str, Any] = {}
+        self.values: dict[str, Any] = {}
+        self.step = 0
+
+    def put(self, log: list[Any] | None = None) -> RunnableConfig:
+        changed: ChannelVersions = {}
+        if log is not None:
+            changed["log"] = self.saver.get_next_version(self.versions.get("log"), None)
+            self.values["log"] = log
+        self.versions.update(changed)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(self.versions)
+        cp["channel_values"] = dict(self.values)
+        self.config = self.saver.put(self.config, cp, {"source": "loop", "step": self.step, "parents": {}}, changed)
+        self.step += 1
+        return self.config
+
+
+def _saver(bucket: MemoryBucket, **options: Any) -> S3Saver:
+    return S3Saver(bucket="b", client=bucket, **options)
+
+
+def _large_value_puts(bucket: MemoryBucket) -> list[Put]:
+    assert bucket.log is not None
+    return [r for r, _ in bucket.log if isinstance(r, Put) and "/b/" in r.key]
+
+
+def _read(saver: S3Saver, config: RunnableConfig) -> Any:
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    return tup.checkpoint["channel_values"].get("log")
+
+
+def _messages(n: int, start: int = 0) -> list[AnyMessage]:
+    kinds = (HumanMessage, AIMessage)
+    return [kinds[i % 2](content=f"{i} {ELEMENT}", id=f"m{i}") for i in range(start, start + n)]
+
+
+def test_appending_sends_no_large_value_until_the_tail_outgrows_its_budget() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    saver = _saver(bucket)
+    thread = Thread(saver)
+    log: list[Any] = _messages(5)
+    configs = [thread.put(list(log))]
+    assert len(_large_value_puts(bucket)) == 1  # the first base
+    per_tail = APPENDED_TAIL_BYTES // len(ELEMENT)
+    for i in range(5, 5 + per_tail + 3):
+        log.append(_messages(1, i)[0])
+        configs.append(thread.put(list(log)))
+    # One more base once the tail passed its budget; every other put appended in its record alone.
+    assert len(_large_value_puts(bucket)) == 2
+    fresh = _saver(bucket)
+    for k, config in enumerate(configs):
+        got = _read(fresh, config)
+        assert got == log[: 5 + k] and [type(m) for m in got] == [type(m) for m in log[: 5 + k]]
+
+
+def test_every_element_type_reads_back_as_the_whole_list_would() -> None:
+    """Element by element, the serializer sees what a whole list holds: what comes back is what the whole list's
+    round trip gives, and equals what was put."""
+    bucket = MemoryBucket()
+    saver = _saver(bucket, inline_threshold=64)
+    thread = Thread(saver)
+    head: list[Any] = [
+        HumanMessage(content="hi", id="1"),
+        AIMessage(content="", tool_calls=[{"name": "f", "args": {"x": 1}, "id": "c1"}], id="2"),
+        ToolMessage(content="42", tool_call_id="c1", id="3"),
+        {"k": [1, 2.5, None]},
+        "text",
+        7,
+        1.5,
+        None,
+        b"\x00bytes",
+        [1, [2, 3]],
+        True,
+    ]
+    first = thread.put(list(head))
+    extended = [*head, "appended", {"nested": {"a": 1}}, None, b"more"]
+    second = thread.put(list(extended))
+    serde = JsonPlusSerializer()
+    for config, value in ((first, head), (second, extended)):
+        got = _read(_saver(bucket), config)
+        assert got == value
+        assert got == serde.loads_typed(serde.dumps_typed(value))
+        assert [type(e) for e in got] == [type(e) for e in value]
+
+
+def test_an_element_changed_in_place_is_stored_as_changed() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    saver = _saver(bucket)
+    thread = Thread(saver)
+    log = _messages(6)
+    before = thread.put(log)  # the same list object, as LangGraph hands over live values
+    log[0].content = "rewritten in place"
+    log.append(_messages(1, 6)[0])
+    after = thread.put(log)
+    assert len(_large_value_puts(bucket)) == 2, "a changed element makes a new base"
+    assert _read(_saver(bucket), after)[0].content == "rewritten in place"
+    assert _read(_saver(bucket), before)[0].content == f"0 {ELEMENT}"
+
+
+@pytest.mark.parametrize("change", ["remove the first", "replace the last", "reorder"])
+def test_a_list_that_does_not_extend_its_parent_is_stored_whole(change: str) -> None:
+    bucket = MemoryBucket(keep_log=True)
+    saver = _saver(bucket)
+    thread = Thread(saver)
+    log = _messages(6)
+    thread.put(list(log))
+    if change == "remove the first":
+        changed = log[1:]
+    elif change == "replace the last":
+        changed = [*log[:-1], AIMessage(content="other", id="m5")]
+    else:
+        changed = [log[1], log[0], *log[2:]]
+    config = thread.put(changed)
+    assert len(_large_value_puts(bucket)) == 2
+    assert _read(_saver(bucket), config) == changed
+
+
+def test_a_new_process_extends_the_list_it_read() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    log = _messages(6)
+    Thread(_saver(bucket)).put(list(log))
+    other = _saver(bucket)
+    thread = Thread(other)
+    latest = other.get_tuple(thread.config)
+    assert latest is not None
+    thread.config, thread.versions = latest.config, dict(latest.checkpoint["channel_versions"])
+    thread.values = dict(latest.checkpoint["channel_values"])
+    config = thread.put([*log, *_messages(2, 6)])
+    assert len(_large_value_puts(bucket)) == 1, "the second process appended to the base the first wrote"
+    assert _read(_saver(bucket), config) == [*log, *_messages(2, 6)]
+
+
+def test_encrypted_lists_read_back_each_stored_as_a_new_base() -> None:
+    """EncryptedSerializer writes new bytes for the same element each time, so no stored base is recognized: every
+    large list is stored whole, as before, and reads back equal."""
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
+    bucket = MemoryBucket(keep_log=True)
+    thread = Thread(_saver(bucket, serde=serde))
+    log = _messages(6)
+    configs = [thread.put(list(log)), thread.put([*log, *_messages(1, 6)])]
+    assert len(_large_value_puts(bucket)) == 2
+    assert _read(_saver(bucket, serde=serde), configs[1]) == [*log, *_messages(1, 6)]
+    assert all(ELEMENT.encode() not in obj.body for obj in map(bucket.object, bucket.keys("")) if obj is not None)
+
+
+def test_with_a_lifecycle_ttl_every_large_list_is_stored_whole() -> None:
+    """A lifecycle rule expires a base by its own age while the records extending it live on: lists are stored whole."""
+    bucket = MemoryBucket(keep_log=True)
+    thread = Thread(_saver(bucket, ttl_days=30))
+    log = _messages(6)
+    thread.put(list(log))
+    config = thread.put([*log, *_messages(1, 6)])
+    assert len(_large_value_puts(bucket)) == 2
+    assert _read(_saver(bucket), config) == [*log, *_messages(1, 6)]
+
+
+def _history(bucket: MemoryBucket, thread_id: str = "t", appends: int = 4) -> tuple[list[RunnableConfig], list[Any]]:
+    thread = Thread(_saver(bucket), thread_id)
+    log = _messages(5)
+    configs = [thread.put(list(log))]
+    for i in range(appends):
+        log.append(_messages(1, 5 + i)[0])
+        configs.append(thread.put(list(log)))
+        configs.append(thread.put())  # a step that leaves the list as it is
+    return configs, log
+
+
+def _read_all(saver: S3Saver, thread_id: str) -> list[tuple[str, Any]]:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return [(t.checkpoint["id"], t.checkpoint["channel_values"].get("log")) for t in saver.list(config)]
+
+
+def test_gc_keeps_the_base_that_later_records_extend() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    configs, log = _history(bucket)
+    saver = _saver(bucket)
+    before = _read_all(saver, "t")
+    assert len(_large_value_puts(bucket)) == 1 and len(before) == len(configs)
+    gc(saver, grace_seconds=0)
+    assert _read_all(_saver(bucket), "t") == before
+    assert before[0][1] == log
+
+
+def test_prune_keeps_the_base_of_the_latest_and_copy_shares_it() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    _, log = _history(bucket)
+    saver = _saver(bucket)
+    saver.copy_thread("t", "copy")
+    saver.prune(["t"], strategy="keep_latest")
+    gc(saver, grace_seconds=0)
+    latest = _read_all(_saver(bucket), "t")
+    assert [value for _, value in latest] == [log]
+    assert _read_all(_saver(bucket), "copy")[0][1] == log
+
+
+def test_a_fork_from_an_older_checkpoint_stores_its_list_anew() -> None:
+    """A fork continues no head the saver holds: it does not know the base, so its list is a new base of its own."""
+    bucket = MemoryBucket(keep_log=True)
+    configs, log = _history(bucket)
+    saver = _saver(bucket)
+    older = saver.get_tuple(configs[2])
+    assert older is not None
+    fork: Checkpoint = empty_checkpoint()
+    versions = dict(older.checkpoint["channel_versions"])
+    versions["log"] = saver.get_next_version(str(versions["log"]), None)
+    fork["channel_versions"] = versions
+    forked = [*older.checkpoint["channel_values"]["log"], "forked"]
+    fork["channel_values"] = {"log": forked}
+    puts = len(_large_value_puts(bucket))
+    config = saver.put(older.config, fork, {"source": "fork", "step": 99, "parents": {}}, {"log": versions["log"]})
+    assert len(_large_value_puts(bucket)) == puts + 1
+    assert _read(_saver(bucket), config) == forked
+    assert _read(_saver(bucket), configs[-1]) == log
+
+
+def _chat(saver: Any) -> Any:
+    def model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"reply {len(state['messages'])} {ELEMENT}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    return builder.compile(checkpointer=saver)
+
+
+def _contents(messages: Sequence[AnyMessage]) -> list[tuple[type, Any]]:
+    return [(type(m), m.content) for m in messages]
+
+
+def test_a_chat_reads_back_as_in_memory_saver_at_every_checkpoint() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    mine, theirs = _chat(_saver(bucket)), _chat(InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "chat"}}
+    turns = 50
+    for turn in range(turns):
+        for graph in (mine, theirs):
+            graph.invoke({"messages": [HumanMessage(content=f"user {turn} {ELEMENT}")]}, config)
+    got = list(_chat(_saver(bucket)).get_state_history(config))
+    expected = list(theirs.get_state_history(config))
+    assert len(got) == len(expected) == 3 * turns
+    for g, e in zip(got, expected, strict=True):
+        assert _contents(g.values.get("messages", [])) == _contents(e.values.get("messages", []))
+    # The messages' large value is written about once per APPENDED_TAIL_BYTES of messages, not at every step.
+    assert len(_large_value_puts(bucket)) <= 2 * turns * (len(ELEMENT) + 100) // APPENDED_TAIL_BYTES + 2
