@@ -612,6 +612,20 @@ class InlineExecutor(concurrent.futures.Executor):
         return future
 
 
+LIST_INLINE = 8
+"""inline_threshold of the simulated savers: a graph's list channel (``steps``, ``messages``) of two elements or more is
+a large value, so that it is stored as appended to its base (codec.Appended) at every interleaving."""
+LIST_TAIL = 24
+"""appended_tail_bytes of the simulated savers: about two appended elements, then a new base."""
+
+
+def large_lists(saver: Any) -> Any:
+    """``saver`` storing the graphs' small lists as large ones (:data:`LIST_INLINE`, :data:`LIST_TAIL`)."""
+    saver.plans.inline_threshold = LIST_INLINE
+    saver.plans.appended_tail_bytes = LIST_TAIL
+    return saver
+
+
 def inline(saver: Any) -> Any:
     """``saver`` with its requests sent in the calling thread (:class:`InlineExecutor`), and its read cache's hits
     recorded as reads of the bucket (a hit answers a GET the footprint must still show)."""
@@ -692,7 +706,7 @@ class _Gating:
 
     def _setup_gating(self, scheduler: Any, journal: Journal, index: int) -> None:
         self.scheduler, self.journal, self.index = scheduler, journal, index
-        inline(self)
+        large_lists(inline(self))
         record_memory(self, str(index))
 
     def _begin(self, gate: Call | None) -> Footprint | None:

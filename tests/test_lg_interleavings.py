@@ -65,6 +65,7 @@ from lgsim import (
     _Search,
     explore,
     inline,
+    large_lists,
 )
 from sim import Oracle
 from typing_extensions import TypedDict
@@ -310,7 +311,7 @@ def linearity_problems(listed: list[tuple[str, str | None]], where: str) -> list
 
 def fresh_saver(bucket: RecordingBucket) -> S3Saver:
     """A new process on the bucket."""
-    return inline(S3Saver(bucket="b", client=bucket))
+    return large_lists(inline(S3Saver(bucket="b", client=bucket)))
 
 
 # -- one run of a family -----------------------------------------------------------------------------------------
