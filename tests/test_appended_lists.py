@@ -288,3 +288,19 @@ def test_a_chat_reads_back_as_in_memory_saver_at_every_checkpoint() -> None:
         assert _contents(g.values.get("messages", [])) == _contents(e.values.get("messages", []))
     # The messages' large value is written about once per APPENDED_TAIL_BYTES of messages, not at every step.
     assert len(_large_value_puts(bucket)) <= 2 * turns * (len(ELEMENT) + 100) // APPENDED_TAIL_BYTES + 2
+
+
+def test_a_listing_reads_a_shared_base_once() -> None:
+    """Records that extend one base share it: a page of history GETs it once, and each checkpoint gets its own list
+    (no object shared between two checkpoints, as with InMemorySaver)."""
+    bucket = MemoryBucket(keep_log=True)
+    _history(bucket, appends=6)
+    saver = _saver(bucket)
+    assert bucket.log is not None
+    bucket.log.clear()
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    page = list(saver.list(config, limit=8))
+    base_reads = [r for r, _ in bucket.log if type(r).__name__ == "Get" and "/b/" in r.key]
+    assert len(page) == 8 and len(base_reads) == 1
+    first, second = (t.checkpoint["channel_values"]["log"] for t in page[:2])
+    assert first == second and first is not second and first[0] is not second[0]

@@ -439,23 +439,30 @@ class Reading(PlansState):
     def _assemble(
         self, thread_id: str, items: Sequence[tuple[str, Record, builtins.list[Get]]], extra: Sequence[Request] = ()
     ) -> Plan[builtins.list[CheckpointTuple]]:
-        """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch."""
-        requests: list[Request] = []
-        for ns, record, write_reads in items:
-            requests.extend(Get(self.layout.blob(thread_id, ns, ch, v)) for ch, v in record.blobs.items())
+        """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch, each large
+        value once (records that extend one list's base share it: :class:`~.codec.Appended`)."""
+        blob_keys = builtins.list(
+            dict.fromkeys(
+                self.layout.blob(thread_id, ns, ch, v) for ns, record, _ in items for ch, v in record.blobs.items()
+            )
+        )
+        requests: list[Request] = [Get(key) for key in blob_keys]
+        for _, _, write_reads in items:
             requests.extend(write_reads)
         requests.extend(extra)
         # Heterogeneous: the replies of the blob and writes reads (StoredObject | None), then the extra's (ignored).
         replies: Iterator[Any] = iter((yield requests) if requests else [])
+        blobs = {key: next(replies) for key in blob_keys}
         tuples = []
         for ns, record, write_reads in items:
             values = dict(record.inline)
             for ch, version in record.blobs.items():
                 key = self.layout.blob(thread_id, ns, ch, version)
-                blob = next(replies)
+                blob = blobs[key]
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
                 record_key = self.layout.record(thread_id, ns, record.checkpoint["id"])
+                # Decoded for each record: two checkpoints never share an object, as with InMemorySaver.
                 values[ch] = self.codec.extended(key, self.codec.decode_blob(key, blob.body), record, ch, record_key)
                 written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
                 self.recall.wrote_blobs(thread_id, ns, {ch: version}, written)
