@@ -10,7 +10,9 @@ fault point and interleaving (its ``log`` channel); tests/test_requests.py count
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.codec import APPENDED_TAIL_BYTES
-from langgraph_s3_checkpoint._protocol.requests import Put
+from langgraph_s3_checkpoint._protocol.requests import Get, Put
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
@@ -300,7 +302,23 @@ def test_a_listing_reads_a_shared_base_once() -> None:
     bucket.log.clear()
     config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     page = list(saver.list(config, limit=8))
-    base_reads = [r for r, _ in bucket.log if type(r).__name__ == "Get" and "/b/" in r.key]
+    base_reads = [r for r, _ in bucket.log if isinstance(r, Get) and "/b/" in r.key]
     assert len(page) == 8 and len(base_reads) == 1
     first, second = (t.checkpoint["channel_values"]["log"] for t in page[:2])
     assert first == second and first is not second and first[0] is not second[0]
+
+
+def test_the_chat_goals_benchmark_counts_what_appending_spares() -> None:
+    """``benchmarks/chat_goals.py`` at a small size: with lists stored as appended, fewer PUT-class requests per
+    superstep and, once the conversation outgrows a tail, fewer bytes stored than with every large list stored whole,
+    in the same run (counts, not times). (Below a tail's size each record carries the whole list, as a large value
+    per version did, and the two layouts store about the same.)"""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import chat_goals
+
+    appended, whole = chat_goals.measure(turns=40, tail_bytes=None), chat_goals.measure(turns=40, tail_bytes=0)
+    assert appended["put_class_per_superstep"] < whole["put_class_per_superstep"]
+    assert appended["stored_bytes"] < whole["stored_bytes"]
+    # one LIST at each invoke but the thread's first (issue 40's item 2 is not built)
+    assert appended["lists_per_invoke"] == whole["lists_per_invoke"] == 39 / 40
+    assert appended["cold_get_tuple"] == {"GET": 2, "LIST": 1}  # the head, then the base with the writes' LIST
