@@ -49,8 +49,8 @@ LONGEST_FIRST = (
 """Test functions that take 10 s to a few minutes each (``--durations`` of a full run), longest first.
 
 They run first: xdist hands out tests in collection order, so a long test collected late keeps one worker busy
-after the others have run out of work; with ``--maxschedchunk=1`` (pyproject's addopts) each worker takes the next
-test when it is free. Only the order changes: a name missing here merely runs in its usual place."""
+after the others have run out of work; with ``--dist worksteal`` (pyproject's addopts) a worker that is done takes
+half of what another still holds. Only the order changes: a name missing here merely runs in its usual place."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
