@@ -23,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, MessagesState, StateGraph
+from sim import Op
 
 from langgraph_s3_checkpoint import S3Saver
 from langgraph_s3_checkpoint._protocol.codec import APPENDED_TAIL_BYTES
@@ -322,3 +323,18 @@ def test_the_chat_goals_benchmark_counts_what_appending_spares() -> None:
     # one LIST at each invoke but the thread's first (issue 40's item 2 is not built)
     assert appended["lists_per_invoke"] == whole["lists_per_invoke"] == 39 / 40
     assert appended["cold_get_tuple"] == {"GET": 2, "LIST": 1}  # the head, then the base with the writes' LIST
+
+
+def test_a_latest_read_takes_two_round_trips_with_large_values_and_no_writes() -> None:
+    """The large values the head names are read with the listing of its writes: a run that ended is read back in
+    two round trips (the head; its folder's listing with its base), three when it left pending writes."""
+    bucket = MemoryBucket(keep_log=True)
+    configs, log = _history(bucket)
+    saver = _saver(bucket)
+    latest = Op("get_tuple", saver, saver.plans.get_tuple(Thread(saver).config)).finish()
+    assert latest.status == "returned" and latest.result.checkpoint["channel_values"]["log"] == log
+    assert [sorted(type(r).__name__ for r in batch) for batch in latest.batches] == [["Get"], ["Get", "ListKeys"]]
+    saver.put_writes(configs[-1], [("log", "pending")], "task-1")
+    fresh = _saver(bucket)
+    with_writes = Op("get_tuple", fresh, fresh.plans.get_tuple(Thread(fresh).config)).finish()
+    assert len(with_writes.batches) == 3 and with_writes.result.pending_writes == [("task-1", "log", "pending")]

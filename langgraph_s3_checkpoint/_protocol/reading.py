@@ -295,13 +295,19 @@ class Reading(PlansState):
         checkpoint_id = record.checkpoint["id"]
         self.recall.saw_head(thread_id, ns, seen_in(head, record))
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
-        listing = yield from one(ListKeys(folder))
+        # The large values the head names are read with the listing of its writes: a latest read without pending
+        # writes (a run that ended) takes two round trips, large values or not.
+        blob_keys = builtins.list(
+            dict.fromkeys(self.layout.blob(thread_id, ns, ch, v) for ch, v in record.blobs.items())
+        )
+        listing, *blobs = yield [ListKeys(folder), *(Get(k) for k in blob_keys)]
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
         # restore the record from the head, which is a copy of it.
         repair = [] if key in listing.keys else [Put(key, head.body, mode=CREATE)]
         write_reads = yield from self._writes_reads(thread_id, ns, checkpoint_id, listing)
-        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair)
+        fetched = dict(zip(blob_keys, blobs, strict=True))
+        tuples = yield from self._assemble(thread_id, [(ns, record, write_reads)], repair, fetched)
         self._caller_read(caller, thread_id, ns, Seen(ParentRead.LATEST, checkpoint_id, head.etag), tuples[0])
         return tuples[0]
 
@@ -437,13 +443,22 @@ class Reading(PlansState):
         return None
 
     def _assemble(
-        self, thread_id: str, items: Sequence[tuple[str, Record, builtins.list[Get]]], extra: Sequence[Request] = ()
+        self,
+        thread_id: str,
+        items: Sequence[tuple[str, Record, builtins.list[Get]]],
+        extra: Sequence[Request] = (),
+        fetched: Mapping[str, StoredObject | None] | None = None,
     ) -> Plan[builtins.list[CheckpointTuple]]:
         """Fetch the blobs and writes of several records (ns, record, writes reads) in one parallel batch, each large
-        value once (records that extend one list's base share it: :class:`~.codec.Appended`)."""
+        value once (records that extend one list's base share it: :class:`~.codec.Appended`), none already
+        ``fetched``."""
+        blobs: dict[str, StoredObject | None] = dict(fetched or {})
         blob_keys = builtins.list(
             dict.fromkeys(
-                self.layout.blob(thread_id, ns, ch, v) for ns, record, _ in items for ch, v in record.blobs.items()
+                key
+                for ns, record, _ in items
+                for ch, v in record.blobs.items()
+                if (key := self.layout.blob(thread_id, ns, ch, v)) not in blobs
             )
         )
         requests: list[Request] = [Get(key) for key in blob_keys]
@@ -452,7 +467,7 @@ class Reading(PlansState):
         requests.extend(extra)
         # Heterogeneous: the replies of the blob and writes reads (StoredObject | None), then the extra's (ignored).
         replies: Iterator[Any] = iter((yield requests) if requests else [])
-        blobs = {key: next(replies) for key in blob_keys}
+        blobs.update((key, next(replies)) for key in blob_keys)
         tuples = []
         for ns, record, write_reads in items:
             values = dict(record.inline)
