@@ -73,7 +73,8 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         serde: LangGraph's serializer for every value and for metadata (``EncryptedSerializer``, ``with_allowlist``
             apply); by default LangGraph's.
         inline_threshold: Serialized channel values up to this many bytes live inside the checkpoint record;
-            larger ones are stored once per version.
+            larger ones are stored once per version, and a larger list that only grew as what was appended to
+            its last stored version (docs/design.md, "Large lists as what was appended").
         compress_threshold: Objects of at least this many bytes are zlib-compressed when that makes them
             smaller; ``None``: never.
         max_concurrency: Requests in parallel on the saver's thread pool.

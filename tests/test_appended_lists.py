@@ -184,7 +184,7 @@ def test_encrypted_lists_read_back_each_stored_as_a_new_base() -> None:
     large list is stored whole, as before, and reads back equal."""
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
     bucket = MemoryBucket(keep_log=True)
-    thread = Thread(_saver(bucket, serde=serde))
+    thread = Thread(_saver(bucket, serde=serde, compress_threshold=None))
     log = _messages(6)
     configs = [thread.put(list(log)), thread.put([*log, *_messages(1, 6)])]
     assert len(_large_value_puts(bucket)) == 2
