@@ -31,6 +31,7 @@ from workers.common import (
     crash_graph,
     crash_input,
     crash_markers,
+    crash_saver,
     finish,
     ops_graph,
     run,
@@ -99,7 +100,7 @@ def test_sigkill_between_any_two_requests_then_resume(
 ) -> None:
     server, saver = weed
     rng = random.Random(f"{SEED}-{durability}")
-    reference_graph = crash_graph(saver, rounds=ROUNDS, execlog=None)
+    reference_graph = crash_graph(crash_saver(saver), rounds=ROUNDS, execlog=None)  # the workers' thresholds
     counter = RequestCounter(saver.client)
     reference = reference_graph.invoke(crash_input(), cfg(f"reference-{durability}"), durability=durability)
     counter.detach()

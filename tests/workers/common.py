@@ -240,6 +240,20 @@ BIG = 6000
 """Characters of the `big` channel: above the default inline threshold, so it is stored as a blob."""
 
 
+CRASH_INLINE = 32
+"""inline_threshold of the crash graph's savers: its ``log`` of markers is a large list from about its sixth marker,
+so that kills land among bases written, extended and written anew (codec.Appended) on a real server."""
+CRASH_TAIL = 40
+"""appended_tail_bytes of the crash graph's savers: about six markers appended, then a new base."""
+
+
+def crash_saver(saver: S3Saver) -> S3Saver:
+    """``saver`` with the crash graph's thresholds (:data:`CRASH_INLINE`, :data:`CRASH_TAIL`)."""
+    saver.plans.inline_threshold = CRASH_INLINE
+    saver.plans.appended_tail_bytes = CRASH_TAIL
+    return saver
+
+
 class CrashState(TypedDict, total=False):
     log: Annotated[list[str], operator.add]
     round: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common import crash_graph, crash_input, drive, kill_at_request, report, saver_from_env
+from common import crash_graph, crash_input, crash_saver, drive, kill_at_request, report, saver_from_env
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_s3_checkpoint import CheckpointConflictError
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=0)
     args = parser.parse_args()
 
-    saver = saver_from_env()
+    saver = crash_saver(saver_from_env())
     sent = kill_at_request(saver.client, args.kill_at)
     finals: dict[str, list[str]] = {}
     conflicts = 0
