@@ -86,7 +86,8 @@ class BaseS3Saver(ClosesAtBlockEnd, BaseCheckpointSaver[str]):
         sse_customer_key: An SSE-C key of 32 bytes (excludes ``server_side_encryption``).
         ttl_days: Tag every object for expiry; ``setup()`` installs the lifecycle rule.
         transport: ``"auto"``, ``"boto3"`` or ``"direct"``: who sends GET, PUT and LIST.
-        read_cache_bytes: Memory for bodies of listed records and writes, reused while their ETag is unchanged.
+        read_cache_bytes: Memory for bodies of listed records and writes, reused while their ETag is unchanged,
+            and of large values (which never change).
         memory_bytes: Memory for the heads this saver read or committed, so a step continuing one sends no GET.
         extra_headers: Headers sent, signed, with every request (a mapping, or ``"Name:value,..."``).
         connect_timeout: Seconds to open a connection (only for the client the saver makes).

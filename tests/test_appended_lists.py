@@ -338,3 +338,21 @@ def test_a_latest_read_takes_two_round_trips_with_large_values_and_no_writes() -
     fresh = _saver(bucket)
     with_writes = Op("get_tuple", fresh, fresh.plans.get_tuple(Thread(fresh).config)).finish()
     assert len(with_writes.batches) == 3 and with_writes.result.pending_writes == [("task-1", "log", "pending")]
+
+
+@pytest.mark.parametrize("ttl_days", [None, 30])
+def test_a_process_reads_a_large_value_once(ttl_days: int | None) -> None:
+    """What a large value's key holds never changes (written create-only, offered again only as the same value), so a
+    process that read it answers later reads from its read cache: each invoke of a chat reads its head and its
+    listing, not its base again. With a lifecycle TTL every read GETs it: renewal dates a value by the reply."""
+    bucket = MemoryBucket(keep_log=True)
+    configs, log = _history(bucket)
+    saver = _saver(bucket, ttl_days=ttl_days) if ttl_days else _saver(bucket)
+    assert bucket.log is not None
+    reads = []
+    for _ in range(3):
+        start = len(bucket.log)
+        assert _read(saver, Thread(saver).config) == log
+        reads.append(sum(1 for r, _ in bucket.log[start:] if isinstance(r, Get) and "/b/" in r.key))
+    assert reads == ([1, 1, 1] if ttl_days else [1, 0, 0])
+    assert _read(_saver(bucket), configs[0]) == log[:5]  # another process reads it itself

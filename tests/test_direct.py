@@ -139,7 +139,11 @@ def test_request_counts_equal_the_boto3_transport(
 
 
 @pytest.mark.parametrize("sse", ["AES256", "customer-key"])
-def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, bucket: str, prefix: str, sse: str) -> None:
+def test_server_side_encryption_headers(seaweedfs_server: LocalS3Server, prefix: str, sse: str) -> None:
+    # The bucket on SeaweedFS itself: the session's `bucket` fixture makes it on each server of S3_SERVERS in turn,
+    # and this test passed on moto's turn only when another test of the same worker had made it on SeaweedFS.
+    seaweedfs_server.create_bucket(BUCKET)
+    bucket = BUCKET
     options: dict[str, Any] = {"server_side_encryption": "AES256"} if sse == "AES256" else {"sse_customer_key": SSE_KEY}
     with contextlib.closing(
         S3Saver(bucket=bucket, prefix=prefix, client=seaweedfs_server.client(), transport="direct", **options)

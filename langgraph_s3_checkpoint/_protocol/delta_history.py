@@ -97,7 +97,7 @@ class DeltaHistoryReading(Reading):
             large = [
                 (
                     channel,
-                    Get(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])),
+                    self._large_value(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])),
                     record,
                     reads[0].key,
                 )

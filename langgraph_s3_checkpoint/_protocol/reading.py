@@ -300,7 +300,7 @@ class Reading(PlansState):
         blob_keys = builtins.list(
             dict.fromkeys(self.layout.blob(thread_id, ns, ch, v) for ch, v in record.blobs.items())
         )
-        listing, *blobs = yield [ListKeys(folder), *(Get(k) for k in blob_keys)]
+        listing, *blobs = yield [ListKeys(folder), *map(self._large_value, blob_keys)]
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
         # restore the record from the head, which is a copy of it.
@@ -461,7 +461,7 @@ class Reading(PlansState):
                 if (key := self.layout.blob(thread_id, ns, ch, v)) not in blobs
             )
         )
-        requests: list[Request] = [Get(key) for key in blob_keys]
+        requests: list[Request] = [self._large_value(key) for key in blob_keys]
         for _, _, write_reads in items:
             requests.extend(write_reads)
         requests.extend(extra)
@@ -488,6 +488,12 @@ class Reading(PlansState):
                     batches.append(self.codec.decode_writes(read.key, obj.body))
             tuples.append(self._tuple(thread_id, ns, record, values, batches))
         return tuples
+
+    def _large_value(self, key: str) -> Get:
+        """The read of a large value: answered from the read cache when this process read it before, as what a
+        large value's key holds never changes (:attr:`~.requests.Get.settled`); not with a lifecycle TTL, whose
+        renewal dates each value by the reply that brings it."""
+        return Get(key, settled=self.ttl is None)
 
     def _tuple(
         self, thread_id: str, ns: str, record: Record, values: dict[str, Any], batches: builtins.list[WriteBatch]

@@ -35,6 +35,10 @@ class Get(Request["StoredObject | None"]):
     etag: str | None = None
     """The ETag a listing just showed for ``key``: the I/O shell may answer from its read cache
     when it holds ``key`` with exactly this ETag (the object has not changed since it was read)."""
+    settled: bool = False
+    """What ``key`` holds never changes once written (a large value at its channel's version: written create-only,
+    offered again only as the same value): the I/O shell may answer from its read cache by key alone, and keeps what
+    it reads. A saver with a lifecycle TTL never asks it (it dates its large values by the reply)."""
 
 
 @dataclass(frozen=True)

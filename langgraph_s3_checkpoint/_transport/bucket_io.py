@@ -62,6 +62,7 @@ from .._protocol.requests import (
     sent_directly,
 )
 from ..errors import (
+    CorruptObjectError,
     NotS3EndpointError,
     S3AccessError,
     S3RequestError,
@@ -117,7 +118,9 @@ class ReadCache:
     """Least-recently-used bodies of objects, valid only for the ETag they were read with.
 
     A plan offers an ETag only when a listing has just shown it, so a hit is an object that has not
-    changed since (a rewritten object has a new ETag, a deleted one is not listed). Bounded in bytes.
+    changed since (a rewritten object has a new ETag, a deleted one is not listed); or it reads a large value
+    ``settled`` (:class:`~langgraph_s3_checkpoint._protocol.requests.Get`), which no write ever changes. Bounded in
+    bytes.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -131,10 +134,11 @@ class ReadCache:
         """Bytes of bodies kept now (at most ``max_bytes``)."""
         return self._bytes
 
-    def get(self, key: str, etag: str) -> StoredObject | None:
+    def get(self, key: str, etag: str | None) -> StoredObject | None:
+        """The body kept for ``key`` if it has this ETag (``None``: any, for an object that never changes)."""
         with self._lock:
             obj = self._entries.get(key)
-            if obj is None or not same_etag(obj.etag, etag):
+            if obj is None or (etag is not None and not same_etag(obj.etag, etag)):
                 return None
             self._entries.move_to_end(key)
             return obj
@@ -143,6 +147,12 @@ class ReadCache:
         """Keep ``obj`` if it is still the version the listing showed."""
         if same_etag(obj.etag, listed_etag):
             self.put(key, obj)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)
 
     def put(self, key: str, obj: StoredObject) -> None:
         size = len(obj.body)
@@ -258,7 +268,7 @@ class BucketIO:
         drivers' gate before the batch is sent), or ``_MISS``."""
         if isinstance(request, ProbeConditionalWrites):
             return None
-        if isinstance(request, Get) and request.etag and self.cache is not None:
+        if isinstance(request, Get) and self.cache is not None and (request.etag or request.settled):
             obj = self.cache.get(request.key, request.etag)
             if obj is not None:
                 return obj
@@ -268,8 +278,11 @@ class BucketIO:
         return self._remember(request, self._send(request, deadline))
 
     def _remember(self, request: Request, reply: Any) -> Any:
-        if self.cache is not None and isinstance(request, Get) and request.etag and reply is not None:
-            self.cache.offer(request.key, request.etag, reply)
+        if self.cache is not None and isinstance(request, Get) and reply is not None:
+            if request.settled:
+                self.cache.put(request.key, reply)
+            elif request.etag:
+                self.cache.offer(request.key, request.etag, reply)
         return reply
 
     def _fetch_or_error(self, request: Request, deadline: Deadline | None) -> Any:
@@ -483,20 +496,33 @@ class BucketIO:
         consumer's time). ThreadEdits that may legitimately run long (deleting or copying a large thread)
         passes ``bounded=False``: each of its requests is still bounded by the client's timeouts."""
         steps = _CallSteps(plan, bounded)
-        for step in steps:
-            if isinstance(step, Emit):
-                yield step.value
-            else:
-                steps.answer(self._step(step, steps.started))
+        with self._forgetting_damage():
+            for step in steps:
+                if isinstance(step, Emit):
+                    yield step.value
+                else:
+                    steps.answer(self._step(step, steps.started))
 
     async def aiterate(self, plan: Plan[Any], *, bounded: bool = True) -> AsyncIterator[Any]:
         """The same, awaiting each batch instead of blocking on it."""
         steps = _CallSteps(plan, bounded)
-        for step in steps:
-            if isinstance(step, Emit):
-                yield step.value
-            else:
-                steps.answer(await self._astep(step, steps.started))
+        with self._forgetting_damage():
+            for step in steps:
+                if isinstance(step, Emit):
+                    yield step.value
+                else:
+                    steps.answer(await self._astep(step, steps.started))
+
+    @contextlib.contextmanager
+    def _forgetting_damage(self) -> Iterator[None]:
+        """A body a plan could not decode is not served again from the read cache: an object mended in place (a large
+        value restored from a backup, which the cache otherwise trusts never to change) is read anew."""
+        try:
+            yield
+        except CorruptObjectError as damaged:
+            if self.cache is not None:
+                self.cache.forget(damaged.key)
+            raise
 
     # -- conditional writes: the probe's verdict before the first write (conditions.py) -------------
     def _step(self, step: list[Request], started: float | None) -> list[Any]:
