@@ -156,6 +156,8 @@ class Codec:
     serde: SerializerProtocol
     compress_threshold: int | None = 4096
     """Frames at least this large are zlib-compressed; ``None`` disables compression."""
+    _alike: bool | None = field(default=None, init=False, repr=False, compare=False)
+    """:meth:`encodes_alike`'s answer, once asked."""
 
     # -- framing --------------------------------------------------------------------------------
     def _frame(self, payload: Any, version: int = OBJECT_FORMAT) -> bytes:
@@ -442,6 +444,15 @@ class Codec:
         if any(ch not in frame["blobs"] for ch in appended):
             raise corrupt(key, "an appended list names no large value to extend")
         return appended
+
+    def encodes_alike(self, channel: str, sample: Any) -> bool:
+        """Whether the serializer writes the same bytes for the same value, as JsonPlusSerializer does and
+        EncryptedSerializer (a new nonce each time) does not: only then can a list's base be recognised by its bytes
+        (:class:`Appended`). Asked once, on the first element of the first large list; without it, lists are stored
+        whole without serializing each element for nothing."""
+        if self._alike is None:
+            object.__setattr__(self, "_alike", self.encode_value(channel, sample) == self.encode_value(channel, sample))
+        return bool(self._alike)
 
     @staticmethod
     def extended(key: str, base: Any, record: Record, channel: str, record_key: str) -> Any:

@@ -491,10 +491,13 @@ class Committing(Reading):
         """Store a large list as what was appended to the parent's (:class:`~.codec.Appended`): no request, when its
         first elements serialize to the bytes of the base the parent extends and the rest fits
         :attr:`~.reading.PlansState.appended_tail_bytes`; else as a new base, the whole list as a large value.
-        ``False``: small enough to be inlined whole, like any small value.
+        ``False``: stored as any other value (small enough to be inlined whole, or a serializer that never writes the
+        same bytes twice, :meth:`~.codec.Codec.encodes_alike`).
 
         Only on a base the fenced parent references (its head is there, so its large values are), and without a
         lifecycle rule (which expires a base by its own age, while the records extending it live on)."""
+        if not value or not self.codec.encodes_alike(channel, value[0]):
+            return False  # stored as any value: inline if small, else whole
         elements = [self.codec.encode_value(channel, element) for element in value]
         if sum(len(typed[1]) for typed in elements) <= self.inline_threshold:
             return False
