@@ -362,3 +362,32 @@ def test_a_process_reads_a_large_value_once(ttl_days: int | None) -> None:
         reads.append(sum(1 for r, _ in bucket.log[start:] if isinstance(r, Get) and "/b/" in r.key))
     assert reads == ([1, 1, 1] if ttl_days else [1, 0, 0])
     assert _read(_saver(bucket), configs[0]) == log[:5]  # another process reads it itself
+
+
+class _Counting(JsonPlusSerializer):
+    """Counts what it serializes: a whole list, or one of its elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists = 0
+        self.elements = 0
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if isinstance(obj, list):
+            self.lists += 1
+        elif isinstance(obj, str) and obj.startswith("item"):
+            self.elements += 1
+        return super().dumps_typed(obj)
+
+
+def test_a_small_list_is_serialized_once_a_put() -> None:
+    """A list below the inline threshold is inlined on its whole list's bytes, as any value, without each element
+    serialized besides; a large one with no base yet is serialized whole once (the base) and element by element once
+    (its digest)."""
+    serde = _Counting()
+    thread = Thread(_saver(MemoryBucket(), serde=serde))
+    thread.put([f"item {i}" for i in range(5)])
+    assert (serde.lists, serde.elements) == (1, 2)  # the list; its first element twice, once a saver (encodes_alike)
+    serde.lists = serde.elements = 0
+    thread.put([f"item {i} {ELEMENT}" for i in range(8)])
+    assert (serde.lists, serde.elements) == (1, 8)

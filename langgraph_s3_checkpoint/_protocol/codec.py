@@ -93,7 +93,12 @@ class Appended:
         return cls(int(count), str(digest), tuple(list(typed) for typed in tail))
 
     def tail_bytes(self) -> int:
-        return sum(len(typed[1]) for typed in self.tail)
+        return serialized_bytes(self.tail)
+
+
+def serialized_bytes(elements: Sequence[list[Any]]) -> int:
+    """The serializer's bytes of serialized values (each ``[tag, bytes]``)."""
+    return sum(len(typed[1]) for typed in elements)
 
 
 def elements_digest(elements: Sequence[list[Any]]) -> str:

@@ -25,7 +25,7 @@ from ..errors import (
     ParentNotCommittedError,
 )
 from .chain import Standing
-from .codec import Appended, elements_digest
+from .codec import Appended, elements_digest, serialized_bytes
 from .fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
@@ -488,23 +488,31 @@ class Committing(Reading):
         parent: HeadSeen | None,
         now: datetime,
     ) -> bool:
-        """Store a large list as what was appended to the parent's (:class:`~.codec.Appended`): no request, when its
-        first elements serialize to the bytes of the base the parent extends and the rest fits
-        :attr:`~.reading.PlansState.appended_tail_bytes`; else as a new base, the whole list as a large value.
-        ``False``: stored as any other value (small enough to be inlined whole, or a serializer that never writes the
-        same bytes twice, :meth:`~.codec.Codec.encodes_alike`).
+        """Store a list as what was appended to the parent's (:class:`~.codec.Appended`): no request, when its first
+        elements serialize to the bytes of the base the parent extends and the rest fits
+        :attr:`~.reading.PlansState.appended_tail_bytes`; else, when it is large, as a new base, the whole list as a
+        large value. ``False``: stored as any other value (small now after being large, or a serializer that never
+        writes the same bytes twice, :meth:`~.codec.Codec.encodes_alike`).
 
         Only on a base the fenced parent references (its head is there, so its large values are), and without a
         lifecycle rule (which expires a base by its own age, while the records extending it live on)."""
         if not value or not self.codec.encodes_alike(channel, value[0]):
             return False  # stored as any value: inline if small, else whole
-        elements = [self.codec.encode_value(channel, element) for element in value]
-        if sum(len(typed[1]) for typed in elements) <= self.inline_threshold:
-            return False
         base = None if parent is None or channel not in parent.blobs else parent.appended.get(channel)
-        if base is not None and base.count <= len(elements):
+        whole = None
+        if base is None:
+            # No base to extend: the whole list's bytes decide, as any value's, and most lists stay small and inline
+            # without each element serialized as well.
+            whole = self.codec.encode_value(channel, value)
+            if len(whole[1]) <= self.inline_threshold:
+                result.inline[channel] = whole
+                return True
+        elements = [self.codec.encode_value(channel, element) for element in value]
+        if base is not None:
+            if serialized_bytes(elements) <= self.inline_threshold:
+                return False
             tail = elements[base.count :]
-            fits = sum(len(typed[1]) for typed in tail) <= self.appended_tail_bytes
+            fits = base.count <= len(elements) and serialized_bytes(tail) <= self.appended_tail_bytes
             if fits and elements_digest(elements[: base.count]) == base.digest:
                 assert parent is not None
                 result.blobs[channel] = parent.blobs[channel]
@@ -513,7 +521,7 @@ class Committing(Reading):
         result.blobs[channel] = version
         result.appended[channel] = Appended(len(elements), elements_digest(elements))
         vouched = parent is not None and parent.blobs.get(channel) == version
-        typed = self.codec.encode_value(channel, value)
+        typed = whole or self.codec.encode_value(channel, value)
         self._store_blob(result, thread_id, ns, channel, version, typed, vouched, {}, now)
         return True
 

@@ -297,9 +297,7 @@ class Reading(PlansState):
         folder = self.layout.checkpoint_dir(thread_id, ns, checkpoint_id)
         # The large values the head names are read with the listing of its writes: a latest read without pending
         # writes (a run that ended) takes two round trips, large values or not.
-        blob_keys = builtins.list(
-            dict.fromkeys(self.layout.blob(thread_id, ns, ch, v) for ch, v in record.blobs.items())
-        )
+        blob_keys = [self.layout.blob(thread_id, ns, ch, v) for ch, v in record.blobs.items()]  # one per channel
         listing, *blobs = yield [ListKeys(folder), *map(self._large_value, blob_keys)]
         key = self.layout.record(thread_id, ns, checkpoint_id)
         # The head was committed but its record was not (a crash between the two parallel PUTs):
