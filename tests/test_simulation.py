@@ -197,7 +197,7 @@ def run_scenario(sc: Scenario, fault: Fault | None, variant: str, labels: list[l
             after = before.clone()
             assert sc.effect is not None
             sc.effect(after, ctx)
-            problems += w.check_between(w.saver(), before, after, sc.writes_per_task)
+            problems += w.check_between(before, after, sc.writes_per_task)
         if sc.rerun is not None:
             again = sc.rerun(w, ctx, op.saver if op.status == "raised" else w.saver())
             if again.status == "raised":
@@ -207,7 +207,7 @@ def run_scenario(sc: Scenario, fault: Fault | None, variant: str, labels: list[l
                 sc.effect(w.oracle, ctx)
             elif sc.kind == "writes":
                 w.settle_writes(again, *ctx["writes"])
-    problems += w.check({"fresh saver": w.saver()})
+    problems += w.check()
     # Carry on: a new process continues each thread, then the surviving savers do.
     survivors = {"history saver": ctx["W"], "peer saver": ctx["peer"]}
     if op.status != "crashed":
@@ -217,7 +217,7 @@ def run_scenario(sc: Scenario, fault: Fault | None, variant: str, labels: list[l
         for saver in survivors.values():
             w.continue_thread(saver, thread)
     problems += w.failures
-    problems += w.check({"fresh saver": w.saver()})
+    problems += w.check()
     problems += w.check(survivors, paging=False)
     label = fault_label(fault, labels[0]) if labels else fault_label(fault, op.batches)
     return [f"{sc.name} | {label} => {p}" for p in dict.fromkeys(problems)]
@@ -403,10 +403,10 @@ def run_held(sc: Scenario, fault: Held, others: str) -> list[str]:
         problems.append(f"{op.label} raised {type(op.error).__name__}: {op.error}")
     if op.status == "raised" and isinstance(op.error, CheckpointConflictError) and committed:
         problems.append(f"{op.label} raised CheckpointConflictError although its head PUT was applied")
-    problems += w.check({"fresh saver": w.saver()}, paging=False)
+    problems += w.check(paging=False)
     w.failures.clear()
     w.continue_thread(w.saver(), "t")
-    problems += w.failures + w.check({"fresh saver": w.saver()}, paging=False)
+    problems += w.failures + w.check(paging=False)
     label = fault_label(fault, op.batches)
     return [f"{sc.name} | {label} | meanwhile: {others} => {p}" for p in dict.fromkeys(problems)]
 
@@ -741,7 +741,7 @@ def test_gc_trusts_a_seal_only_while_it_holds() -> None:
             assert (report.records_read, report.records_sealed, fresh.records_read) == (2, 3, 5)
         else:
             assert (report.records_read, report.records_sealed) == (fresh.records_read, 0), (change, report)
-        assert w.check({"fresh saver": w.saver()}) == []
+        assert w.check() == []
         again = run_plan(w.saver(), _gc_plan(w.saver()))[0]
         assert (again.total, again.records_read) == (0, 0) and again.records_sealed > 0, (change, again)
 
@@ -942,7 +942,7 @@ SEQUENCES: dict[str, Callable[[World], None]] = {
 def test_sequences(name: str) -> None:
     w = World()
     SEQUENCES[name](w)
-    problems = w.failures + w.check({"fresh saver": w.saver()})
+    problems = w.failures + w.check()
     _count("sequence scenarios", 1)
     assert not problems, summarize(name, [f"{name} => {p}" for p in problems], 1)
 
@@ -999,7 +999,7 @@ def _judge(w: World, base: Oracle, actors: list[Actor], exactly_one: bool = Fals
     best: list[str] | None = None
     matched: Oracle | None = None
     for candidate in _candidates(base, effects):
-        found = w.check({"fresh saver": w.saver()}, oracle=candidate, light=light)
+        found = w.check(oracle=candidate, light=light)
         if not found:
             best, matched = [], candidate
             break
@@ -1012,7 +1012,7 @@ def _judge(w: World, base: Oracle, actors: list[Actor], exactly_one: bool = Fals
         for a in actors:
             w.continue_thread(a.op.saver, a.spec.thread if a.spec is not None else "t")
         problems += w.failures
-        problems += w.check({"fresh saver": w.saver()}, light=light)
+        problems += w.check(light=light)
     return list(dict.fromkeys(problems))
 
 
@@ -1405,7 +1405,7 @@ class Protocol(RuleBasedStateMachine):
         if not hasattr(self, "w"):
             return
         light = os.environ.get("LGS3_SIM_STEP_CHECK", "light") == "light"
-        problems = self.w.failures + self.w.check({"fresh saver": self.w.saver()}, paging=False, light=light)
+        problems = self.w.failures + self.w.check(paging=False, light=light)
         _count("stateful steps", 1)
         assert not problems, summarize("random history", [f"step => {p}" for p in problems], 1)
 
@@ -1558,12 +1558,12 @@ def test_writes_to_another_runs_checkpoint_are_rolled_back_whatever_landed() -> 
         w.latest(writer, "t")
         op = w.writes_op(writer, "t", ctx["S"], writes, "ask", run="r2", path="~pull, ask").finish(fault)
         w.settle_writes(op, "t", ctx["S"], writes, "ask", run="r2", path="~pull, ask")
-        problems = w.check({"fresh saver": w.saver()}, light=True)
+        problems = w.check(light=True)
         rollback = Op("delete_for_runs", w.saver(), w.saver().plans.delete_for_runs(["r2"])).finish()
         if rollback.status != "returned":
             problems.append(f"delete_for_runs raised {rollback.error!r}")
         w.oracle.delete_for_runs(["r2"])
-        problems += w.check({"fresh saver": w.saver()}, light=True)
+        problems += w.check(light=True)
         failures += [f"put_writes | {fault_label(fault, dry.batches)} => {p}" for p in dict.fromkeys(problems)]
         runs += 1
     _count("fault runs: put_writes onto another run's checkpoint, then rollback", runs)

@@ -152,14 +152,15 @@ def judge_by_named_checkpoint(
 
 
 class Bloom:
-    """A set of key segments in fixed memory (1 MiB): a false "held" (about 2% at a million) is possible, a false
-    "not held" is not. Salted per gc, so a false "held" does not repeat."""
+    """A set of key segments in fixed memory (1 MiB, taken at the first ``add``: a gc makes five and most hold
+    nothing): a false "held" (about 2% at a million) is possible, a false "not held" is not. Salted per gc, so a
+    false "held" does not repeat."""
 
     BITS = 1 << 23
     HASHES = 5
 
     def __init__(self) -> None:
-        self.bits = bytearray(self.BITS // 8)
+        self.bits = bytearray()
         self.salt = uuid.uuid4().bytes
 
     def _positions(self, segments: tuple[str, ...]) -> list[int]:
@@ -167,11 +168,13 @@ class Bloom:
         return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") % self.BITS for k in range(self.HASHES)]
 
     def add(self, *segments: str) -> None:
+        if not self.bits:
+            self.bits = bytearray(self.BITS // 8)
         for bit in self._positions(segments):
             self.bits[bit >> 3] |= 1 << (bit & 7)
 
     def may_hold(self, *segments: str) -> bool:
-        return all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(segments))
+        return bool(self.bits) and all(self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(segments))
 
 
 class Seen(Enum):
