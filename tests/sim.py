@@ -575,7 +575,7 @@ def observe_saver(saver: S3Saver, queries: list[Query]) -> dict[Query, Any]:
     return {q: _answer(q, get, lst) for q in queries}
 
 
-FRESH_VIEWS_KEPT = 50_000
+FRESH_VIEWS_KEPT = 20_000
 _FRESH_VIEWS: dict[tuple[Any, ...], Any] = {}
 """What a fresh saver answered, by the query and the objects under the prefix it reads (:meth:`World.observe_fresh`):
 oldest out first."""
@@ -820,9 +820,12 @@ class World:
         the read wrote (a read restores a record its head holds): the next fresh saver must meet the same bucket."""
         saver: S3Saver | None = None
         answers: dict[Query, Any] = {}
+        contents: dict[str, tuple[tuple[str, str], ...]] = {}  # one tuple for the queries of a prefix
         for q in queries:
             prefix = FRESH_LAYOUT.threads_root if q[0] == "list-all" else FRESH_LAYOUT.thread(q[1])
-            memo_key = (self.tail_bytes, q, self.bucket_contents(prefix))
+            if prefix not in contents:
+                contents[prefix] = self.bucket_contents(prefix)
+            memo_key = (self.tail_bytes, q, contents[prefix])
             got = _FRESH_VIEWS.get(memo_key, _UNSEEN)
             if got is _UNSEEN:
                 saver = saver or self.saver()
@@ -831,6 +834,8 @@ class World:
                     if len(_FRESH_VIEWS) >= FRESH_VIEWS_KEPT:
                         _FRESH_VIEWS.pop(next(iter(_FRESH_VIEWS)))
                     _FRESH_VIEWS[memo_key] = got
+                else:  # the read wrote under its prefix (which holds or is held by the others): read them anew
+                    contents.clear()
             answers[q] = got
         return answers
 
