@@ -76,8 +76,12 @@ def measure(turns: int, tail_bytes: int | None) -> dict[str, Any]:
     stored = sum(len(obj.body) for obj in map(bucket.object, bucket.keys("")) if obj is not None)
     conversation = len(JsonPlusSerializer().dumps_typed(graph.get_state(config).values["messages"])[1])
     start = len(bucket.log)
-    S3Saver(bucket="chat", client=bucket).get_tuple(config)
+    latest = S3Saver(bucket="chat", client=bucket).get_tuple(config)
     cold = [request for request, _ in bucket.log[start:]]
+    assert latest is not None
+    head_key = saver.plans.layout.head("chat", "")
+    head = bucket.object(head_key)
+    assert head is not None
     window = min(10, turns // 2)
     early = sum(t["uploaded"] for t in per_turn[:window]) / (window * SUPERSTEPS_PER_TURN)
     late = sum(t["uploaded"] for t in per_turn[-window:]) / (window * SUPERSTEPS_PER_TURN)
@@ -89,6 +93,7 @@ def measure(turns: int, tail_bytes: int | None) -> dict[str, Any]:
         "uploaded_per_superstep_last": late,
         "stored_bytes": stored,
         "conversation_bytes": conversation,
+        "head_large_values": len(saver.plans.codec.decode_record(head_key, head.body).blobs),
         "cold_get_tuple": {
             "GET": sum(1 for r in cold if isinstance(r, Get)),
             "LIST": sum(1 for r in cold if isinstance(r, ListKeys)),

@@ -615,14 +615,18 @@ class InlineExecutor(concurrent.futures.Executor):
 LIST_INLINE = 8
 """inline_threshold of the simulated savers: a graph's list channel (``steps``, ``messages``) of two elements or more is
 a large value, so that it is stored as appended to its base (codec.Appended) at every interleaving."""
-LIST_TAIL = 24
-"""appended_tail_bytes of the simulated savers: about two appended elements, then a new base."""
+LIST_TAIL = 12
+"""appended_tail_bytes of the simulated savers: about one appended element, then a part."""
+LIST_PARTS = 2
+"""parts_merged of the simulated savers: every second part merges two into one."""
 
 
 def large_lists(saver: Any) -> Any:
-    """``saver`` storing the graphs' small lists as large ones (:data:`LIST_INLINE`, :data:`LIST_TAIL`)."""
+    """``saver`` storing the graphs' small lists as large ones (:data:`LIST_INLINE`, :data:`LIST_TAIL`,
+    :data:`LIST_PARTS`)."""
     saver.plans.inline_threshold = LIST_INLINE
     saver.plans.appended_tail_bytes = LIST_TAIL
+    saver.plans.parts_merged = LIST_PARTS
     return saver
 
 

@@ -60,7 +60,9 @@ INLINE = 64
 """inline_threshold of simulated savers: the ``big`` channel (~120 bytes) is a blob, ``count`` is inline."""
 TAIL = 70
 """appended_tail_bytes of simulated savers: the ``log`` list (elements of ~30 bytes) carries two appended elements
-in its records, and a put that appends a third writes a new base (codec.Appended)."""
+in its records, and a put that appends a third sends the three as a part (codec.Appended)."""
+PARTS = 2
+"""parts_merged of simulated savers: every second part merges two parts into one (codec.Appended)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -811,6 +813,7 @@ class World:
         """A new saver: a new process, with no memory of heads."""
         saver = S3Saver(bucket=BUCKET, client=self.bucket, inline_threshold=INLINE, read_cache_bytes=1 << 20)
         saver.plans.appended_tail_bytes = self.tail_bytes
+        saver.plans.parts_merged = PARTS
         return saver
 
     def observe_fresh(self, queries: list[Query]) -> dict[Query, Any]:

@@ -1,11 +1,13 @@
-"""Large lists stored as what was appended (``codec.Appended``): a base large value, then tails in the records.
+"""Large lists stored as what was appended (``codec.Appended``): a base large value, parts, then tails in the records.
 
 What is checked: a list read back equals what was put, element types included, under the default serializer and
 under ``EncryptedSerializer``; a put that only appends sends no large value until the tail outgrows its budget; an
 element changed in place, an element removed and a fork are stored anew, never taken for the stored base; a new
 process extends what it read; gc, prune and copy_thread keep the base that later records share; with a lifecycle TTL
-every large list is stored whole. The simulation (tests/test_simulation.py) drives the same lists through every
-fault point and interleaving (its ``log`` channel); tests/test_requests.py counts the requests on a real server.
+every large list is stored whole; a long list goes out in parts, merged by size, each element written a bounded number
+of times and read back in a bounded number of GETs. The simulation (tests/test_simulation.py) drives the same lists
+through every fault point and interleaving (its ``log`` channel); tests/test_requests.py counts the requests on a real
+server.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 from sim import Op
 
 from langgraph_s3_checkpoint import S3Saver
-from langgraph_s3_checkpoint._protocol.codec import APPENDED_TAIL_BYTES
-from langgraph_s3_checkpoint._protocol.requests import Get, Put
+from langgraph_s3_checkpoint._protocol.codec import APPENDED_TAIL_BYTES, Appended, part_name
+from langgraph_s3_checkpoint._protocol.requests import DeleteObjects, Get, ListKeys, Put
+from langgraph_s3_checkpoint.errors import CorruptObjectError
 from langgraph_s3_checkpoint.gc import gc
 from langgraph_s3_checkpoint.memory import MemoryBucket
 
@@ -94,8 +97,10 @@ def test_appending_sends_no_large_value_until_the_tail_outgrows_its_budget() -> 
     for i in range(5, 5 + per_tail + 3):
         log.append(_messages(1, i)[0])
         configs.append(thread.put(list(log)))
-    # One more base once the tail passed its budget; every other put appended in its record alone.
-    assert len(_large_value_puts(bucket)) == 2
+    # One part once the tail passed its budget (its elements, not the whole list); every other put appended in its
+    # record alone.
+    first_base, part = _large_value_puts(bucket)
+    assert part_name("log", 5).replace("\x00", "%00") in part.key and len(part.body) < len(first_base.body) * 2
     fresh = _saver(bucket)
     for k, config in enumerate(configs):
         got = _read(fresh, config)
@@ -328,7 +333,9 @@ def test_the_chat_goals_benchmark_counts_what_appending_spares() -> None:
     assert appended["stored_bytes"] < whole["stored_bytes"]
     # one LIST at each invoke but the thread's first (issue 40's item 2 is not built)
     assert appended["lists_per_invoke"] == whole["lists_per_invoke"] == 39 / 40
-    assert appended["cold_get_tuple"] == {"GET": 2, "LIST": 1}  # the head, then the base with the writes' LIST
+    # the head, then its large values (the base and the parts) with the writes' LIST
+    assert appended["cold_get_tuple"] == {"GET": 1 + appended["head_large_values"], "LIST": 1}
+    assert whole["cold_get_tuple"] == {"GET": 2, "LIST": 1} and whole["head_large_values"] == 1
 
 
 def test_a_latest_read_takes_two_round_trips_with_large_values_and_no_writes() -> None:
@@ -391,3 +398,132 @@ def test_a_small_list_is_serialized_once_a_put() -> None:
     serde.lists = serde.elements = 0
     thread.put([f"item {i} {ELEMENT}" for i in range(8)])
     assert (serde.lists, serde.elements) == (1, 8)
+
+
+def _in_parts(bucket: MemoryBucket, tail_bytes: int = 2500, merged: int = 2) -> S3Saver:
+    """A saver whose records carry two ~1 KB elements and send the third with them as a part, two parts of a size
+    merged into one."""
+    saver = _saver(bucket)
+    saver.plans.appended_tail_bytes = tail_bytes
+    saver.plans.parts_merged = merged
+    return saver
+
+
+def _head_list(bucket: MemoryBucket, thread_id: str = "t") -> tuple[dict[str, str], Appended]:
+    """The head's large values (channel or part -> version) and how it stores ``log``."""
+    codec = _saver(bucket).plans.codec
+    head = _saver(bucket).plans.layout.head(thread_id, "")
+    obj = bucket.object(head)
+    assert obj is not None
+    record = codec.decode_record(head, obj.body)
+    return record.blobs, record.appended["log"]
+
+
+def _long_list(bucket: MemoryBucket, appends: int = 60) -> tuple[list[RunnableConfig], list[Any]]:
+    thread = Thread(_in_parts(bucket))
+    log: list[Any] = _messages(5)
+    configs = [thread.put(list(log))]
+    for i in range(5, 5 + appends):
+        log.append(_messages(1, i)[0])
+        configs.append(thread.put(list(log)))
+    return configs, log
+
+
+def test_a_long_list_goes_out_in_parts_merged_by_size() -> None:
+    """Each tail that outgrows its budget goes out as a part of its own elements, and parts of one size merge: every
+    checkpoint reads back as it was put, no put uploads the list again, each element is written a bounded number of
+    times (once per level) and the latest is read in a bounded number of parallel GETs."""
+    bucket = MemoryBucket(keep_log=True)
+    configs, log = _long_list(bucket)
+    fresh = _saver(bucket)
+    for k, config in enumerate(configs):
+        got = _read(fresh, config)
+        assert got == log[: 5 + k] and [type(m) for m in got] == [type(m) for m in log[: 5 + k]]
+    blobs, appended = _head_list(bucket)
+    levels = max(part.level for part in appended.parts)
+    assert levels >= 3  # 20 parts of 3 elements: merged up to parts of 24 elements
+    assert len(appended.parts) <= levels + 1  # two parts of one size are merged: at most one part per size
+    assert set(blobs) == {"log", *appended.part_names("log")}
+    # After the first base, each large value PUT holds a part: its elements, never the whole list.
+    codec = fresh.plans.codec
+    first, *parts = _large_value_puts(bucket)
+    written = [len(codec.decode_blob(put.key, put.body)) for put in parts]
+    assert len(codec.decode_blob(first.key, first.body)) == 5 and max(written) < len(log) - 5
+    assert sum(written) <= (len(log) - 5) * (levels + 1)
+    # The latest, from a new process: the head, then its base and parts (in parallel) with the writes' LIST.
+    assert bucket.log is not None
+    start = len(bucket.log)
+    assert _read(_saver(bucket), {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}) == log
+    sent = [request for request, _ in bucket.log[start:]]
+    assert sum(isinstance(r, Get) for r in sent) == 1 + 1 + len(appended.parts)
+    assert sum(isinstance(r, ListKeys) for r in sent) == 1
+
+
+def test_a_missing_part_is_named_when_read() -> None:
+    bucket = MemoryBucket(keep_log=True)
+    configs, _ = _long_list(bucket, appends=8)
+    saver = _saver(bucket)
+    blobs, appended = _head_list(bucket)
+    name = appended.part_names("log")[-1]
+    key = saver.plans.layout.blob("t", "", name, blobs[name])
+    bucket.execute(DeleteObjects((key,)))
+    with pytest.raises(CorruptObjectError) as raised:
+        _saver(bucket).get_tuple(configs[-1])
+    assert key in str(raised.value)
+
+
+def test_prune_copy_and_delete_treat_parts_as_large_values() -> None:
+    """prune + gc keep the parts the latest needs and drop the others once nothing references them, copy_thread
+    carries them, delete_thread removes them."""
+    bucket = MemoryBucket(keep_log=True)
+    _, log = _long_list(bucket, appends=20)
+    saver = _saver(bucket)
+    saver.copy_thread("t", "copy")
+    blobs_before = bucket.keys(saver.plans.layout.blobs("t", ""))
+    saver.prune(["t"], strategy="keep_latest")
+    gc(saver, grace_seconds=0)
+    blobs, _ = _head_list(bucket)
+    kept = bucket.keys(saver.plans.layout.blobs("t", ""))
+    assert kept == sorted(saver.plans.layout.blob("t", "", name, version) for name, version in blobs.items())
+    assert len(kept) < len(blobs_before)  # parts merged away went with the records that named them
+    assert [value for _, value in _read_all(_saver(bucket), "t")] == [log]
+    assert _read_all(_saver(bucket), "copy")[0][1] == log
+    saver.delete_thread("copy")
+    assert bucket.keys(saver.plans.layout.thread("copy")) == []
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [[0, 3, 0]],  # a part where the base is
+        [[5, 3, 0], [9, 2, 0]],  # a gap between parts
+        [[5, 3, 0], [8, 0, 0]],  # an empty part
+        [[5, 3, 0]],  # parts that end before the tail begins (count is 10)
+    ],
+)
+def test_parts_that_do_not_follow_one_another_are_refused(parts: list[list[int]]) -> None:
+    with pytest.raises(ValueError):
+        Appended.from_frame([10, "digest", [], parts])
+    assert Appended.from_frame([10, "digest", [], [[5, 3, 0], [8, 2, 1]]]).base_count == 5
+
+
+def test_beside_a_channel_named_with_the_part_mark_lists_are_stored_without_parts() -> None:
+    """A part's large value is named after its channel with ``codec.PART_MARK`` (NUL): in a checkpoint where a
+    channel's name holds it, no list is stored in parts (whole instead), so no part can take that channel's name."""
+    bucket = MemoryBucket(keep_log=True)
+    saver = _in_parts(bucket)
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    odd = part_name("log", 5)  # exactly the name the first part of ``log`` would have
+    log: list[Any] = _messages(5)
+    versions: dict[str, Any] = {}
+    for i in range(5, 12):
+        log.append(_messages(1, i)[0])
+        versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in ("log", odd)}
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {"log": list(log), odd: [f"odd {i} {ELEMENT}"] * 6}
+        config = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}}, dict(versions))
+        got = _saver(bucket).get_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"] == cp["channel_values"]
+    blobs, appended = _head_list(bucket)
+    assert appended.parts == () and odd in blobs

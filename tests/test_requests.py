@@ -125,6 +125,35 @@ def test_a_put_that_appends_to_a_large_list_is_two_puts(counted: Counted) -> Non
     assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
 
 
+def test_appended_elements_that_outgrow_the_tail_are_one_more_put(counted: Counted) -> None:
+    """Once the elements appended since the base outgrow ``appended_tail_bytes`` (8 KiB: nine of these), the put sends
+    them as a part before its record and head (codec.Appended), and the next puts carry a new tail."""
+    saver, counter = counted
+    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
+    log = [f"message {i} " + "x" * 1000 for i in range(8)]
+    version = None
+    sent = []
+    for step in range(12):
+        log.append(f"message {8 + step} " + "y" * 1000)
+        version = saver.get_next_version(version, None)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"messages": version}
+        cp["channel_values"] = {"messages": list(log)}
+        counter.reset()
+        config = saver.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": version})
+        sent.append(counter.snapshot())
+    # the base (with the first read of the head), eight tails, the part of nine elements, then tails again
+    assert sent == [
+        {"GetObject": 1, "PutObject": 3},
+        *[{"PutObject": 2}] * 8,
+        {"PutObject": 3},
+        *[{"PutObject": 2}] * 2,
+    ]
+    fresh = S3Saver(bucket=saver.bucket, prefix=saver.prefix, client=saver.client)
+    tup = fresh.get_tuple(config)
+    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
+
+
 def test_put_writes_is_one_put_per_call(counted: Counted) -> None:
     saver, counter = counted
     config = _chain(saver, f"t-{uuid4().hex}", 1)

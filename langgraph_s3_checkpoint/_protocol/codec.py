@@ -17,6 +17,7 @@ newer format version fails with a clear error instead of guessing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
@@ -58,42 +59,99 @@ def corrupt(key: str, reason: str) -> CorruptObjectError:
     return CorruptObjectError(key, reason)
 
 
-APPENDED_TAIL_BYTES = 32 * 1024
-"""The most serialized bytes a record carries of a list's elements appended since its base (:class:`Appended`);
-beyond, the list is stored whole as a new base. A chat of 1 KB messages writes a base about every 15 turns: a PUT
-spared at each other step that changes it, at the price of the tail travelling in the record and the head."""
+APPENDED_TAIL_BYTES = 8 * 1024
+"""The most serialized bytes a record carries of a list's elements appended since its base and parts
+(:class:`Appended`); beyond, they go out as a new part. A chat of 1 KB messages writes a part about every four
+turns: a PUT spared at each other step that changes the list, at the price of the tail travelling in the record and
+the head (every record repeats its tail, so the budget is also what a record stores)."""
+
+PARTS_MERGED = 8
+"""Parts of one size merged into one (:class:`Appended`): a list of ``n`` elements is read in at most about
+``(PARTS_MERGED - 1) * log(n / part)`` parallel GETs, and each element is written about ``log(n / part)`` times."""
+
+PART_MARK = "\x00"
+"""Between a channel and a part's first element index in the ``blobs`` entry of a part (:func:`part_name`): no
+LangGraph channel holds it (a checkpoint with a channel whose name does stores no list in parts)."""
+
+
+def part_name(channel: str, start: int) -> str:
+    """The ``blobs`` entry of the part of ``channel``'s list that begins at element ``start``: parts are large values
+    like any (gc, prune, copy, repair and verify see them through ``blobs``), under a name no channel has."""
+    return f"{channel}{PART_MARK}{start}"
+
+
+def is_part_name(name: str) -> bool:
+    return PART_MARK in name
+
+
+@dataclass(frozen=True)
+class Part:
+    """Elements ``start`` to ``start + count`` of a list, stored as one large value (a list) at the record's
+    ``blobs[part_name(channel, start)]``. ``level``: 0 for a tail that went out, ``k + 1`` for
+    :data:`PARTS_MERGED` parts of level ``k`` merged."""
+
+    start: int
+    count: int
+    level: int = 0
+
+    def frame(self) -> list[int]:
+        return [self.start, self.count, self.level]
 
 
 @dataclass(frozen=True)
 class Appended:
     """A list value stored as what was appended: the large value its record references (``blobs``: the list at an
-    earlier version of the channel, the *base*) followed by the elements appended since, inline in the record.
+    earlier version of the channel, the *base*), then *parts* (large values holding the elements appended after it,
+    in order), then the elements appended since, inline in the record (the *tail*).
 
     Why: a chat's ``messages`` grows by one or two elements a step, and storing the whole list at every version made
     storage grow with the square of the conversation and cost a PUT a step. The base is written once, the records
-    that extend it carry only the tail, and a new base is written when the tail outgrows its budget
-    (:data:`APPENDED_TAIL_BYTES`). A value extends the base when its first ``count`` elements serialize to the
-    same bytes (``digest``): the bytes, not the objects, are compared, so an element changed in place is never taken
-    for the stored one (a serializer that encrypts writes new bytes each time, so with it every large list is a new
-    base, as before)."""
+    that extend it carry only the tail, and when the tail outgrows its budget (:data:`APPENDED_TAIL_BYTES`) it goes
+    out as a part: each element is stored in one part, parts of one size are merged :data:`PARTS_MERGED` at a time
+    (so a read takes a bounded number of parallel GETs), and no step uploads the whole list again. A value extends
+    what its parent stored when its first ``count`` elements serialize to the same bytes (``digest``): the bytes,
+    not the objects, are compared, so an element changed in place is never taken for the stored one (a serializer
+    that encrypts writes new bytes each time, so with it every large list is a new base, as before)."""
 
     count: int
-    """Elements of the base value."""
+    """Elements of the base and the parts."""
     digest: str
-    """:func:`elements_digest` of the base value's elements."""
+    """:func:`elements_digest` of those elements."""
     tail: tuple[list[Any], ...] = ()
-    """The elements after the base's, as stored (serde type and bytes)."""
+    """The elements after them, as stored (serde type and bytes)."""
+    parts: tuple[Part, ...] = ()
+    """The parts after the base, in order (the first begins where the base ends)."""
+
+    @property
+    def base_count(self) -> int:
+        """Elements of the base: those before the first part."""
+        return self.parts[0].start if self.parts else self.count
 
     def frame(self) -> list[Any]:
-        return [self.count, self.digest, list(self.tail)]
+        framed: list[Any] = [self.count, self.digest, list(self.tail)]
+        if self.parts:
+            framed.append([part.frame() for part in self.parts])
+        return framed
 
     @classmethod
     def from_frame(cls, stored: Any) -> Appended:
-        count, digest, tail = stored
-        return cls(int(count), str(digest), tuple(list(typed) for typed in tail))
+        count, digest, tail, *rest = stored
+        parts = tuple(Part(int(start), int(n), int(level)) for start, n, level in (rest[0] if rest else ()))
+        if rest[1:]:
+            raise ValueError("it has fields after its parts")
+        if any(part.count <= 0 for part in parts) or any(
+            before.start + before.count != after.start for before, after in itertools.pairwise(parts)
+        ):
+            raise ValueError("its parts do not follow one another")
+        if parts and (parts[0].start <= 0 or parts[-1].start + parts[-1].count != int(count)):
+            raise ValueError("its parts do not end where its tail begins")
+        return cls(int(count), str(digest), tuple(list(typed) for typed in tail), parts)
 
     def tail_bytes(self) -> int:
         return serialized_bytes(self.tail)
+
+    def part_names(self, channel: str) -> list[str]:
+        return [part_name(channel, part.start) for part in self.parts]
 
 
 def serialized_bytes(elements: Sequence[list[Any]]) -> int:
@@ -448,6 +506,8 @@ class Codec:
             raise corrupt(key, f"an appended list is malformed ({exc})") from exc
         if any(ch not in frame["blobs"] for ch in appended):
             raise corrupt(key, "an appended list names no large value to extend")
+        if any(name not in frame["blobs"] for ch, entry in appended.items() for name in entry.part_names(ch)):
+            raise corrupt(key, "an appended list names a part it does not reference")
         return appended
 
     def encodes_alike(self, channel: str, sample: Any) -> bool:
@@ -460,15 +520,26 @@ class Codec:
         return bool(self._alike)
 
     @staticmethod
-    def extended(key: str, base: Any, record: Record, channel: str, record_key: str) -> Any:
-        """The value ``record`` stores for ``channel`` given its large value ``base`` (read at ``key``): ``base``
-        itself, or a new list of ``base`` followed by the record's tail (:class:`Appended`)."""
+    def extended(
+        key: str, base: Any, record: Record, channel: str, record_key: str, parts: Sequence[tuple[str, Any]] = ()
+    ) -> Any:
+        """The value ``record`` stores for ``channel`` given its large value ``base`` (read at ``key``) and the
+        parts after it (each read at its key, in order): ``base`` itself, or a new list of ``base``, the parts'
+        elements and the record's tail (:class:`Appended`)."""
         appended = record.appended.get(channel)
         if appended is None:
             return base
-        if type(base) is not list or len(base) != appended.count:
-            raise corrupt(record_key, f"extends {key}, which does not hold a list of {appended.count} elements")
-        return [*base, *record.tails[channel]]
+        if type(base) is not list or len(base) != appended.base_count:
+            raise corrupt(record_key, f"extends {key}, which does not hold a list of {appended.base_count} elements")
+        if len(parts) != len(appended.parts):
+            raise corrupt(record_key, f"names {len(appended.parts)} parts of {channel!r}, {len(parts)} were read")
+        value = list(base)
+        for (part_key, elements), part in zip(parts, appended.parts, strict=True):
+            if type(elements) is not list or len(elements) != part.count:
+                raise corrupt(record_key, f"names {part_key}, which does not hold a list of {part.count} elements")
+            value.extend(elements)
+        value.extend(record.tails[channel])
+        return value
 
 
 def _deleted_links(stored: Any) -> dict[str, str | None]:

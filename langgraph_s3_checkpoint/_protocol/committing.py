@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
@@ -25,7 +25,7 @@ from ..errors import (
     ParentNotCommittedError,
 )
 from .chain import Standing
-from .codec import Appended, elements_digest, serialized_bytes
+from .codec import Appended, Part, elements_digest, is_part_name, part_name, serialized_bytes
 from .fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
@@ -168,7 +168,8 @@ class Committing(Reading):
                     mode=CREATE,
                 )
                 for channel, version in values.blobs.items()
-                if (key := self.layout.blob(thread_id, ns, channel, version)) in sent or channel in live
+                if (key := self.layout.blob(thread_id, ns, channel, version)) in sent
+                or values.channel_of(channel) in live
             ]
             entries = [] if run_id is None else self._index_entries(run_id, thread_id, ns, checkpoint_id)
             return [*blobs, *entries]
@@ -451,6 +452,9 @@ class Committing(Reading):
         """
         values = checkpoint["channel_values"]
         result = _Values()
+        # Parts are named after their channel with PART_MARK (no LangGraph channel's name holds it): where one does,
+        # no list of this checkpoint is stored in parts, so no part's name can be a channel's.
+        in_parts = not any(is_part_name(channel) for channel in checkpoint["channel_versions"])
         for channel, raw_version in checkpoint["channel_versions"].items():
             version = str(raw_version)
             kept = _kept_from_parent(parent, channel, version, new_versions)
@@ -460,13 +464,17 @@ class Committing(Reading):
                 result.inline[channel] = kept
                 continue
             if kept is _PARENTS_BLOB and parent is not None and channel in parent.appended:
-                if self.ttl is None or channel not in values:
-                    result.blobs[channel] = parent.blobs[channel]
-                    result.appended[channel] = parent.appended[channel]
+                if (self.ttl is None and (in_parts or not parent.appended[channel].parts)) or channel not in values:
+                    result.carry(parent, channel, parent.appended[channel])
                     continue
-                kept = None  # with a lifecycle rule the base's age is unknown here: the list is stored anew
+                # With a lifecycle rule the base's age is unknown here, and beside a channel named with PART_MARK its
+                # parts could not be named: the list is stored anew.
+                kept = None
             listed = kept is None and self.ttl is None and type(values[channel]) is list
-            if listed and self._store_list(result, thread_id, ns, channel, version, values[channel], parent, now):
+            stored_as_list = listed and self._store_list(
+                result, thread_id, ns, channel, version, values[channel], parent, now, in_parts
+            )
+            if stored_as_list:
                 continue
             typed = None if kept is _PARENTS_BLOB else self.codec.encode_value(channel, values[channel])
             if typed is not None and len(typed[1]) <= self.inline_threshold:
@@ -487,18 +495,23 @@ class Committing(Reading):
         value: list[Any],
         parent: HeadSeen | None,
         now: datetime,
+        in_parts: bool,
     ) -> bool:
-        """Store a list as what was appended to the parent's (:class:`~.codec.Appended`): no request, when its first
-        elements serialize to the bytes of the base the parent extends and the rest fits
-        :attr:`~.reading.PlansState.appended_tail_bytes`; else, when it is large, as a new base, the whole list as a
-        large value. ``False``: stored as any other value (small now after being large, or a serializer that never
-        writes the same bytes twice, :meth:`~.codec.Codec.encodes_alike`).
+        """Store a list as what was appended to what the parent stored (:class:`~.codec.Appended`), when its first
+        elements serialize to the bytes the parent's base and parts hold: with no request while the rest fits
+        :attr:`~.reading.PlansState.appended_tail_bytes`, else with the rest sent as a new part (and parts merged).
+        Else, when it is large, as a new base, the whole list as a large value. ``False``: stored as any other value
+        (small now after being large, or a serializer that never writes the same bytes twice,
+        :meth:`~.codec.Codec.encodes_alike`).
 
         Only on a base the fenced parent references (its head is there, so its large values are), and without a
-        lifecycle rule (which expires a base by its own age, while the records extending it live on)."""
+        lifecycle rule (which expires a base by its own age, while the records extending it live on); parts only
+        ``in_parts`` (see ``_split_values``)."""
         if not value or not self.codec.encodes_alike(channel, value[0]):
             return False  # stored as any value: inline if small, else whole
         base = None if parent is None or channel not in parent.blobs else parent.appended.get(channel)
+        if base is not None and base.parts and not in_parts:
+            base = None
         whole = None
         if base is None:
             # No base to extend: the whole list's bytes decide, as any value's, and most lists stay small and inline
@@ -509,21 +522,56 @@ class Committing(Reading):
                 return True
         elements = [self.codec.encode_value(channel, element) for element in value]
         if base is not None:
+            assert parent is not None
             if serialized_bytes(elements) <= self.inline_threshold:
                 return False
-            tail = elements[base.count :]
-            fits = base.count <= len(elements) and serialized_bytes(tail) <= self.appended_tail_bytes
-            if fits and elements_digest(elements[: base.count]) == base.digest:
-                assert parent is not None
-                result.blobs[channel] = parent.blobs[channel]
-                result.appended[channel] = Appended(base.count, base.digest, tuple(tail))
-                return True
+            extends = base.count <= len(elements) and elements_digest(elements[: base.count]) == base.digest
+            if extends:
+                tail = elements[base.count :]
+                if serialized_bytes(tail) <= self.appended_tail_bytes:
+                    result.carry(parent, channel, replace(base, tail=tuple(tail)))
+                    return True
+                if self.appended_tail_bytes > 0 and in_parts:
+                    self._store_part(result, thread_id, ns, channel, version, value, elements, parent, base)
+                    return True
         result.blobs[channel] = version
         result.appended[channel] = Appended(len(elements), elements_digest(elements))
         vouched = parent is not None and parent.blobs.get(channel) == version
         typed = whole or self.codec.encode_value(channel, value)
         self._store_blob(result, thread_id, ns, channel, version, typed, vouched, {}, now)
         return True
+
+    def _store_part(
+        self,
+        result: _Values,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        value: list[Any],
+        elements: list[list[Any]],
+        parent: HeadSeen,
+        base: Appended,
+    ) -> None:
+        """The elements after ``base`` go out as a part, and the last :attr:`parts_merged` parts of one size are
+        merged into one, again while they can be: each new part is a large value at this version, under its
+        :func:`~.codec.part_name`, its elements serialized as one list (as any large value: a reader decodes it
+        alone). The parts kept are the parent's."""
+        parts = [*base.parts, Part(base.count, len(elements) - base.count)]
+        merged = self.parts_merged
+        while 1 < merged <= len(parts) and len({part.level for part in parts[-merged:]}) == 1:
+            group = parts[-merged:]
+            parts[-merged:] = [Part(group[0].start, sum(part.count for part in group), group[0].level + 1)]
+        appended = Appended(len(elements), elements_digest(elements), (), tuple(parts))
+        result.carry(parent, channel, appended)
+        for part in parts:
+            if part in base.parts:
+                continue
+            name = part_name(channel, part.start)
+            result.blobs[name] = version
+            typed = self.codec.encode_value(channel, value[part.start : part.start + part.count])
+            key = self.layout.blob(thread_id, ns, name, version)
+            result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
 
     def _store_blob(
         self,
@@ -746,11 +794,30 @@ class _Values:
     renewed: dict[str, str] = field(default_factory=dict)
     """Large values rewritten now (their age restarts, for the lifecycle rule)."""
 
-    def stored(self, live: Mapping[str, Any], channel: str) -> Any:
-        """What the large value ``blobs[channel]`` holds, from the live value: a list's base is its first elements
-        (their bytes matched the base's)."""
+    def carry(self, parent: HeadSeen, channel: str, appended: Appended) -> None:
+        """Store ``channel``'s list as ``appended``, on the base the parent references and the parts of it that the
+        parent references too (new parts are added by the caller)."""
+        self.blobs[channel] = parent.blobs[channel]
+        for name in appended.part_names(channel):
+            if name in parent.blobs:
+                self.blobs[name] = parent.blobs[name]
+        self.appended[channel] = appended
+
+    def channel_of(self, name: str) -> str:
+        """The channel whose value the large value ``blobs[name]`` holds (all or part of)."""
+        return next((ch for ch, entry in self.appended.items() if name in entry.part_names(ch)), name)
+
+    def stored(self, live: Mapping[str, Any], name: str) -> Any:
+        """What the large value ``blobs[name]`` holds, from the live value: a list's base is its first elements and a
+        part the elements it begins at (their bytes matched what was stored)."""
+        channel = self.channel_of(name)
         appended = self.appended.get(channel)
-        return live[channel] if appended is None else live[channel][: appended.count]
+        if appended is None:
+            return live[channel]
+        if name == channel:
+            return live[channel][: appended.base_count]
+        part = next(part for part in appended.parts if part_name(channel, part.start) == name)
+        return live[channel][part.start : part.start + part.count]
 
 
 _NO_VALUE = object()

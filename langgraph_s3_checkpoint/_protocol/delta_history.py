@@ -73,19 +73,26 @@ class DeltaHistoryReading(Reading):
         the seeds the ancestor before it stored. An ancestor whose record is gone (pruned, rolled back) ends
         the walk, as in InMemorySaver.
         """
-        large: list[tuple[str, Get, Record, str]] = []  # channel, its read, the record storing it, the record's key
+        # channel, the reads of its large values (its base, then its parts), the record storing it, the record's key
+        large: list[tuple[str, list[Get], Record, str]] = []
         while True:
             ancestor = history.next_ancestor if history.remaining else None
             reads = (yield from walk.folder(ancestor)) if ancestor is not None else []
             if not reads and not large:
                 return
-            replies = yield from all_of([*(read for _, read, _, _ in large), *reads])
-            for (channel, read, holder, holder_key), blob in zip(large, replies, strict=False):
-                if blob is None:
-                    raise CorruptObjectError(read.key, "a channel value the checkpoint references is missing")
-                base = self.codec.decode_blob(read.key, blob.body)
-                history.seeds[channel] = self.codec.extended(read.key, base, holder, channel, holder_key)
-            found = replies[len(large) :]
+            value_reads = [read for _, channel_reads, _, _ in large for read in channel_reads]
+            replies = yield from all_of([*value_reads, *reads])
+            values = iter(replies[: len(value_reads)])
+            for channel, channel_reads, holder, holder_key in large:
+                decoded = []
+                for read in channel_reads:
+                    blob = next(values)
+                    if blob is None:
+                        raise CorruptObjectError(read.key, "a channel value the checkpoint references is missing")
+                    decoded.append((read.key, self.codec.decode_blob(read.key, blob.body)))
+                base, *parts = decoded
+                history.seeds[channel] = self.codec.extended(*base, holder, channel, holder_key, parts)
+            found = replies[len(value_reads) :]
             if not reads or found[0] is None:
                 return  # no further ancestor (its record is gone)
             record = self.codec.decode_record(reads[0].key, found[0].body)
@@ -97,7 +104,13 @@ class DeltaHistoryReading(Reading):
             large = [
                 (
                     channel,
-                    self._large_value(self.layout.blob(t.thread_id, t.checkpoint_ns, channel, record.blobs[channel])),
+                    [
+                        self._large_value(self.layout.blob(t.thread_id, t.checkpoint_ns, name, record.blobs[name]))
+                        for name in [
+                            channel,
+                            *(record.appended[channel].part_names(channel) if channel in record.appended else []),
+                        ]
+                    ],
                     record,
                     reads[0].key,
                 )

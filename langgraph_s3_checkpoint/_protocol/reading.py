@@ -22,7 +22,7 @@ from ..errors import (
     InvalidConfigError,
 )
 from .chain import Chain, Standing
-from .codec import APPENDED_TAIL_BYTES, Codec, Record, WriteBatch
+from .codec import APPENDED_TAIL_BYTES, PARTS_MERGED, Codec, Record, WriteBatch
 from .fencing import (
     ABSENT,
     HeadSeen,
@@ -245,8 +245,10 @@ class PlansState:
     codec: Codec
     inline_threshold: int = 4096
     appended_tail_bytes: int = APPENDED_TAIL_BYTES
-    """Bytes of a list's elements appended since its base that a record carries before a new base is written
-    (:class:`~.codec.Appended`)."""
+    """Bytes of a list's elements appended since its base and parts that a record carries before they go out as a
+    part (:class:`~.codec.Appended`); 0: every version of a large list is stored whole, as a new base."""
+    parts_merged: int = PARTS_MERGED
+    """Parts of one size merged into one (:class:`~.codec.Appended`)."""
     ttl: timedelta | None = None
     """With a lifecycle TTL, objects expire this long after they were written (see ``setup``)."""
     recall: Recall = field(default_factory=Recall)
@@ -469,16 +471,24 @@ class Reading(PlansState):
         tuples = []
         for ns, record, write_reads in items:
             values = dict(record.inline)
-            for ch, version in record.blobs.items():
-                key = self.layout.blob(thread_id, ns, ch, version)
+            record_key = self.layout.record(thread_id, ns, record.checkpoint["id"])
+
+            def decoded(name: str, ns: str = ns, record: Record = record) -> tuple[str, Any]:
+                # Decoded for each record: two checkpoints never share an object, as with InMemorySaver.
+                key = self.layout.blob(thread_id, ns, name, record.blobs[name])
                 blob = blobs[key]
                 if blob is None:
                     raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
-                record_key = self.layout.record(thread_id, ns, record.checkpoint["id"])
-                # Decoded for each record: two checkpoints never share an object, as with InMemorySaver.
-                values[ch] = self.codec.extended(key, self.codec.decode_blob(key, blob.body), record, ch, record_key)
                 written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
-                self.recall.wrote_blobs(thread_id, ns, {ch: version}, written)
+                self.recall.wrote_blobs(thread_id, ns, {name: record.blobs[name]}, written)
+                return key, self.codec.decode_blob(key, blob.body)
+
+            part_names = {name: ch for ch, entry in record.appended.items() for name in entry.part_names(ch)}
+            for ch in record.blobs:
+                if ch in part_names:
+                    continue  # read with its list's base
+                parts = [decoded(name) for name in record.appended[ch].part_names(ch)] if ch in record.appended else []
+                values[ch] = self.codec.extended(*decoded(ch), record, ch, record_key, parts)
             batches = []
             for read in write_reads:
                 obj = next(replies)
