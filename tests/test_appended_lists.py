@@ -100,7 +100,11 @@ def test_appending_sends_no_large_value_until_the_tail_outgrows_its_budget() -> 
     # One part once the tail passed its budget (its elements, not the whole list); every other put appended in its
     # record alone.
     first_base, part = _large_value_puts(bucket)
-    assert part_name("log", 5).replace("\x00", "%00") in part.key and len(part.body) < len(first_base.body) * 2
+    codec = saver.plans.codec
+    assert part_name("log", 5).replace("\x00", "%00") in part.key
+    assert len(codec.decode_blob(first_base.key, first_base.body)) == 5
+    appended = codec.decode_blob(part.key, part.body)  # what was appended since the base, not the whole list
+    assert appended == log[5 : 5 + len(appended)] and 1 < len(appended) < len(log) - 5
     fresh = _saver(bucket)
     for k, config in enumerate(configs):
         got = _read(fresh, config)

@@ -126,9 +126,10 @@ def test_a_put_that_appends_to_a_large_list_is_two_puts(counted: Counted) -> Non
 
 
 def test_appended_elements_that_outgrow_the_tail_are_one_more_put(counted: Counted) -> None:
-    """Once the elements appended since the base outgrow ``appended_tail_bytes`` (8 KiB: nine of these), the put sends
-    them as a part before its record and head (codec.Appended), and the next puts carry a new tail."""
+    """Once the elements appended since the base outgrow ``appended_tail_bytes`` (8 KiB here: nine of these), the put
+    sends them as a part before its record and head (codec.Appended), and the next puts carry a new tail."""
     saver, counter = counted
+    saver.plans.appended_tail_bytes = 8 * 1024
     config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
     log = [f"message {i} " + "x" * 1000 for i in range(8)]
     version = None

@@ -59,11 +59,12 @@ def corrupt(key: str, reason: str) -> CorruptObjectError:
     return CorruptObjectError(key, reason)
 
 
-APPENDED_TAIL_BYTES = 8 * 1024
+APPENDED_TAIL_BYTES = 32 * 1024
 """The most serialized bytes a record carries of a list's elements appended since its base and parts
-(:class:`Appended`); beyond, they go out as a new part. A chat of 1 KB messages writes a part about every four
-turns: a PUT spared at each other step that changes the list, at the price of the tail travelling in the record and
-the head (every record repeats its tail, so the budget is also what a record stores)."""
+(:class:`Appended`); beyond, they go out as a new part. A chat of 1 KB messages writes a part about every 15 turns: a
+PUT spared at each other step that changes the list, at the price of the tail travelling in the record and the head
+(every record repeats its tail: a smaller budget stores less and sends more PUTs, which cost more than the bytes;
+``docs/design.md``, "Large lists")."""
 
 PARTS_MERGED = 8
 """Parts of one size merged into one (:class:`Appended`): a list of ``n`` elements is read in at most about
