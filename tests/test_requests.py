@@ -103,38 +103,14 @@ def test_put_of_a_fenced_step_is_two_puts(counted: Counted) -> None:
     assert counter.snapshot() == {"PutObject": 2}  # record, then head (If-Match)
 
 
-def test_a_put_that_appends_to_a_large_list_is_two_puts(counted: Counted) -> None:
-    """The list's base was stored by the first put; the next ones carry what they append in the record and the head
-    (codec.Appended), until the tail outgrows its budget."""
-    saver, counter = counted
-    config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
-    log = [f"message {i} " + "x" * 1000 for i in range(8)]
-    version = None
-    for step in range(4):
-        log.append(f"message {8 + step} " + "y" * 1000)
-        version = saver.get_next_version(version, None)
-        cp = empty_checkpoint()
-        cp["channel_versions"] = {"messages": version}
-        cp["channel_values"] = {"messages": list(log)}
-        counter.reset()
-        config = saver.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": version})
-        # the first (a process that never read the thread: it reads the head first) writes the base (its large
-        # value), the record and the head; the next ones the record and the head
-        assert counter.snapshot() == ({"GetObject": 1, "PutObject": 3} if step == 0 else {"PutObject": 2})
-    tup = saver.get_tuple(config)
-    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
-
-
-def test_appended_elements_that_outgrow_the_tail_are_one_more_put(counted: Counted) -> None:
-    """Once the elements appended since the base outgrow ``appended_tail_bytes`` (8 KiB here: nine of these), the put
-    sends them as a part before its record and head (codec.Appended), and the next puts carry a new tail."""
-    saver, counter = counted
-    saver.plans.appended_tail_bytes = 8 * 1024
+def _appending(saver: S3Saver, counter: RequestCounter, steps: int) -> list[dict[str, int]]:
+    """Puts of a thread whose ``messages`` list of 1 KB elements gets one more at each; the requests each put sent. The
+    list read back from a new process is checked to be the last one put."""
     config: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid4().hex}", "checkpoint_ns": ""}}
     log = [f"message {i} " + "x" * 1000 for i in range(8)]
     version = None
     sent = []
-    for step in range(12):
+    for step in range(steps):
         log.append(f"message {8 + step} " + "y" * 1000)
         version = saver.get_next_version(version, None)
         cp = empty_checkpoint()
@@ -143,16 +119,33 @@ def test_appended_elements_that_outgrow_the_tail_are_one_more_put(counted: Count
         counter.reset()
         config = saver.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": version})
         sent.append(counter.snapshot())
+    fresh = S3Saver(bucket=saver.bucket, prefix=saver.prefix, client=saver.client)
+    tup = fresh.get_tuple(config)
+    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
+    return sent
+
+
+def test_a_put_that_appends_to_a_large_list_is_two_puts(counted: Counted) -> None:
+    """The list's base was stored by the first put; the next ones carry what they append in the record and the head
+    (codec.Appended), until the tail outgrows its budget."""
+    saver, counter = counted
+    # the first (a process that never read the thread: it reads the head first) writes the base (its large value),
+    # the record and the head; the next ones the record and the head
+    assert _appending(saver, counter, 4) == [{"GetObject": 1, "PutObject": 3}, *[{"PutObject": 2}] * 3]
+
+
+def test_appended_elements_that_outgrow_the_tail_are_one_more_put(counted: Counted) -> None:
+    """Once the elements appended since the base outgrow ``appended_tail_bytes`` (8 KiB here: nine of these), the put
+    sends them as a part before its record and head (codec.Appended), and the next puts carry a new tail."""
+    saver, counter = counted
+    saver.plans.appended_tail_bytes = 8 * 1024
     # the base (with the first read of the head), eight tails, the part of nine elements, then tails again
-    assert sent == [
+    assert _appending(saver, counter, 12) == [
         {"GetObject": 1, "PutObject": 3},
         *[{"PutObject": 2}] * 8,
         {"PutObject": 3},
         *[{"PutObject": 2}] * 2,
     ]
-    fresh = S3Saver(bucket=saver.bucket, prefix=saver.prefix, client=saver.client)
-    tup = fresh.get_tuple(config)
-    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == log
 
 
 def test_put_writes_is_one_put_per_call(counted: Counted) -> None:
