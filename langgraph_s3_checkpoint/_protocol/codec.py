@@ -203,6 +203,17 @@ class Record:
     """A stand-in for a record whose body could not be decoded (``list(skip_damaged=True)``): only its id, from its
     key, is known; the commit chain never shows it (:class:`~.chain.Standing`)."""
 
+    def large_channels(self) -> list[str]:
+        """The channels whose value is a large value: the ``blobs`` entries that are not parts of a list."""
+        parts = {name for channel, entry in self.appended.items() for name in entry.part_names(channel)}
+        return [name for name in self.blobs if name not in parts]
+
+    def entries_of(self, channel: str) -> list[str]:
+        """The ``blobs`` entries that hold ``channel``'s large value, in order: its own (a list's base), then its
+        parts' (:class:`Appended`)."""
+        appended = self.appended.get(channel)
+        return [channel, *(appended.part_names(channel) if appended is not None else ())]
+
 
 @dataclass
 class WriteBatch:

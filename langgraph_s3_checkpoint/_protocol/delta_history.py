@@ -106,10 +106,7 @@ class DeltaHistoryReading(Reading):
                     channel,
                     [
                         self._large_value(self.layout.blob(t.thread_id, t.checkpoint_ns, name, record.blobs[name]))
-                        for name in [
-                            channel,
-                            *(record.appended[channel].part_names(channel) if channel in record.appended else []),
-                        ]
+                        for name in record.entries_of(channel)
                     ],
                     record,
                     reads[0].key,

@@ -472,23 +472,9 @@ class Reading(PlansState):
         for ns, record, write_reads in items:
             values = dict(record.inline)
             record_key = self.layout.record(thread_id, ns, record.checkpoint["id"])
-
-            def decoded(name: str, ns: str = ns, record: Record = record) -> tuple[str, Any]:
-                # Decoded for each record: two checkpoints never share an object, as with InMemorySaver.
-                key = self.layout.blob(thread_id, ns, name, record.blobs[name])
-                blob = blobs[key]
-                if blob is None:
-                    raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
-                written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
-                self.recall.wrote_blobs(thread_id, ns, {name: record.blobs[name]}, written)
-                return key, self.codec.decode_blob(key, blob.body)
-
-            part_names = {name: ch for ch, entry in record.appended.items() for name in entry.part_names(ch)}
-            for ch in record.blobs:
-                if ch in part_names:
-                    continue  # read with its list's base
-                parts = [decoded(name) for name in record.appended[ch].part_names(ch)] if ch in record.appended else []
-                values[ch] = self.codec.extended(*decoded(ch), record, ch, record_key, parts)
+            for ch in record.large_channels():
+                base, *parts = (self._decoded(thread_id, ns, record, name, blobs) for name in record.entries_of(ch))
+                values[ch] = self.codec.extended(*base, record, ch, record_key, parts)
             batches = []
             for read in write_reads:
                 obj = next(replies)
@@ -496,6 +482,19 @@ class Reading(PlansState):
                     batches.append(self.codec.decode_writes(read.key, obj.body))
             tuples.append(self._tuple(thread_id, ns, record, values, batches))
         return tuples
+
+    def _decoded(
+        self, thread_id: str, ns: str, record: Record, name: str, fetched: Mapping[str, StoredObject | None]
+    ) -> tuple[str, Any]:
+        """The key and the decoded body of the large value ``record.blobs[name]``, from what was ``fetched``.
+        Decoded for each record: two checkpoints never share an object, as with InMemorySaver."""
+        key = self.layout.blob(thread_id, ns, name, record.blobs[name])
+        blob = fetched[key]
+        if blob is None:
+            raise CorruptObjectError(key, "a channel value the checkpoint references is missing")
+        written = written_here(blob.modified, blob.served, datetime.now(timezone.utc))
+        self.recall.wrote_blobs(thread_id, ns, {name: record.blobs[name]}, written)
+        return key, self.codec.decode_blob(key, blob.body)
 
     def _large_value(self, key: str) -> Get:
         """The read of a large value: answered from the read cache when this process read it before, as what a
