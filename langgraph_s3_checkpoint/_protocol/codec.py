@@ -154,6 +154,29 @@ class Appended:
     def part_names(self, channel: str) -> list[str]:
         return [part_name(channel, part.start) for part in self.parts]
 
+    def span_of(self, channel: str, name: str) -> slice:
+        """The elements of the list that its ``blobs`` entry ``name`` holds: the base's (``name`` is the channel's),
+        or one part's."""
+        if name == channel:
+            return slice(0, self.base_count)
+        part = next(part for part in self.parts if part_name(channel, part.start) == name)
+        return slice(part.start, part.start + part.count)
+
+    def sent_out(self, count: int, digest: str, merged: int) -> Appended:
+        """This list once the elements after its base and parts, up to ``count`` (``digest``: of all ``count``),
+        went out as a part, and the last ``merged`` parts of one size were merged into one, again while they can be.
+        Only its last part is new: the others are this list's."""
+        parts = [*self.parts, Part(self.count, count - self.count)]
+        while 1 < merged <= len(parts) and len({part.level for part in parts[-merged:]}) == 1:
+            group = parts[-merged:]
+            parts[-merged:] = [Part(group[0].start, sum(part.count for part in group), group[0].level + 1)]
+        return Appended(count, digest, (), tuple(parts))
+
+
+def part_owners(appended: Mapping[str, Appended]) -> dict[str, str]:
+    """Each part's ``blobs`` entry, with the channel whose list it is part of."""
+    return {name: channel for channel, entry in appended.items() for name in entry.part_names(channel)}
+
 
 def serialized_bytes(elements: Sequence[list[Any]]) -> int:
     """The serializer's bytes of serialized values (each ``[tag, bytes]``)."""
@@ -205,7 +228,7 @@ class Record:
 
     def large_channels(self) -> list[str]:
         """The channels whose value is a large value: the ``blobs`` entries that are not parts of a list."""
-        parts = {name for channel, entry in self.appended.items() for name in entry.part_names(channel)}
+        parts = part_owners(self.appended)
         return [name for name in self.blobs if name not in parts]
 
     def entries_of(self, channel: str) -> list[str]:

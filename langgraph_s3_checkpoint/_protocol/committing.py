@@ -25,7 +25,7 @@ from ..errors import (
     ParentNotCommittedError,
 )
 from .chain import Standing
-from .codec import Appended, Part, elements_digest, is_part_name, part_name, serialized_bytes
+from .codec import Appended, elements_digest, is_part_name, part_name, part_owners, serialized_bytes
 from .fencing import (
     COMMIT_TABLE,
     SUPERSEDED,
@@ -532,7 +532,16 @@ class Committing(Reading):
                     result.carry(parent, channel, replace(base, tail=tuple(tail)))
                     return True
                 if self.appended_tail_bytes > 0 and in_parts:
-                    self._store_part(result, thread_id, ns, channel, version, value, elements, parent, base)
+                    # The tail goes out as a part (merged with others maybe): a large value at this version, its
+                    # elements serialized as one list, as any large value (a reader decodes it alone).
+                    appended = base.sent_out(len(elements), elements_digest(elements), self.parts_merged)
+                    result.carry(parent, channel, appended)
+                    new = appended.parts[-1]
+                    name = part_name(channel, new.start)
+                    result.blobs[name] = version
+                    typed = self.codec.encode_value(channel, value[new.start : new.start + new.count])
+                    key = self.layout.blob(thread_id, ns, name, version)
+                    result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
                     return True
         result.blobs[channel] = version
         result.appended[channel] = Appended(len(elements), elements_digest(elements))
@@ -540,38 +549,6 @@ class Committing(Reading):
         typed = whole or self.codec.encode_value(channel, value)
         self._store_blob(result, thread_id, ns, channel, version, typed, vouched, {}, now)
         return True
-
-    def _store_part(
-        self,
-        result: _Values,
-        thread_id: str,
-        ns: str,
-        channel: str,
-        version: str,
-        value: list[Any],
-        elements: list[list[Any]],
-        parent: HeadSeen,
-        base: Appended,
-    ) -> None:
-        """The elements after ``base`` go out as a part, and the last :attr:`parts_merged` parts of one size are
-        merged into one, again while they can be: each new part is a large value at this version, under its
-        :func:`~.codec.part_name`, its elements serialized as one list (as any large value: a reader decodes it
-        alone). The parts kept are the parent's."""
-        parts = [*base.parts, Part(base.count, len(elements) - base.count)]
-        merged = self.parts_merged
-        while 1 < merged <= len(parts) and len({part.level for part in parts[-merged:]}) == 1:
-            group = parts[-merged:]
-            parts[-merged:] = [Part(group[0].start, sum(part.count for part in group), group[0].level + 1)]
-        appended = Appended(len(elements), elements_digest(elements), (), tuple(parts))
-        result.carry(parent, channel, appended)
-        for part in parts:
-            if part in base.parts:
-                continue
-            name = part_name(channel, part.start)
-            result.blobs[name] = version
-            typed = self.codec.encode_value(channel, value[part.start : part.start + part.count])
-            key = self.layout.blob(thread_id, ns, name, version)
-            result.puts.append(Put(key, self.codec.encode_blob(typed), mode=CREATE))
 
     def _store_blob(
         self,
@@ -805,19 +782,14 @@ class _Values:
 
     def channel_of(self, name: str) -> str:
         """The channel whose value the large value ``blobs[name]`` holds (all or part of)."""
-        return next((ch for ch, entry in self.appended.items() if name in entry.part_names(ch)), name)
+        return part_owners(self.appended).get(name, name)
 
     def stored(self, live: Mapping[str, Any], name: str) -> Any:
         """What the large value ``blobs[name]`` holds, from the live value: a list's base is its first elements and a
         part the elements it begins at (their bytes matched what was stored)."""
         channel = self.channel_of(name)
         appended = self.appended.get(channel)
-        if appended is None:
-            return live[channel]
-        if name == channel:
-            return live[channel][: appended.base_count]
-        part = next(part for part in appended.parts if part_name(channel, part.start) == name)
-        return live[channel][part.start : part.start + part.count]
+        return live[channel] if appended is None else live[channel][appended.span_of(channel, name)]
 
 
 _NO_VALUE = object()
